@@ -1,0 +1,41 @@
+# gpugate — every target a developer or CI needs. `make help` lists them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+BIND   ?= 127.0.0.1:8443
+
+.DEFAULT_GOAL := help
+.PHONY: help venv dev-certs run tools lint test check
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+dev-certs: venv ## development CA + serving certificate for 127.0.0.1/localhost in certs/
+	@test -f certs/tls.crt || $(BIN)/gpugate certs --service gpugate --namespace gpugate \
+	    --host localhost --host 127.0.0.1 --out certs
+
+run: venv dev-certs ## run gpugate on https://$(BIND) with the example policies and dev certificates
+	@echo "gpugate on https://$(BIND); try it from another shell:"
+	@echo "  curl -s --cacert certs/ca.crt -H 'Content-Type: application/json' \\"
+	@echo "       --data @policies/examples/review-fractional.json https://$(BIND)/mutate | python3 -m json.tool"
+	$(BIN)/gpugate serve --policies policies --cert certs/tls.crt --key certs/tls.key --bind $(BIND)
+
+tools: venv ## test tools: promtool, and kube-apiserver/etcd/kubectl for the end-to-end suite
+	./scripts/install-tools
+
+lint: venv ## ruff and mypy
+	$(BIN)/ruff check webhook tests
+	$(BIN)/mypy
+
+test: venv tools ## the whole test suite, end-to-end included
+	$(BIN)/pytest
+
+check: lint test ## what CI runs: lint and the whole test suite
