@@ -1,0 +1,140 @@
+"""Session fixtures for the end-to-end suite: one control plane (etcd + kube-apiserver) per
+ExtendedResourceToleration setting, one gpugate per control plane registered from `deploy/`,
+and a fresh namespace per test. Every process is stopped by its id at the end of the session,
+also when a test or a start-up fails; the last lines of each process's log are attached to
+every failing e2e test's report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .cluster import (
+    BinariesMissing,
+    ControlPlane,
+    GPUGate,
+    Stack,
+    find_binaries,
+    point_at,
+    register,
+    render_deploy,
+)
+from .objects import BASE_POLICY, reload_policy
+
+# Everything that is running, so that a failing test's report can show their logs.
+_RUNNING: list[ControlPlane | GPUGate] = []
+
+
+def _unavailable(reason: str) -> None:
+    """Skip when the tools genuinely cannot exist here; in CI that is a failure, never a skip."""
+    if os.environ.get("CI"):
+        pytest.fail(f"e2e suite cannot run in CI: {reason}", pytrace=False)
+    pytest.skip(f"!!! END-TO-END SUITE SKIPPED: {reason}")
+
+
+@pytest.fixture(scope="session")
+def e2e_bin() -> Path:
+    try:
+        return find_binaries()
+    except BinariesMissing as e:
+        if shutil.which("go") is None:
+            _unavailable(f"{e}, and Go is not installed to build them (see docs/e2e.md)")
+        pytest.fail(f"{e}: run tests/e2e/build.sh (or `make tools`) first; see docs/e2e.md", pytrace=False)
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def control_plane_factory(
+    e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[bool], ControlPlane]]:
+    """control_plane_factory(extended_resource_toleration) -> a started ControlPlane, one per setting."""
+    planes: dict[bool, ControlPlane] = {}
+
+    def get(extended_resource_toleration: bool = False) -> ControlPlane:
+        if extended_resource_toleration not in planes:
+            tag = "ert-on" if extended_resource_toleration else "ert-off"
+            cp = ControlPlane(e2e_bin, tmp_path_factory.mktemp(f"cluster-{tag}"),
+                              extended_resource_toleration=extended_resource_toleration)
+            planes[extended_resource_toleration] = cp
+            _RUNNING.append(cp)
+            cp.start()
+        return planes[extended_resource_toleration]
+
+    try:
+        yield get
+    finally:
+        for cp in planes.values():
+            cp.stop()
+            _RUNNING.remove(cp)
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane_factory: Callable[[bool], ControlPlane]) -> ControlPlane:
+    return control_plane_factory(False)
+
+
+@pytest.fixture(scope="session")
+def stack_factory(
+    control_plane_factory: Callable[[bool], ControlPlane], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[bool], Stack]]:
+    stacks: dict[bool, Stack] = {}
+
+    def get(extended_resource_toleration: bool = False) -> Stack:
+        if extended_resource_toleration in stacks:
+            return stacks[extended_resource_toleration]
+        cp = control_plane_factory(extended_resource_toleration)
+        work = tmp_path_factory.mktemp("gpugate")
+        policy_dir = work / "policies"
+        policy_dir.mkdir()
+        (policy_dir / "fleet.yaml").write_text(BASE_POLICY)
+        (policy_dir / "reload.yaml").write_text(reload_policy("h100"))
+        # The RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist.
+        cp.kubectl("apply", "-f", "-", stdin={
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"}, "handler": "nvidia",
+        })
+        cp.ensure_default_service_account("kube-system")
+        gate = GPUGate(work, policy_dir, kubeconfig=cp.kubeconfig)
+        _RUNNING.append(gate)
+        gate.start()
+        deploy = render_deploy(cp)
+        registered = point_at(deploy, gate)
+        register(cp, registered)
+        stacks[extended_resource_toleration] = Stack(cp, gate, deploy, registered, policy_dir)
+        return stacks[extended_resource_toleration]
+
+    try:
+        yield get
+    finally:
+        for stack in stacks.values():
+            stack.gpugate.stop()
+            _RUNNING.remove(stack.gpugate)
+
+
+@pytest.fixture(scope="session")
+def stack(stack_factory: Callable[[bool], Stack]) -> Stack:
+    return stack_factory(False)
+
+
+@pytest.fixture
+def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace (with its default ServiceAccount) named after the test."""
+    stem = request.node.name.split("[")[0].removeprefix("test_").replace("_", "-")[:30].strip("-")
+    return cluster.create_namespace(f"e2e-{stem}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and item.get_closest_marker("e2e") is not None:
+        for thing in _RUNNING:
+            procs = thing.processes if isinstance(thing, ControlPlane) else [thing.process]
+            for proc in procs:
+                report.sections.append((f"e2e log: {proc.log_path}", proc.log_tail(40)))
+
