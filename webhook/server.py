@@ -1,0 +1,255 @@
+"""Run gpugate in production: gunicorn gthread workers over TLS 1.2+, with certificate hot reload."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
+
+from webhook.tls import ReloadingCertificate, TLSConfigError, describe
+
+APP_FACTORY = "webhook.app:build_app"
+DEFAULT_BIND = "0.0.0.0:8443"
+DEFAULT_WORKERS = 2
+DEFAULT_THREADS = 4
+# kube-apiserver keeps idle webhook connections for 90 s (Go's http.Transport IdleConnTimeout,
+# apiserver-contract.md §1.1). Closing earlier than the client makes it race a request against
+# our FIN; a longer keepalive lets the client close first.
+KEEPALIVE = 120
+# Admission requests carry `?timeout=10s` at most 30 s; a worker silent for longer is stuck.
+WORKER_TIMEOUT = 30
+# Kubernetes' default terminationGracePeriodSeconds is 30; the Deployment's preStop sleep takes 5.
+GRACEFUL_TIMEOUT = 20
+# The apiserver's request line is `POST /mutate?timeout=10s HTTP/1.1` with ~6 headers.
+LIMIT_REQUEST_LINE = 4094
+LIMIT_REQUEST_FIELDS = 32
+LIMIT_REQUEST_FIELD_SIZE = 8190
+
+log = logging.getLogger("gpugate.server")
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, pid, message (and the exception, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class JSONLogger(Logger):  # type: ignore[misc]
+    """gunicorn's logger with JSON lines; also gives the application's loggers a JSON handler."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        formatter = JSONFormatter()
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                handler.setFormatter(formatter)
+        root = logging.getLogger()
+        root.setLevel(self.loglevel)
+        if not any(getattr(h, "_gpugate", False) for h in root.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(formatter)
+            handler._gpugate = True  # type: ignore[attr-defined]
+            root.addHandler(handler)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `gpugate serve`."""
+    parser.add_argument("--policies", required=True, metavar="DIR", help="directory of policy YAML files")
+    parser.add_argument("--cert", required=True, metavar="FILE", help="PEM serving certificate (chain)")
+    parser.add_argument("--key", required=True, metavar="FILE", help="PEM private key of --cert")
+    parser.add_argument("--bind", default=DEFAULT_BIND, metavar="HOST:PORT",
+                        help=f"address to listen on (default {DEFAULT_BIND})")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
+                        help=f"worker processes (default {DEFAULT_WORKERS})")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
+                        help=f"threads per worker (default {DEFAULT_THREADS})")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig for reading namespace labels (default: in-cluster config)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                        help="log level (default info)")
+    parser.add_argument("--access-log", action="store_true", help="log every request to stdout")
+    # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
+    parser.add_argument("--app-factory", default=APP_FACTORY, metavar="MODULE:CALLABLE",
+                        help="WSGI app factory, called as f(policies_dir, kubeconfig=, tls_ready=) "
+                             f"in every worker (default {APP_FACTORY}; for benchmarks and tests)")
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); ValueError with a readable message."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--bind {bind!r} is not HOST:PORT (e.g. 0.0.0.0:8443 or [::]:8443)")
+    return host.strip("[]"), int(port)
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--app-factory {spec!r} is not MODULE:CALLABLE")
+    module = importlib.import_module(module_name)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"--app-factory {spec!r}: {module_name} has no callable {attr}")
+    return factory  # type: ignore[no-any-return]
+
+
+def check_policies(policies: str, *, required: bool) -> None:
+    """Load the policies once before forking, so a broken directory stops the server with a message."""
+    if not os.path.isdir(policies):
+        raise ValueError(f"--policies {policies}: not a directory")
+    try:
+        policy = importlib.import_module("webhook.policy")
+    except ImportError:
+        if required:
+            raise
+        return
+    try:
+        policy.load_policies(policies)
+    except policy.PolicyError as err:
+        raise ValueError(f"invalid policies in {policies}:\n{err}") from None
+
+
+def prepare_metrics_dir() -> str | None:
+    """Point prometheus_client at a multiprocess directory before any worker exists.
+
+    Returns the directory when gpugate created it (and so removes it on exit). Must run before
+    prometheus_client is imported: it picks its value class from the environment at import.
+    """
+    existing = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if existing:
+        os.makedirs(existing, exist_ok=True)
+        # prometheus_client: "This directory should be wiped between Gunicorn runs".
+        for name in os.listdir(existing):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(existing, name))
+        return None
+    created = tempfile.mkdtemp(prefix="gpugate-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
+    return created
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+class Server(BaseApplication):  # type: ignore[misc]
+    """gunicorn, configured in code; the WSGI app is built in each worker after fork."""
+
+    def __init__(self, options: dict[str, Any], *, factory: Callable[..., Any], policies: str,
+                 kubeconfig: str | None, certificate: ReloadingCertificate) -> None:
+        self.options = options
+        self.factory = factory
+        self.policies = policies
+        self.kubeconfig = kubeconfig
+        self.certificate = certificate
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name, value in self.options.items():
+            if name in self.cfg.settings:  # settings differ between gunicorn releases
+                self.cfg.set(name, value)
+
+    def load(self) -> Any:
+        return self.factory(self.policies, kubeconfig=self.kubeconfig, tls_ready=self.certificate.ready)
+
+
+def gunicorn_options(args: argparse.Namespace, *, certificate: ReloadingCertificate,
+                     metrics_dir: str | None) -> dict[str, Any]:
+    def ssl_context(config: Any, default_factory: Callable[[], Any]) -> Any:
+        return certificate.context()
+
+    def on_exit(server: Any) -> None:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+    return {
+        "bind": [args.bind],
+        "workers": args.workers,
+        # gthread keeps connections alive; sync closes each one after a request, so every
+        # admission call paid a TCP + TLS handshake (6-7x the CPU in review).
+        "worker_class": "gthread",
+        "threads": args.threads,
+        "keepalive": KEEPALIVE,
+        "timeout": WORKER_TIMEOUT,
+        "graceful_timeout": GRACEFUL_TIMEOUT,
+        "limit_request_line": LIMIT_REQUEST_LINE,
+        "limit_request_fields": LIMIT_REQUEST_FIELDS,
+        "limit_request_field_size": LIMIT_REQUEST_FIELD_SIZE,
+        "certfile": certificate.cert_file,
+        "keyfile": certificate.key_file,
+        "ssl_context": ssl_context,
+        "http_protocols": "h1",
+        "accesslog": "-" if args.access_log else None,
+        "errorlog": "-",
+        "loglevel": args.log_level,
+        "logger_class": JSONLogger,
+        "proc_name": "gpugate",
+        "preload_app": False,
+        "child_exit": _child_exit,
+        "on_exit": on_exit,
+        # gunicorn >= 25 opens a control socket under $HOME by default; a read-only root
+        # filesystem has no place for it, and nothing here uses it.
+        "control_socket_disable": True,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """`gpugate serve`: validate policies, certificate and options, then run gunicorn."""
+    metrics_dir: str | None = None
+    try:
+        if args.workers < 1 or args.threads < 1:
+            raise ValueError("--workers and --threads must be at least 1")
+        parse_bind(args.bind)
+        metrics_dir = prepare_metrics_dir()
+        check_policies(args.policies, required=args.app_factory == APP_FACTORY)
+        certificate = ReloadingCertificate(args.cert, args.key)
+        factory = load_factory(args.app_factory)
+    except (ValueError, TLSConfigError, ImportError, OSError) as err:
+        print(f"gpugate serve: {err}", file=sys.stderr)
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+        return 2
+    if not certificate.ready():
+        print(f"gpugate serve: warning: the certificate is outside its validity period "
+              f"({describe(certificate.certificate())}); /readyz reports not ready", file=sys.stderr)
+    options = gunicorn_options(args, certificate=certificate, metrics_dir=metrics_dir)
+    server = Server(options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig,
+                    certificate=certificate)
+    try:
+        server.run()
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpugate serve", description=run.__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

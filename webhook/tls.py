@@ -1,0 +1,176 @@
+"""Server-side TLS for gpugate: a hardened SSLContext and a certificate that reloads when its files change."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cryptography import x509
+
+log = logging.getLogger("gpugate.tls")
+
+# TLS 1.2 suites with forward secrecy and AEAD only (what Go's crypto/tls, and so kube-apiserver,
+# prefers); TLS 1.3 suites are OpenSSL's defaults, which are all modern.
+CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# The apiserver offers only http/1.1 (apiserver-contract.md §1.1); gunicorn serves HTTP/1.1.
+ALPN = ["http/1.1"]
+# Kubernetes swaps a Secret volume's `..data` symlink; look at the files at most this often.
+CHECK_INTERVAL = 1.0
+_MISSING = ((-1, -1, -1, -1),)
+
+
+class TLSConfigError(Exception):
+    """The certificate or key cannot be used; the message names the file and the reason."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One loaded certificate/key pair, ready to hand to new connections."""
+
+    context: ssl.SSLContext
+    certificate: x509.Certificate
+    signature: tuple[tuple[int, int, int, int], ...]
+
+
+def _signature(*paths: str) -> tuple[tuple[int, int, int, int], ...]:
+    # stat() follows symlinks, so this describes the files `..data` currently points to.
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.Certificate]:
+    """A server SSLContext: TLS 1.2+, forward-secret AEAD ciphers, ALPN http/1.1, no client certs."""
+    try:
+        with open(cert_file, "rb") as handle:
+            pem = handle.read()
+    except OSError as err:
+        raise TLSConfigError(f"cannot read certificate {cert_file}: {err.strerror or err}") from None
+    try:
+        certificate = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        raise TLSConfigError(f"{cert_file} does not hold a PEM certificate") from None
+    if not os.access(key_file, os.R_OK):
+        raise TLSConfigError(f"cannot read private key {key_file}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+    context.set_ciphers(CIPHERS)
+    context.set_alpn_protocols(ALPN)
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as err:
+        reason = err.reason or str(err)
+        if "KEY_VALUES_MISMATCH" in reason.upper():
+            reason = "the private key does not belong to the certificate"
+        raise TLSConfigError(f"cannot use {cert_file} with {key_file}: {reason}") from None
+    except OSError as err:
+        raise TLSConfigError(f"cannot load {cert_file} / {key_file}: {err.strerror or err}") from None
+    return context, certificate
+
+
+def describe(certificate: x509.Certificate) -> str:
+    """Serial, expiry and names of a certificate, for logs."""
+    try:
+        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [str(n.value) for n in san]
+    except x509.ExtensionNotFound:
+        names = []
+    not_after = certificate.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"serial={certificate.serial_number:x} not_after={not_after} names={','.join(names)}"
+
+
+class ReloadingCertificate:
+    """The current certificate of a server; new handshakes pick up changed files within a second.
+
+    Two paths lead to the new certificate, so that both work whatever the caller caches:
+    `context()` returns the current SSLContext (gunicorn ≥ 21 asks its `ssl_context` hook for a
+    context on every accepted connection), and every context's `sni_callback` moves the
+    handshaking socket to the current context (OpenSSL calls it for every ClientHello, also
+    without SNI, so clients connecting by IP are covered too). Connections already established
+    keep the certificate they were set up with. Broken new files are logged and skipped: the
+    previous certificate stays in service, and the files are retried when they change again.
+    """
+
+    def __init__(self, cert_file: str, key_file: str, *, interval: float = CHECK_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._current = self._load()  # raises TLSConfigError: refuse to start without a certificate
+        self._failed: tuple[tuple[int, int, int, int], ...] | None = None
+        self._checked = clock()
+
+    def _load(self) -> Loaded:
+        try:
+            before = _signature(self.cert_file, self.key_file)
+        except OSError as err:
+            raise TLSConfigError(f"cannot read {err.filename}: {err.strerror or err}") from None
+        context, certificate = server_context(self.cert_file, self.key_file)
+        context.sni_callback = self._on_client_hello
+        return Loaded(context, certificate, before)
+
+    def context(self) -> ssl.SSLContext:
+        """The SSLContext for a new connection, reloaded first if the files changed."""
+        now = self._clock()
+        if now - self._checked >= self._interval and self._lock.acquire(blocking=False):
+            # Only one thread reloads; the others keep handshaking with the current context.
+            try:
+                self._checked = now
+                self._maybe_reload()
+            finally:
+                self._lock.release()
+        return self._current.context
+
+    def certificate(self) -> x509.Certificate:
+        return self._current.certificate
+
+    def ready(self) -> bool:
+        """True while the certificate in service is within its validity period."""
+        self.context()
+        certificate = self._current.certificate
+        now = dt.datetime.now(dt.UTC)
+        return certificate.not_valid_before_utc <= now < certificate.not_valid_after_utc
+
+    def _maybe_reload(self) -> None:
+        try:
+            signature = _signature(self.cert_file, self.key_file)
+        except OSError as err:
+            self._report(_MISSING, f"cannot stat {err.filename}: {err.strerror or err}")
+            return
+        if signature in (self._current.signature, self._failed):
+            return
+        try:
+            loaded = self._load()
+        except TLSConfigError as err:
+            self._report(signature, str(err))
+            return
+        if loaded.signature != signature or _signature(self.cert_file, self.key_file) != signature:
+            return  # the files changed while we read them (a Secret update in progress): next time
+        self._current = loaded
+        self._failed = None
+        log.info("TLS certificate reloaded: %s", describe(loaded.certificate))
+
+    def _report(self, signature: tuple[tuple[int, int, int, int], ...], error: str) -> None:
+        if signature == self._failed:
+            return
+        self._failed = signature
+        log.error("TLS certificate reload failed, still serving %s: %s",
+                  describe(self._current.certificate), error)
+
+    def _on_client_hello(self, sock: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                         context: ssl.SSLContext) -> None:
+        current = self.context()
+        if sock.context is not current:
+            sock.context = current
