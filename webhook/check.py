@@ -1,0 +1,105 @@
+"""Offline verdicts: run manifests through mutate and validate as the apiserver would, without a cluster."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from .admission import Decision, Environment, mutate, validate
+from .patch import Operation
+from .pods import group_of
+from .policy import PolicySet
+
+
+class ManifestError(ValueError):
+    """A manifest document that is not a Kubernetes object."""
+
+
+@dataclass
+class Result:
+    """One object's verdict: the decisions of both endpoints and the object as it would be stored."""
+
+    obj: Mapping[str, Any]
+    mutated: Mapping[str, Any]
+    patch: list[Operation]
+    mutation: Decision
+    validation: Decision | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.mutation.allowed and (self.validation is None or self.validation.allowed)
+
+    @property
+    def decision(self) -> Decision:
+        return self.mutation if not self.mutation.allowed or self.validation is None else self.validation
+
+    def describe(self) -> str:
+        meta = self.obj.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+        return f'{self.obj.get("kind")} "{name}"'
+
+
+def objects_of(documents: Iterable[Any]) -> list[Mapping[str, Any]]:
+    """Every object in a stream of YAML documents, ``kind: List`` flattened; ManifestError for non-objects."""
+    out: list[Mapping[str, Any]] = []
+    for index, doc in enumerate(documents):
+        if doc is None:
+            continue
+        if not isinstance(doc, Mapping) or not doc.get("kind") or not doc.get("apiVersion"):
+            raise ManifestError(f"document {index} is not a Kubernetes object (needs apiVersion and kind)")
+        if str(doc["kind"]).endswith("List") and isinstance(doc.get("items"), list):
+            out += objects_of(doc["items"])
+        else:
+            out.append(doc)
+    return out
+
+
+def default_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the apiserver's defaulting does before admission that matters here: a Pod container's missing
+    requests are copied from its limits (k/k pkg/apis/core/v1/defaults.go SetDefaults_Pod; not templates)."""
+    pod = copy.deepcopy(dict(obj))
+    if pod.get("kind") != "Pod" or group_of(str(pod.get("apiVersion"))) != "":
+        return pod
+    spec = pod.get("spec") or {}
+    for fld in ("initContainers", "containers"):
+        for container in spec.get(fld) or []:
+            resources = container.get("resources") or {}
+            limits = resources.get("limits") or {}
+            if limits:
+                requests = resources.setdefault("requests", {}) or {}
+                resources["requests"] = requests
+                for name, value in limits.items():
+                    requests.setdefault(name, value)
+    return pod
+
+
+def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, Any]:
+    api_version = str(obj.get("apiVersion"))
+    group, _, version = api_version.rpartition("/")
+    meta = obj.get("metadata") or {}
+    return {"uid": uid, "operation": "CREATE", "namespace": meta.get("namespace") or namespace,
+            "name": meta.get("name", ""), "kind": {"group": group, "version": version, "kind": obj.get("kind")},
+            "object": obj, "oldObject": None, "dryRun": True}
+
+
+def check_objects(objects: Iterable[Mapping[str, Any]], *, policies: PolicySet,
+                  namespace_labels: Mapping[str, Mapping[str, str]], namespace: str = "default") -> list[Result]:
+    env = Environment(policies=policies, namespace_labels=lambda ns: namespace_labels.get(ns, {}))
+    results = []
+    for index, raw in enumerate(objects):
+        obj = default_pod(raw)
+        mutation = mutate(_request(obj, namespace=namespace, uid=f"check-{index}"), env)
+        if not mutation.allowed:
+            results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
+            continue
+        patch = mutation.patch or []
+        mutated = jsonpatch.apply_patch(obj, patch) if patch else obj
+        validation = validate(_request(mutated, namespace=namespace, uid=f"check-{index}"), env)
+        results.append(Result(obj, mutated, patch, mutation, validation,
+                              list(mutation.warnings) + list(validation.warnings)))
+    return results

@@ -1,0 +1,127 @@
+"""The ``gpugate`` command: serve, check, policy validate, certs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from .check import ManifestError, check_objects, objects_of
+from .policy import PolicyError, load_policies
+
+EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _parse_namespace_labels(values: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``NS=k=v,k2=v2`` (repeatable) -> {NS: {k: v, k2: v2}}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in values:
+        namespace, sep, rest = item.partition("=")
+        if not sep or not namespace:
+            raise ValueError(f"--namespace-labels {item!r}: expected NS=key=value[,key=value...]")
+        labels = out.setdefault(namespace, {})
+        for pair in filter(None, rest.split(",")):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"--namespace-labels {item!r}: {pair!r} is not key=value")
+            labels[key] = value
+    return out
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        policies = load_policies(args.policies)
+    except PolicyError as err:
+        print(err, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        namespace_labels = _parse_namespace_labels(args.namespace_labels)
+        if args.filename == "-":
+            documents = list(yaml.safe_load_all(sys.stdin))
+        else:
+            with open(args.filename, encoding="utf-8") as stream:
+                documents = list(yaml.safe_load_all(stream))
+        objects = objects_of(documents)
+    except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
+        print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    results = check_objects(objects, policies=policies, namespace_labels=namespace_labels,
+                            namespace=args.namespace)
+    outputs: list[Any] = []
+    for result in results:
+        decision = result.decision
+        policy = f' (policy "{decision.policy}")' if decision.policy else ""
+        if result.allowed:
+            print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
+        else:
+            print(f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
+                  file=sys.stderr)
+        for warning in result.warnings:
+            print(f"  Warning: {warning}", file=sys.stderr)
+        for key, value in decision.audit_annotations.items():
+            print(f"  audit {key}: {value}", file=sys.stderr)
+        outputs.append(result.patch if args.output == "patch" else result.mutated)
+    if args.output == "json":
+        print(json.dumps(outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs},
+                         indent=2))
+    elif args.output == "patch":
+        print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
+    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
+
+
+def _policy_validate(args: argparse.Namespace) -> int:
+    try:
+        policies = load_policies(args.directory)
+    except PolicyError as err:
+        print(err, file=sys.stderr)
+        return EXIT_DENIED
+    names = ", ".join(p.name for p in policies.policies) or "none"
+    print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
+    return EXIT_ALLOWED
+
+
+def parser() -> argparse.ArgumentParser:
+    from . import certs, server
+
+    top = argparse.ArgumentParser(prog="gpugate", description="Admission webhook that forms GPU pods correctly.")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the admission server (gunicorn, TLS)")
+    server.add_arguments(serve)
+    serve.set_defaults(run=server.run)
+
+    check = sub.add_parser("check", help="offline verdict for every object in a manifest")
+    check.add_argument("--policies", required=True, help="policy directory")
+    check.add_argument("-f", "--filename", required=True, help="manifest file, or - for standard input")
+    check.add_argument("--namespace", default="default", help="namespace for objects that name none")
+    check.add_argument("--namespace-labels", action="append", default=[], metavar="NS=k=v,...",
+                       help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)")
+    check.add_argument("-o", "--output", choices=("yaml", "json", "patch", "none"), default="none",
+                       help="print the mutated objects (yaml, json) or the JSON patches")
+    check.set_defaults(run=_check)
+
+    policy = sub.add_parser("policy", help="work with policy files")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
+    validate.add_argument("directory")
+    validate.set_defaults(run=_policy_validate)
+
+    cert = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
+    certs.add_arguments(cert)
+    cert.set_defaults(run=certs.run)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

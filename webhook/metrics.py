@@ -1,0 +1,48 @@
+"""Prometheus metrics for gpugate, correct across gunicorn worker processes (multiprocess mode)."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+REQUESTS = Counter(
+    "gpugate_admission_requests_total",
+    "Admission reviews answered, by endpoint, operation, object kind and decision.",
+    ["endpoint", "operation", "kind", "decision"],
+)
+LATENCY = Histogram(
+    "gpugate_admission_duration_seconds",
+    "Time to answer one admission review, body parsing to response encoding.",
+    ["endpoint"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+VIOLATIONS = Counter(
+    "gpugate_violations_total",
+    "Policy violations found, by rule, policy and what the mode did with them.",
+    ["rule", "policy", "action"],
+)
+POLICY_GENERATION = Gauge(
+    "gpugate_policy_generation",
+    "Generation of the policy set in force (1 at start, +1 per successful reload that changed it).",
+    multiprocess_mode="max",
+)
+POLICY_RELOAD_ERRORS = Counter(
+    "gpugate_policy_reload_errors_total",
+    "Policy reloads refused because the edited policies were invalid (the last good set stays in force).",
+)
+POLICY_VALID = Gauge(
+    "gpugate_policy_last_reload_ok",
+    "1 when the policy files on disk are the ones in force, 0 while an invalid edit is being ignored.",
+    multiprocess_mode="min",
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text; aggregated over all workers when PROMETHEUS_MULTIPROC_DIR is set."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
+    return generate_latest(DEFAULT_REGISTRY), "text/plain; version=0.0.4; charset=utf-8"

@@ -1,0 +1,68 @@
+"""JSON Patch (RFC 6902) from the original and the mutated object, verified before it is sent.
+
+The mutated object shares every untouched subtree with the original (see rules.base.PodEditor), so the
+diff walks only what changed. Lists are only ever appended to or replaced whole: python-json-patch's list
+diff can emit patches that do not apply (its issue #138), and insertions shift indices under other
+webhooks' feet. The result is applied with the jsonpatch library to the original and compared as
+canonical JSON (which tells ``1`` from ``true``) before anyone sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+
+Operation = dict[str, Any]
+
+
+class PatchError(RuntimeError):
+    """The computed patch does not reproduce the mutated object: a bug, never the user's fault."""
+
+
+def _pointer(parts: list[str]) -> str:
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b and canonical(a) == canonical(b))
+
+
+def _diff(a: Any, b: Any, path: list[str], ops: list[Operation]) -> None:
+    if a is b:
+        return
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in a:
+            if key not in b:
+                ops.append({"op": "remove", "path": _pointer([*path, key])})
+        for key, value in b.items():
+            if key not in a:
+                ops.append({"op": "add", "path": _pointer([*path, key]), "value": value})
+            else:
+                _diff(a[key], value, [*path, key], ops)
+        return
+    if isinstance(a, list) and isinstance(b, list) and len(b) >= len(a) and all(
+        _same(x, y) for x, y in zip(a, b, strict=False)
+    ):
+        for index in range(len(a), len(b)):
+            ops.append({"op": "add", "path": _pointer([*path, str(index)]), "value": b[index]})
+        return
+    if not _same(a, b):
+        ops.append({"op": "replace", "path": _pointer(path), "value": b})
+
+
+def make_patch(original: Mapping[str, Any], mutated: Mapping[str, Any]) -> list[Operation]:
+    """The JSON Patch that turns ``original`` into ``mutated``; raises PatchError if it would not."""
+    ops: list[Operation] = []
+    _diff(original, mutated, [], ops)
+    if ops:
+        applied = jsonpatch.JsonPatch(ops).apply(original)
+        if canonical(applied) != canonical(mutated):
+            raise PatchError(f"patch does not reproduce the mutated object: {canonical(ops)[:500]}")
+    return ops

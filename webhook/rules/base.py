@@ -1,0 +1,111 @@
+"""The vocabulary every rule shares: the pod under review, a violation, a change, and a copy-on-write editor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..pods import PodShape, dig
+from ..policy import Policy
+
+
+@dataclass(frozen=True)
+class Violation:
+    """Something wrong with a pod: the field, whose it is, what is wrong (apiserver wording) and the fix."""
+
+    rule: str
+    path: str
+    subject: str
+    text: str
+    fix: str = ""
+    #: Enforced whatever the policy's mode: the apiserver would refuse the object anyway.
+    builtin: bool = False
+
+    def message(self) -> str:
+        head = f"{self.path}: {self.subject}: {self.text}" if self.subject else f"{self.path}: {self.text}"
+        return f"{head}; {self.fix}" if self.fix else head
+
+    def short(self) -> str:
+        """A one-line form for kubectl warnings (cut to 120 characters by the caller)."""
+        return f"{self.subject}: {self.text}" if self.subject else f"{self.path}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing a mutator injected: the pod field it touched, and what a person should read about it."""
+
+    field: str
+    summary: str
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """Everything a rule needs besides the pod itself. Rules never do I/O; it all arrives here."""
+
+    shape: PodShape
+    policy: Policy
+    namespace: str
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    operation: str = "CREATE"
+    #: The admitted object's own metadata (differs from the pod's for workload templates).
+    object_meta: Mapping[str, Any] | None = None
+
+    def spec_field(self, rest: str) -> str:
+        return f"{self.shape.spec_path}.{rest}"
+
+    def meta_field(self, rest: str) -> str:
+        return f"{self.shape.meta_path}.{rest}"
+
+
+class PodEditor:
+    """Edits the pod inside an object without touching the original: containers along the written path are
+    copied on first write and everything else is shared, so the diff afterwards only walks what changed.
+    """
+
+    def __init__(self, original: Mapping[str, Any], shape: PodShape) -> None:
+        self.root: dict[str, Any] = dict(original)
+        self.shape = shape
+        self._copied: set[tuple[str, ...]] = {()}
+
+    def _writable(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        node = self.root
+        for depth in range(1, len(keys) + 1):
+            key = keys[depth - 1]
+            if keys[:depth] not in self._copied:
+                current = node.get(key)
+                node[key] = dict(current) if isinstance(current, Mapping) else {}
+                self._copied.add(keys[:depth])
+            node = node[key]
+        return node
+
+    # reading ---------------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return dig(self.root, self.shape.meta_keys) or {}
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return dig(self.root, self.shape.spec_keys) or {}
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.metadata.get("labels") or {}
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.metadata.get("annotations") or {}
+
+    # writing ---------------------------------------------------------------------------------------
+    def set_label(self, key: str, value: str) -> None:
+        self._writable((*self.shape.meta_keys, "labels"))[key] = value
+
+    def set_annotation(self, key: str, value: str) -> None:
+        self._writable((*self.shape.meta_keys, "annotations"))[key] = value
+
+    def set_spec(self, key: str, value: Any) -> None:
+        self._writable(self.shape.spec_keys)[key] = value
+
+    def set_node_selector(self, key: str, value: str) -> None:
+        self._writable((*self.shape.spec_keys, "nodeSelector"))[key] = value

@@ -1,0 +1,45 @@
+"""GPU placement: GPU resources only where Kubernetes allows them.
+
+Guards ``spec.resources`` (pod-level resources support only cpu, memory and hugepages-*:
+validatePodResourceRequirements) and ``spec.ephemeralContainers[*].resources`` ("cannot be set for an
+Ephemeral Container": allowedEphemeralContainerFields). Both are refused by the apiserver anyway, so these
+checks are always enforced (``builtin``) and only add a clear message and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..pods import container_label
+from .base import PodContext, Violation
+
+RULE = "gpu-placement"
+
+
+def require_gpus_in_containers(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+    violations = []
+    pod_resources = spec.get("resources")
+    if isinstance(pod_resources, Mapping):
+        for section in ("requests", "limits"):
+            for resource in pod_resources.get(section) or {}:
+                if ctx.policy.counts_as_gpu(resource):
+                    violations.append(Violation(
+                        RULE, ctx.spec_field(f"resources.{section}[{resource}]"), "pod",
+                        f'Unsupported value: "{resource}": extended resources are not allowed in pod-level '
+                        "resources", f"move {resource} into the resources of the container that uses it",
+                        builtin=True))
+    for index, container in enumerate(spec.get("ephemeralContainers") or []):
+        if not isinstance(container, Mapping):
+            continue
+        resources = container.get("resources")
+        if isinstance(resources, Mapping) and any(
+            ctx.policy.counts_as_gpu(r) for section in ("requests", "limits") for r in resources.get(section) or {}
+        ):
+            violations.append(Violation(
+                RULE, ctx.spec_field(f"ephemeralContainers[{index}].resources"),
+                container_label("ephemeralContainers", container),
+                "Forbidden: cannot be set for an Ephemeral Container",
+                "ephemeral containers cannot get GPUs; debug a GPU pod with a new pod that requests one",
+                builtin=True))
+    return violations

@@ -1,0 +1,82 @@
+"""GPU quantities: whole numbers, never negative, a limit for every request and request == limit.
+
+Guards, for every GPU resource in ``resources.requests`` / ``resources.limits`` of containers and init
+containers, the checks of k/k pkg/apis/core/validation/validation.go (ValidateResourceQuantityValue,
+validateResourceRequirements): extended resources are integer-only and not overcommittable. The apiserver
+runs them only AFTER mutating webhooks, so the mutating endpoint is the only one that ever sees such a pod;
+messages keep the apiserver's wording and add how to fix it. Always enforced (``builtin``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..pods import container_label, containers
+from ..quantity import QuantityError, format_quantity, parse_quantity
+from .base import PodContext, Violation
+
+RULE = "gpu-quantity"
+PART_OF_A_GPU = ("request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
+                 "or a MIG profile such as nvidia.com/mig-1g.10gb")
+
+
+def _section(resources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    values = resources.get(name)
+    return values if isinstance(values, Mapping) else {}
+
+
+def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+    violations: list[Violation] = []
+    for fld, index, container in containers(spec):
+        if fld == "ephemeralContainers":
+            continue  # any resources there are refused by gpu_placement
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            continue
+        base = ctx.spec_field(f"{fld}[{index}].resources")
+        who = container_label(fld, container)
+        requests: Mapping[str, Any] = _section(resources, "requests")
+        limits: Mapping[str, Any] = _section(resources, "limits")
+        parsed: dict[tuple[str, str], Any] = {}
+        for section, values in (("limits", limits), ("requests", requests)):
+            for resource, raw in values.items():
+                if not ctx.policy.counts_as_gpu(resource):
+                    continue
+                if section == "requests" and resource in limits and str(limits[resource]) == str(raw):
+                    parsed[(section, resource)] = parsed.get(("limits", resource))
+                    continue  # defaulted from the limit (SetDefaults_Pod): the limit's message says it all
+                path = f"{base}.{section}[{resource}]"
+                try:
+                    value = parse_quantity(raw)
+                except QuantityError:
+                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": is not a quantity',
+                                                'write a whole number such as "1"', builtin=True))
+                    continue
+                parsed[(section, resource)] = value
+                if value < 0:
+                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": must be greater '
+                                                "than or equal to 0", "request at least 1 GPU", builtin=True))
+                elif value.denominator != 1:
+                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": must be an integer',
+                                                PART_OF_A_GPU, builtin=True))
+        for (section, resource), value in parsed.items():
+            if section != "requests":
+                continue
+            if resource not in limits:
+                # Pods get requests defaulted from limits (SetDefaults_Pod), never the other way round.
+                violations.append(Violation(
+                    RULE, f"{base}.limits", who,
+                    f"Required value: Limit must be set for non overcommitable resources ({resource})",
+                    f'set resources.limits[{resource}] to the same whole number as the request '
+                    f'("{requests[resource]}"), or only set the limit', builtin=True))
+                continue
+            limit = parsed.get(("limits", resource))
+            if limit is not None and value is not None and limit != value and value.denominator == 1 == limit.denominator:
+                violations.append(Violation(
+                    RULE, f"{base}.requests[{resource}]", who,
+                    f'Invalid value: "{requests[resource]}": must be equal to {resource} limit of '
+                    f"{format_quantity(limit)}",
+                    "GPUs cannot be overcommitted: make the request equal to the limit, or drop the request",
+                    builtin=True))
+    return violations

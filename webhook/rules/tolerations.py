@@ -1,0 +1,85 @@
+"""Tolerations: GPU pods get the policy's tolerations; pods without GPUs must not tolerate GPU taints.
+
+Guards ``spec.tolerations``. GPU nodes carry a taint (``nvidia.com/gpu:NoSchedule`` by convention, the
+resource name as key as ExtendedResourceToleration expects) that keeps other work off them. The mutator
+appends each policy toleration unless an equal one is present, never reordering or replacing the user's
+(Kubernetes "Admission Webhook Good Practices": treat unkeyed arrays as sets). A pod that requests no GPU
+but tolerates a GPU taint squats on GPU nodes: ``nonGPUPods.gpuTolerations`` denies it, strips the
+tolerations, or allows it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Change, PodContext, PodEditor, Violation
+
+RULE = "gpu-taint-toleration"
+
+
+def _normal(t: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "",
+            t.get("tolerationSeconds"))
+
+
+def _describe(t: Mapping[str, Any]) -> str:
+    key = t.get("key") or "*"
+    value = f"={t['value']}" if t.get("value") else ""
+    return f"{key}{value}:{t.get('effect') or '*'}"
+
+
+def add_gpu_tolerations(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    existing = [t for t in editor.spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    present = {_normal(t) for t in existing}
+    missing = [dict(t) for t in ctx.policy.tolerations if _normal(t) not in present]
+    if not missing:
+        return []
+    editor.set_spec("tolerations", [*(editor.spec.get("tolerations") or []), *missing])
+    return [Change("tolerations", "toleration " + _describe(t)) for t in missing]
+
+
+def _gpu_taints(ctx: PodContext) -> list[tuple[str, str]]:
+    """(key glob, effect) of the taints that keep other work off GPU nodes under this policy."""
+    taints = [(str(t.get("key", "")), str(t.get("effect", ""))) for t in ctx.policy.tolerations if t.get("key")]
+    taints += [(glob, "NoSchedule") for glob in ctx.policy.gpu_resources]
+    return taints
+
+
+def tolerates_gpu_taint(toleration: Mapping[str, Any], ctx: PodContext) -> bool:
+    key = toleration.get("key") or ""
+    effect = toleration.get("effect") or ""
+    for taint_key, taint_effect in _gpu_taints(ctx):
+        key_ok = (key == "" and toleration.get("operator") == "Exists") or fnmatch.fnmatchcase(key, taint_key)
+        if key_ok and (effect == "" or taint_effect == "" or effect == taint_effect):
+            return True
+    return False
+
+
+def gpu_taint_tolerations(spec: Mapping[str, Any], ctx: PodContext) -> list[int]:
+    return [i for i, t in enumerate(spec.get("tolerations") or [])
+            if isinstance(t, Mapping) and tolerates_gpu_taint(t, ctx)]
+
+
+def forbid_gpu_tolerations_without_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+    if ctx.policy.non_gpu_tolerations != "deny":
+        return []
+    tolerations = spec.get("tolerations") or []
+    return [Violation(RULE, ctx.spec_field(f"tolerations[{i}]"), "pod",
+                      f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
+                      "remove the toleration, or request a GPU in resources.limits")
+            for i in gpu_taint_tolerations(spec, ctx)]
+
+
+def strip_gpu_tolerations_without_gpus(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    if ctx.policy.non_gpu_tolerations != "strip":
+        return []
+    drop = set(gpu_taint_tolerations(editor.spec, ctx))
+    if not drop:
+        return []
+    tolerations = editor.spec.get("tolerations") or []
+    editor.set_spec("tolerations", [t for i, t in enumerate(tolerations) if i not in drop])
+    removed = ", ".join(_describe(tolerations[i]) for i in sorted(drop))
+    return [Change("tolerations", f"removed GPU-taint tolerations {removed}",
+                   warning=f"removed GPU-taint tolerations ({removed}): the pod requests no GPU")]
