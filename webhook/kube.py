@@ -1,0 +1,355 @@
+"""Keeps an in-memory copy of every namespace's labels, fed by a Kubernetes list+watch, for admission."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import urllib3
+
+log = logging.getLogger(__name__)
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class _Expired(Exception):
+    """The resourceVersion we hold is older than the apiserver's watch window (HTTP 410 Gone)."""
+
+
+@dataclass
+class _Lookup:
+    """One live GET in flight; concurrent callers for the same name wait on it instead of adding GETs."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    labels: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    labels: Mapping[str, str]
+    # Entries that came from a live GET before the first list are trusted only for a while: without a
+    # watch nobody tells us when they change. Entries from list/watch never expire (expires_at None).
+    expires_at: float | None = None
+
+
+def _labels_of(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
+    metadata = obj.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return str(metadata.get("name", "")), MappingProxyType({str(k): str(v) for k, v in labels.items()})
+
+
+def _close(response: Any) -> None:
+    """Drop a (watch) response and its connection; safe to call from another thread mid-read."""
+    # shutdown() (urllib3 >= 2.3) unblocks a read in progress in another thread; close() then closes the
+    # socket itself. Never release_conn() here: that would hand a half-read stream back to the pool.
+    for method in ("shutdown", "close"):
+        with contextlib.suppress(Exception):  # already closed or half-closed: nothing left to release
+            getattr(response, method, lambda: None)()
+
+
+def _read_json(response: Any) -> Any:
+    """The whole body of a plain (non-watch) response as JSON; the connection goes back to the pool."""
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+class NamespaceLabelCache:
+    """Namespace name -> labels, kept current by list+watch in a daemon thread; thread-safe.
+
+    `labels(name)` answers from memory once the first list has completed (`synced()`). Before that, and
+    for names the cache does not know yet (a namespace created a moment ago), it makes one bounded live
+    GET and caches the answer. It returns None when the labels cannot be known: the API is unreachable,
+    too slow, or the namespace does not exist.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        lookup_timeout: float = 2.0,
+        failure_backoff: float = 5.0,
+        live_ttl: float = 30.0,
+        max_lookups_in_flight: int = 8,
+        watch_timeout: float = 300.0,
+        list_timeout: float = 30.0,
+        page_size: int = 500,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        # Any, not the generated types: with _preload_content=False these calls return the raw urllib3
+        # response, which we decode ourselves (labels only; no client models on the admission path).
+        self._api: Any = kubernetes.client.CoreV1Api(api_client)
+        self._lookup_timeout = lookup_timeout
+        self._failure_backoff = failure_backoff
+        self._live_ttl = live_ttl
+        self._lookup_slots = threading.BoundedSemaphore(max_lookups_in_flight)
+        self._watch_timeout = watch_timeout
+        self._list_timeout = list_timeout
+        self._page_size = page_size
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._synced = False
+        self._inflight: dict[str, _Lookup] = {}
+        self._failed_until: dict[str, float] = {}
+        self._counts = dict.fromkeys(
+            ("relists", "watches", "watch_errors", "live_lookups", "lookup_failures", "lookups_not_found"), 0
+        )
+
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._response: Any = None  # the watch stream being read, so that stop() can cut it
+
+    # -- the admission path ------------------------------------------------------------------------
+
+    def labels(self, name: str) -> Mapping[str, str] | None:
+        """The labels of namespace `name`, or None when they cannot be known right now."""
+        now = time.monotonic()
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None and (entry.expires_at is None or entry.expires_at > now):
+                return entry.labels
+            if self._failed_until.get(name, 0.0) > now:
+                # A GET for this name failed a moment ago: don't make every admission request wait
+                # another lookup_timeout while the API is down.
+                return None
+            lookup = self._inflight.get(name)
+            if lookup is None:
+                if not self._lookup_slots.acquire(blocking=False):
+                    self._counts["lookup_failures"] += 1
+                    return None
+                lookup = self._inflight[name] = _Lookup()
+                threading.Thread(
+                    target=self._live_lookup, args=(name, lookup), name=f"gpugate-ns-get-{name}", daemon=True
+                ).start()
+        # The GET carries its own total timeout; this wait is the hard bound should the client library
+        # still block (a server trickling bytes defeats per-read socket timeouts).
+        if not lookup.done.wait(self._lookup_timeout + 0.25):
+            return None
+        return lookup.labels
+
+    def _live_lookup(self, name: str, lookup: _Lookup) -> None:
+        result: Mapping[str, str] | None = None
+        failed = False
+        try:
+            response = self._api.read_namespace(
+                name, _preload_content=False, _request_timeout=self._lookup_timeout
+            )
+            _, result = _labels_of(_read_json(response))
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                failed = True
+                log.warning("namespace %s: GET failed: HTTP %s %s", name, exc.status, exc.reason)
+        except Exception as exc:
+            failed = True
+            log.warning("namespace %s: GET failed: %s", name, exc)
+        with self._lock:
+            self._counts["live_lookups"] += 1
+            if failed:
+                self._counts["lookup_failures"] += 1
+                self._failed_until[name] = time.monotonic() + self._failure_backoff
+            elif result is None:
+                self._counts["lookups_not_found"] += 1
+            else:
+                self._failed_until.pop(name, None)
+                if not self._synced:
+                    self._entries[name] = _Entry(result, time.monotonic() + self._live_ttl)
+                elif name not in self._entries:
+                    # After sync the watch is authoritative: an event that arrived while we waited for
+                    # the GET is at least as new as the GET's answer, so only fill a gap.
+                    self._entries[name] = _Entry(result)
+            del self._inflight[name]
+            lookup.labels = result
+        self._lookup_slots.release()
+        lookup.done.set()
+
+    # -- lifecycle and introspection -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the list+watch thread (idempotent). Call it in each process that serves requests."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="gpugate-ns-watch", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the watch thread and wait for it (briefly); the cache keeps its last contents."""
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            _close(response)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self._lookup_timeout + 5.0)
+
+    def synced(self) -> bool:
+        """True once a full list has been loaded; stays True through watch reconnects."""
+        with self._lock:
+            return self._synced
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the metrics layer: relists, watches, watch_errors, live_lookups, lookup_failures,
+        lookups_not_found, plus the gauge `namespaces` (names currently cached)."""
+        with self._lock:
+            return {**self._counts, "namespaces": len(self._entries)}
+
+    # -- list + watch --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        resource_version: str | None = None
+        backoff = self._backoff_initial
+        expired_in_a_row = 0
+        while not self._stop.is_set():
+            try:
+                if resource_version is None:
+                    resource_version = self._relist()
+                resource_version, saw_events = self._watch(resource_version)
+                backoff = self._backoff_initial
+                expired_in_a_row = 0
+                if not saw_events:
+                    # A watch that ends at once with nothing in it (a proxy closing idle streams, say)
+                    # must not turn into a busy loop.
+                    self._stop.wait(self._backoff_initial)
+            except _Expired:
+                log.info("namespace watch: resourceVersion %s expired (410), relisting", resource_version)
+                resource_version = None
+                expired_in_a_row += 1
+                if expired_in_a_row > 1:
+                    # One 410 is routine (etcd compaction); a fresh list's version expiring at once is
+                    # not, and relisting in a tight loop would hammer the apiserver.
+                    self._stop.wait(backoff * random.uniform(0.8, 1.2))
+                    backoff = min(backoff * 2, self._backoff_max)
+            except Exception as exc:
+                if self._stop.is_set():
+                    break
+                with self._lock:
+                    self._counts["watch_errors"] += 1
+                log.warning("namespace watch: %s; retrying in %.1fs", exc, backoff)
+                self._stop.wait(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, self._backoff_max)
+
+    def _relist(self) -> str:
+        entries: dict[str, _Entry] = {}
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                response = self._api.list_namespace(
+                    _preload_content=False,
+                    _request_timeout=(self._lookup_timeout, self._list_timeout),
+                    **kwargs,
+                )
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 410 and token:
+                    # The continue token outlived etcd's compaction window: start the list again.
+                    entries, token = {}, None
+                    continue
+                raise
+            body = _read_json(response)
+            for item in body.get("items") or []:
+                name, labels = _labels_of(item)
+                entries[name] = _Entry(labels)
+            metadata = body.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                with self._lock:
+                    self._entries = entries
+                    self._failed_until.clear()
+                    self._synced = True
+                    self._counts["relists"] += 1
+                return str(metadata.get("resourceVersion", ""))
+
+    def _watch(self, resource_version: str) -> tuple[str, bool]:
+        # Server-side timeout with jitter, as client-go's reflector does, so that replicas don't
+        # reconnect in lockstep; the client read timeout sits above it to catch dead connections.
+        server_timeout = int(self._watch_timeout * random.uniform(1.0, 2.0)) or 1
+        response = self._api.list_namespace(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=server_timeout,
+            _preload_content=False,
+            _request_timeout=(self._lookup_timeout, server_timeout + 30),
+        )
+        self._response = response
+        if self._stop.is_set():  # stop() ran while we were connecting and found nothing to cut
+            _close(response)
+        with self._lock:
+            self._counts["watches"] += 1
+        saw_events = False
+        try:
+            for event in _events(response):
+                if self._stop.is_set():
+                    break
+                saw_events = True
+                resource_version = self._apply(event, resource_version)
+        finally:
+            self._response = None
+            _close(response)
+        return resource_version, saw_events
+
+    def _apply(self, event: Mapping[str, Any], resource_version: str) -> str:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Expired()
+            raise RuntimeError(f"watch error event: {obj.get('code')} {obj.get('message')}")
+        name, labels = _labels_of(obj)
+        with self._lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self._entries[name] = _Entry(labels)
+                self._failed_until.pop(name, None)
+            elif kind == "DELETED":
+                self._entries.pop(name, None)
+        return str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
+
+
+def _events(response: Any) -> Iterator[Mapping[str, Any]]:
+    """Watch events, one JSON object per line, as the apiserver streams them."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+    if pending.strip():
+        yield json.loads(pending)
+
+
+def namespace_cache(kubeconfig: str | None, **options: Any) -> NamespaceLabelCache | None:
+    """A cache talking to the cluster in `kubeconfig`, else to the one we run in, else None (offline)."""
+    configuration = kubernetes.client.Configuration()
+    config: Any = kubernetes.config  # its loaders carry no type hints
+    if kubeconfig:
+        config.load_kube_config(
+            config_file=kubeconfig, client_configuration=configuration, persist_config=False
+        )
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        return None
+    # urllib3 retries a failed request 3 times by default, which would multiply the lookup bound;
+    # the watch loop does its own retrying with backoff.
+    configuration.retries = urllib3.Retry(total=0, redirect=0, raise_on_redirect=True)
+    return NamespaceLabelCache(kubernetes.client.ApiClient(configuration), **options)
