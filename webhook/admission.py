@@ -9,7 +9,7 @@ from typing import Any
 
 from .patch import Operation, make_patch
 from .pods import PodShape, dig, requests_gpu, shape_of
-from .policy import NamespaceLabelsUnavailable, Policy, PolicySet
+from .policy import BUILTIN, NamespaceLabelsUnavailable, Policy, PolicySet
 from .rules import (
     attribution,
     gpu_limits,
@@ -97,8 +97,9 @@ BUILTIN_CHECKS: tuple[Check, ...] = (
     gpu_quantities.require_whole_gpus,
     gpu_placement.require_gpus_in_containers,
 )
+#: Policy rules for any pod: a zero-GPU request makes a pod that is not a GPU pod, but still wrong.
+POLICY_CHECKS: tuple[Check, ...] = (gpu_shapes.require_sensible_gpu_shapes,)
 GPU_POD_CHECKS: tuple[Check, ...] = (
-    gpu_shapes.require_sensible_gpu_shapes,
     gpu_limits.limit_gpus,
     runtime_class.require_runtime_class,
 )
@@ -170,6 +171,8 @@ def _mutations(subject: _Subject) -> tuple[PodEditor, list[Change]]:
 
 def _violations(subject: _Subject) -> list[Violation]:
     checks = BUILTIN_CHECKS + ANY_POD_CHECKS + (GPU_POD_CHECKS if subject.gpu else NON_GPU_POD_CHECKS)
+    if subject.policy is not BUILTIN:  # without a policy only the built-in checks run (PRODUCT.md §2)
+        checks += POLICY_CHECKS
     found = [v for check in checks for v in check(subject.spec, subject.ctx)]
     if subject.gpu:
         found += model_selection.require_allowed_model(subject.meta, subject.spec, subject.ctx)

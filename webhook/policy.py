@@ -149,7 +149,7 @@ class Policy:
 
 
 #: The policy that stands in when none matches: built-in checks only, nothing injected.
-BUILTIN = Policy(name="built-in", source="built-in")
+BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow")
 
 
 class NamespaceLabelsUnavailable(Exception):

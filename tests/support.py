@@ -1,0 +1,144 @@
+"""Test helpers: pods, policies and admission requests, and the schema check every patched object passes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+
+from webhook.admission import Decision, Environment, mutate, validate
+from webhook.policy import PolicyIssue, PolicySet, parse_policy
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO.parent / "shared" / "fixtures" / "kubernetes-api"
+SCHEMA_VERSION = kubernetes_validate.latest_version()
+
+
+def policy(name: str = "test", **spec: Any) -> PolicySet:
+    """A policy set with one policy, built through the real parser (so tests also exercise validation)."""
+    return policies({"name": name, **spec})
+
+
+def policies(*specs: Mapping[str, Any]) -> PolicySet:
+    built = []
+    for index, raw in enumerate(specs):
+        raw = dict(raw)
+        name = raw.pop("name")
+        issues: list[PolicyIssue] = []
+        document = {"apiVersion": "gpugate.io/v1", "kind": "GPUPolicy", "metadata": {"name": name}, "spec": raw}
+        parsed = parse_policy(document, file="test.yaml", index=index, issues=issues)
+        assert parsed is not None and not issues, [str(i) for i in issues]
+        built.append(parsed)
+    return PolicySet.of(built)
+
+
+STANDARD = {
+    "runtimeClassName": "nvidia",
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "limits": {"maxPerContainer": 4, "maxPerPod": 8},
+    "models": {"nodeLabel": "nvidia.com/gpu.product", "default": "l4",
+               "classes": {"l4": ["NVIDIA-L4"], "h100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]}},
+    "attribution": {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}},
+}
+
+
+def standard(**overrides: Any) -> PolicySet:
+    return policy("standard", **{**STANDARD, **overrides})
+
+
+def container(name: str = "main", *, limits: Mapping[str, Any] | None = None,
+              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", **extra}
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = dict(limits)
+    if requests is not None:
+        resources["requests"] = dict(requests)
+    if resources:
+        c["resources"] = resources
+    return c
+
+
+def pod(*containers: Mapping[str, Any], name: str = "p", namespace: str = "default",
+        labels: Mapping[str, str] | None = None, init: list[Mapping[str, Any]] | None = None,
+        default_requests: bool = True, **spec: Any) -> dict[str, Any]:
+    """A Pod as the apiserver sends it: requests defaulted from limits unless told otherwise."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = dict(labels)
+    body: dict[str, Any] = {"containers": [copy.deepcopy(dict(c)) for c in containers] or [container()], **spec}
+    if init:
+        body["initContainers"] = [copy.deepcopy(dict(c)) for c in init]
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+    if default_requests:
+        for fld in ("initContainers", "containers"):
+            for c in body.get(fld, []):
+                res = c.get("resources") or {}
+                if res.get("limits"):
+                    res.setdefault("requests", {})
+                    for k, v in res["limits"].items():
+                        res["requests"].setdefault(k, v)
+    return obj
+
+
+def gpu_pod(gpus: Any = 1, **kw: Any) -> dict[str, Any]:
+    return pod(container(limits={"nvidia.com/gpu": gpus}), **kw)
+
+
+def request(obj: Mapping[str, Any] | None, *, operation: str = "CREATE", old: Mapping[str, Any] | None = None,
+            sub_resource: str | None = None, uid: str = "0b1c-uid") -> dict[str, Any]:
+    source = obj if obj is not None else old
+    assert source is not None
+    group, _, version = str(source["apiVersion"]).rpartition("/")
+    req: dict[str, Any] = {
+        "uid": uid, "operation": operation,
+        "kind": {"group": group, "version": version, "kind": source["kind"]},
+        "resource": {"group": group, "version": version, "resource": source["kind"].lower() + "s"},
+        "namespace": source.get("metadata", {}).get("namespace", "default"),
+        "name": source.get("metadata", {}).get("name", ""),
+        "object": obj, "oldObject": old, "dryRun": False,
+    }
+    if sub_resource:
+        req["subResource"] = sub_resource
+    return req
+
+
+def review(obj: Mapping[str, Any] | None, **kw: Any) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request(obj, **kw)}
+
+
+def env(policy_set: PolicySet, labels: Mapping[str, Mapping[str, str]] | None = None) -> Environment:
+    known = dict(labels or {})
+    return Environment(policies=policy_set, namespace_labels=lambda ns: known.get(ns, {}))
+
+
+def schema_check(obj: Mapping[str, Any]) -> None:
+    """Strict validation against the newest upstream schema kubernetes-validate ships."""
+    kubernetes_validate.validate(dict(obj), SCHEMA_VERSION, strict=True)
+
+
+def apply(obj: Mapping[str, Any], patch: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Apply with RFC 6902 semantics (python-json-patch) to a copy; the original is left alone."""
+    before = json.dumps(obj, sort_keys=True)
+    result = jsonpatch.apply_patch(obj, patch or [], in_place=False)
+    assert json.dumps(obj, sort_keys=True) == before, "applying the patch changed the original"
+    return dict(result)
+
+
+def mutated(obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None,
+            check_schema: bool = True) -> tuple[dict[str, Any], Decision]:
+    """Run /mutate, apply its patch, and check the result against the upstream schema."""
+    decision = mutate(request(obj), env(policy_set, labels))
+    result = apply(obj, decision.patch)
+    if check_schema and decision.allowed:
+        schema_check(result)
+    return result, decision
+
+
+def validated(obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None, **kw: Any) -> Decision:
+    return validate(request(obj, **kw), env(policy_set, labels))
