@@ -63,7 +63,7 @@ class FakeNamespaceAPI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -409,7 +409,7 @@ def call_in_thread(fn: Callable[[], Any]) -> Any:
 
 def test_hung_apiserver_gives_none_within_the_bound(api: FakeNamespaceAPI, make_cache: Any) -> None:
     api.hanging.set()
-    cache = make_cache(api, lookup_timeout=0.3)
+    cache = make_cache(api, lookup_timeout=0.3, list_timeout=0.3)
     cache.start()
 
     assert call_in_thread(lambda: cache.labels("ml-serving")) is None
