@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import gpu_pod, mutated, pod, container, standard, validated
+from tests.support import container, gpu_pod, mutated, pod, standard, validated
 
 LABEL = "nvidia.com/gpu.product"
 H100 = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]

@@ -10,6 +10,7 @@ messages keep the apiserver's wording and add how to fix it. Always enforced (``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from ..pods import container_label, containers
@@ -38,7 +39,7 @@ def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violati
         who = container_label(fld, container)
         requests: Mapping[str, Any] = _section(resources, "requests")
         limits: Mapping[str, Any] = _section(resources, "limits")
-        parsed: dict[tuple[str, str], Any] = {}
+        parsed: dict[tuple[str, str], Fraction | None] = {}
         for section, values in (("limits", limits), ("requests", requests)):
             for resource, raw in values.items():
                 if not ctx.policy.counts_as_gpu(resource):
@@ -60,7 +61,7 @@ def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violati
                 elif value.denominator != 1:
                     violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": must be an integer',
                                                 PART_OF_A_GPU, builtin=True))
-        for (section, resource), value in parsed.items():
+        for (section, resource), request in parsed.items():
             if section != "requests":
                 continue
             if resource not in limits:
@@ -72,7 +73,9 @@ def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violati
                     f'("{requests[resource]}"), or only set the limit', builtin=True))
                 continue
             limit = parsed.get(("limits", resource))
-            if limit is not None and value is not None and limit != value and value.denominator == 1 == limit.denominator:
+            if request is None or limit is None or request.denominator != 1 or limit.denominator != 1:
+                continue  # unparsable or fractional: already reported above
+            if limit != request:
                 violations.append(Violation(
                     RULE, f"{base}.requests[{resource}]", who,
                     f'Invalid value: "{requests[resource]}": must be equal to {resource} limit of '

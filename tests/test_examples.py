@@ -1,0 +1,86 @@
+"""The shipped example manifests give the verdicts written beside them, through the real `gpugate check`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.support import REPO, schema_check
+
+EXAMPLES = REPO / "policies" / "examples"
+EXPECTED = yaml.safe_load((EXAMPLES / "expected.yaml").read_text())
+
+
+def gpugate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, input=stdin, timeout=60)
+
+
+def at(obj, dotted):
+    for key in re.split(r"(?<!\\)\.", dotted):
+        key = key.replace("\\.", ".")
+        obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+    return obj
+
+
+def test_every_example_has_an_expected_verdict():
+    listed = {case["file"] for case in EXPECTED}
+    assert listed == {p.name for p in EXAMPLES.glob("*.yaml")} - {"expected.yaml"}
+
+
+@pytest.mark.parametrize("case", EXPECTED, ids=[c["file"] for c in EXPECTED])
+def test_example_verdict(case):
+    labels = [f"{ns}=" + ",".join(f"{k}={v}" for k, v in kv.items())
+              for ns, kv in (case.get("namespaceLabels") or {}).items()]
+    args = ["check", "--policies", "policies", "-f", str(EXAMPLES / case["file"]), "-o", "json"]
+    for item in labels:
+        args += ["--namespace-labels", item]
+    proc = gpugate(*args)
+    assert proc.returncode == {"allowed": 0, "denied": 1}[case["verdict"]], proc.stderr
+    for text in case.get("contains", []):
+        assert text in proc.stderr
+    stored = json.loads(proc.stdout)
+    if case["verdict"] == "allowed":
+        schema_check(stored)
+    for path, value in (case.get("fields") or {}).items():
+        assert at(stored, path) == value, path
+
+
+def test_policy_validate_passes_on_the_shipped_policies():
+    proc = gpugate("policy", "validate", "policies")
+    assert proc.returncode == 0 and "3 valid policies" in proc.stdout
+
+
+def test_policy_validate_names_file_document_and_field_on_a_broken_copy(tmp_path):
+    broken = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", broken, ignore=shutil.ignore_patterns("examples"))
+    text = (broken / "10-serving.yaml").read_text()
+    (broken / "10-serving.yaml").write_text(text.replace("maxPerContainer: 4", "maxPerContainer: four")
+                                            + "---\napiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: default}\n")
+    proc = gpugate("policy", "validate", str(broken))
+    assert proc.returncode == 1
+    assert "10-serving.yaml: document 0: spec.limits.maxPerContainer: must be a whole number of at least 1, got 'four'" in proc.stderr
+    assert "10-serving.yaml: document 1: metadata.name: 'default' is already defined in 00-default.yaml document 0" in proc.stderr
+
+
+def test_check_exit_code_2_on_bad_input(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("just: a map\n")
+    proc = gpugate("check", "--policies", "policies", "-f", str(bad))
+    assert proc.returncode == 2 and "not a Kubernetes object" in proc.stderr and "Traceback" not in proc.stderr
+    assert gpugate("check", "--policies", "policies", "-f", str(tmp_path / "missing.yaml")).returncode == 2
+    assert gpugate("check", "--policies", str(tmp_path), "-f", "-", stdin="kind: [").returncode == 2
+
+
+def test_check_reads_several_objects_and_prints_patches():
+    manifest = (EXAMPLES / "pod-gpu-basic.yaml").read_text() + "---\n" + (EXAMPLES / "pod-fractional.yaml").read_text()
+    proc = gpugate("check", "--policies", "policies", "-f", "-", "-o", "patch", stdin=manifest)
+    assert proc.returncode == 1
+    patches = json.loads(proc.stdout)
+    assert len(patches) == 2 and patches[1] == [] and {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in patches[0]
