@@ -5,10 +5,10 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools lint test check
+.PHONY: help venv dev-certs run tools lint test check check-examples
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
 
@@ -25,7 +25,8 @@ dev-certs: venv ## development CA + serving certificate for 127.0.0.1/localhost 
 run: venv dev-certs ## run gpugate on https://$(BIND) with the example policies and dev certificates
 	@echo "gpugate on https://$(BIND); try it from another shell:"
 	@echo "  curl -s --cacert certs/ca.crt -H 'Content-Type: application/json' \\"
-	@echo "       --data @policies/examples/review-fractional.json https://$(BIND)/mutate | python3 -m json.tool"
+	@echo "       --data @policies/examples/review-gpu-pod.json https://$(BIND)/mutate | python3 -m json.tool"
+	@echo "  (review-fractional.json shows a denial; 'make check-examples' shows every example offline)"
 	$(BIN)/gpugate serve --policies policies --cert certs/tls.crt --key certs/tls.key --bind $(BIND)
 
 tools: venv ## test tools: promtool, and kube-apiserver/etcd/kubectl for the end-to-end suite
@@ -39,3 +40,7 @@ test: venv tools ## the whole test suite, end-to-end included
 	$(BIN)/pytest
 
 check: lint test ## what CI runs: lint and the whole test suite
+
+check-examples: venv ## offline verdict for every shipped example manifest
+	@for f in policies/examples/*.yaml; do [ "$$(basename $$f)" = expected.yaml ] && continue; \
+	    echo "== $$f"; $(BIN)/gpugate check --policies policies -f $$f; done; true
