@@ -1,0 +1,552 @@
+"""deploy/: rendered by a real kustomize, every object schema-valid, the invariants held, the CEL right.
+
+kustomize: the pinned build from scripts/install-tools (`$GPUGATE_TOOLS_CACHE/kustomize-<v>/kustomize`),
+else the kubectl the e2e suite builds, else `kubectl kustomize` from PATH; `GPUGATE_KUSTOMIZE`
+overrides. CEL: Google's cel-cpp runtime (cel-expr-python), type-checked with `object`,
+`oldObject`, `request` and `variables` as dyn, as the apiserver declares them for admission.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from cel_expr_python import cel
+from cryptography import x509
+
+from webhook import certs
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+KUSTOMIZE_VERSION = "v5.7.1"  # as in scripts/install-tools
+TOOLS = Path(os.environ.get("GPUGATE_TOOLS_CACHE", Path.home() / ".cache" / "gpugate-tools"))
+HADOLINT = TOOLS / "hadolint-2.15.1" / "bin" / "hadolint"
+
+EXCLUDED = ["kube-system", "gpugate"]
+NAMESPACE_SELECTOR = {
+    "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXCLUDED}]
+}
+WORKLOAD_RULES = [
+    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"], "scope": "Namespaced"},
+    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["jobs", "cronjobs"], "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["podtemplates"], "scope": "Namespaced"},
+]
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+
+
+def kustomize_command() -> list[str]:
+    if override := os.environ.get("GPUGATE_KUSTOMIZE"):
+        return [override, "build"]
+    pinned = TOOLS / f"kustomize-{KUSTOMIZE_VERSION}" / "kustomize"
+    if pinned.is_file():
+        return [str(pinned), "build"]
+    build = REPO / "tests" / "e2e" / "build.sh"
+    if build.is_file():
+        printed = subprocess.run([str(build), "--print"], capture_output=True, text=True, check=False)
+        lines = printed.stdout.strip().splitlines()
+        if printed.returncode == 0 and lines and (Path(lines[-1]) / "kubectl").is_file():
+            return [str(Path(lines[-1]) / "kubectl"), "kustomize"]
+    if kubectl := shutil.which("kubectl"):
+        return [kubectl, "kustomize"]
+    pytest.fail("no kustomize: run scripts/install-tools (or set GPUGATE_KUSTOMIZE)")
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([*kustomize_command(), str(directory)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"kustomize build {directory} failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def webhooks(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [hook for o in objects if o["kind"].endswith("WebhookConfiguration") for hook in o["webhooks"]]
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return render(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def cert_manager() -> list[dict[str, Any]]:
+    return render(DEPLOY / "overlays" / "cert-manager")
+
+
+@pytest.fixture(scope="module")
+def static(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
+    """The static overlay after the documented `gpugate certs --out deploy/overlays/static/certs`."""
+    copy = tmp_path_factory.mktemp("static") / "deploy"
+    shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("*.crt", "*.key", "*.b64"))
+    out = copy / "overlays" / "static" / "certs"
+    made = subprocess.run(
+        [sys.executable, "-m", "webhook.certs", "--service", "gpugate", "--namespace", "gpugate",
+         "--out", str(out), "--force"],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )
+    assert made.returncode == 0, made.stderr
+    return render(copy / "overlays" / "static"), out
+
+
+@pytest.fixture(scope="module")
+def renders(base: list[dict[str, Any]], cert_manager: list[dict[str, Any]],
+            static: tuple[list[dict[str, Any]], Path]) -> dict[str, list[dict[str, Any]]]:
+    return {"base": base, "cert-manager": cert_manager, "static": static[0]}
+
+
+# ---- every object valid ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["base", "cert-manager", "static"])
+def test_every_object_is_valid_kubernetes(renders: dict[str, list[dict[str, Any]]], variant: str) -> None:
+    version = kubernetes_validate.latest_version()
+    checked = 0
+    for obj in renders[variant]:
+        if obj["apiVersion"].startswith("cert-manager.io/"):
+            assert obj["kind"] in CERT_MANAGER_KINDS  # no schema in kubernetes-validate; see below
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    assert checked >= 12
+
+
+def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap"
+                    else o["metadata"]["name"]) for o in base)
+    assert kinds == sorted([
+        ("Namespace", "gpugate"), ("ServiceAccount", "gpugate"),
+        ("ClusterRole", "gpugate-namespace-reader"), ("ClusterRoleBinding", "gpugate-namespace-reader"),
+        ("ConfigMap", "gpugate-policies"), ("Service", "gpugate"), ("Deployment", "gpugate"),
+        ("PodDisruptionBudget", "gpugate"), ("MutatingWebhookConfiguration", "gpugate"),
+        ("ValidatingWebhookConfiguration", "gpugate"), ("ValidatingAdmissionPolicy", "gpugate-backstop"),
+        ("ValidatingAdmissionPolicyBinding", "gpugate-backstop"),
+    ])
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                      "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding"}
+    for obj in base:
+        expected = None if obj["kind"] in cluster_scoped else "gpugate"
+        assert obj["metadata"].get("namespace") == expected, obj["kind"]
+
+
+def test_base_carries_no_certificate_material(base: list[dict[str, Any]]) -> None:
+    assert not [o for o in base if o["kind"] == "Secret"]
+    assert all("caBundle" not in hook["clientConfig"] for hook in webhooks(base))
+
+
+# ---- webhooks ----------------------------------------------------------------------------------
+
+
+def test_mutating_webhook(base: list[dict[str, Any]]) -> None:
+    config = find(base, "MutatingWebhookConfiguration", "gpugate")
+    [hook] = config["webhooks"]
+    assert hook["name"] == "mutate.gpugate.io"
+    assert hook["clientConfig"]["service"] == {"name": "gpugate", "namespace": "gpugate", "path": "/mutate",
+                                               "port": 443}
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+         "scope": "Namespaced"},
+        *WORKLOAD_RULES,
+    ]
+
+
+def test_validating_webhook(base: list[dict[str, Any]]) -> None:
+    config = find(base, "ValidatingWebhookConfiguration", "gpugate")
+    [hook] = config["webhooks"]
+    assert hook["name"] == "validate.gpugate.io"
+    assert hook["clientConfig"]["service"] == {"name": "gpugate", "namespace": "gpugate", "path": "/validate",
+                                               "port": 443}
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+         "scope": "Namespaced"},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+         "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+        *WORKLOAD_RULES,
+    ]
+
+
+def test_both_webhooks_share_the_safety_settings(base: list[dict[str, Any]]) -> None:
+    hooks = webhooks(base)
+    assert len(hooks) == 2
+    for hook in hooks:
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["timeoutSeconds"] == 5
+        assert hook["matchPolicy"] == "Equivalent"
+        assert hook["namespaceSelector"] == NAMESPACE_SELECTOR
+        assert hook["matchConditions"], f"{hook['name']} has no matchConditions"
+        assert "objectSelector" not in hook
+    assert hooks[0]["matchConditions"] == hooks[1]["matchConditions"]
+
+
+# ---- workload, RBAC, service -------------------------------------------------------------------
+
+
+def test_rbac_is_read_only_on_namespaces(base: list[dict[str, Any]]) -> None:
+    rbac = [o for o in base if o["apiVersion"].startswith("rbac.authorization.k8s.io/")]
+    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding"]
+    role = find(base, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
+    binding = find(base, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpugate", "namespace": "gpugate"}]
+    assert find(base, "ServiceAccount", "gpugate")["automountServiceAccountToken"] is False
+
+
+def test_deployment_is_redundant_and_locked_down(base: list[dict[str, Any]]) -> None:
+    deployment = find(base, "Deployment", "gpugate")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert pod["serviceAccountName"] == "gpugate"
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+    [container] = pod["containers"]
+    assert container["args"] == ["serve", "--policies", "/etc/gpugate/policies",
+                                 "--cert", "/etc/gpugate/tls/tls.crt", "--key", "/etc/gpugate/tls/tls.key",
+                                 "--bind", "0.0.0.0:8443"]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    context = container["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}
+
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["tmp"]["mountPath"] == "/tmp" and "emptyDir" in volumes["tmp"]
+    assert volumes["tls"]["secret"]["secretName"] == "gpugate-tls"
+    assert mounts["tls"]["mountPath"] == "/etc/gpugate/tls" and mounts["tls"]["readOnly"]
+    assert mounts["policies"]["mountPath"] == "/etc/gpugate/policies"
+    assert volumes["policies"]["configMap"]["name"] == find(base, "ConfigMap")["metadata"]["name"]
+
+
+def test_service_and_pdb_select_the_pods(base: list[dict[str, Any]]) -> None:
+    labels = find(base, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    service = find(base, "Service", "gpugate")
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert service["spec"]["selector"].items() <= labels.items()
+    pdb = find(base, "PodDisruptionBudget", "gpugate")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_policies_configmap_ships_the_repository_policies(base: list[dict[str, Any]]) -> None:
+    shipped = {p.name: p.read_text() for p in sorted((REPO / "policies").glob("*.yaml"))}
+    copied = {p.name: p.read_text() for p in sorted((DEPLOY / "base" / "policies").glob("*.yaml"))}
+    fix = ("run: rm deploy/base/policies/*.yaml && cp policies/*.yaml deploy/base/policies/ "
+           "and list them under configMapGenerator in deploy/base/kustomization.yaml")
+    assert copied == shipped, f"deploy/base/policies/ is out of step with policies/; {fix}"
+    assert find(base, "ConfigMap")["data"] == shipped, fix
+
+
+def test_backstop_policy(base: list[dict[str, Any]]) -> None:
+    policy = find(base, "ValidatingAdmissionPolicy", "gpugate-backstop")
+    binding = find(base, "ValidatingAdmissionPolicyBinding", "gpugate-backstop")
+    assert binding["spec"]["policyName"] == "gpugate-backstop"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == NAMESPACE_SELECTOR
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+    ]
+    assert len(policy["spec"]["validations"]) == 2
+
+
+def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy)
+    overlay = copy / "overlays" / "mine"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../../base]\ncomponents: [../../components/exclude-gpu-operator]\n"
+    )
+    objects = render(overlay)
+    wanted = [*EXCLUDED, "gpu-operator"]
+    for hook in webhooks(objects):
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
+    binding = find(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
+
+
+# ---- overlays ----------------------------------------------------------------------------------
+
+
+def test_cert_manager_overlay_injects_the_ca(cert_manager: list[dict[str, Any]]) -> None:
+    assert not [o for o in cert_manager if o["kind"] == "Secret"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = find(cert_manager, kind, "gpugate")
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpugate/gpugate-tls"
+        assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])
+    serving = find(cert_manager, "Certificate", "gpugate-tls")
+    assert serving["metadata"]["namespace"] == "gpugate"
+    assert serving["spec"]["secretName"] == "gpugate-tls"
+    assert serving["spec"]["dnsNames"] == certs.service_hosts("gpugate", namespace="gpugate")
+    assert serving["spec"]["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
+    ca_issuer = find(cert_manager, "Issuer", serving["spec"]["issuerRef"]["name"])
+    ca = find(cert_manager, "Certificate", "gpugate-ca")
+    assert ca["spec"]["isCA"] is True and ca_issuer["spec"]["ca"]["secretName"] == ca["spec"]["secretName"]
+    assert "selfSigned" in find(cert_manager, "Issuer", ca["spec"]["issuerRef"]["name"])["spec"]
+
+
+def test_static_overlay_fills_secret_and_ca_bundle(static: tuple[list[dict[str, Any]], Path]) -> None:
+    objects, out = static
+    secret = find(objects, "Secret", "gpugate-tls")
+    assert secret["metadata"]["namespace"] == "gpugate"
+    assert secret["type"] == "kubernetes.io/tls"
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        assert base64.b64decode(secret["data"][key]) == (out / key).read_bytes()
+    ca_pem = (out / "ca.crt").read_bytes()
+    hooks = webhooks(objects)
+    assert len(hooks) == 2
+    for hook in hooks:
+        # kustomize folds long base64 onto several lines; base64 decoders skip the newlines.
+        assert base64.b64decode("".join(hook["clientConfig"]["caBundle"].split())) == ca_pem
+    deployment = find(objects, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "gpugate-tls"  # no hash suffix: updated in place
+    leaf = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gpugate.gpugate.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_static_overlay_certs_are_ignored_by_git() -> None:
+    ignored = subprocess.run(["git", "check-ignore", "-q", "deploy/overlays/static/certs/tls.key"],
+                             cwd=REPO, check=False)
+    assert ignored.returncode == 0
+
+
+# ---- CEL ---------------------------------------------------------------------------------------
+
+ENV = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "oldObject", "request", "variables")})
+
+
+def compile_cel(expression: str) -> Any:
+    return ENV.compile(expression)  # raises RuntimeError with the position of a syntax or type error
+
+
+def evaluate(program: Any, **data: Any) -> Any:
+    activation = {"object": None, "oldObject": None, "request": {"operation": "CREATE"}, "variables": {}}
+    activation.update(data)
+    value = program.eval(data=activation)
+    assert value.type() != cel.Type.ERROR, value.value()
+    return value.plain_value()
+
+
+def container(name: str = "app", *, limits: dict[str, str] | None = None,
+              requests: dict[str, str] | None = None, env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "image": "busybox"}
+    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    if resources:
+        out["resources"] = resources
+    if env:
+        out["env"] = env
+    return out
+
+
+def pod_spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"containers": list(containers) or [container()], **extra}
+
+
+def pod(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": spec}
+
+
+def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+    if kind == "CronJob":
+        body: dict[str, Any] = {"spec": {"schedule": "* * * * *",
+                                         "jobTemplate": {"spec": {"template": template}}}}
+    elif kind == "PodTemplate":
+        body = {"template": template}
+    else:
+        body = {"spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}}, "template": template}}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "w", "namespace": "ml"}, **body}
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU = pod_spec(container(limits={"nvidia.com/gpu": "1"}))
+CPU = pod_spec(container(limits={"cpu": "1", "memory": "1Gi"}, requests={"cpu": "1"}))
+
+MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]] = [
+    ("GPU pod", pod(GPU), None, True),
+    ("CPU pod", pod(CPU), None, False),
+    ("pod without resources", pod(pod_spec()), None, False),
+    ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, True),
+    ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, True),
+    ("CPU pod tolerating an unrelated taint",
+     pod(pod_spec(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}])), None, False),
+    ("CPU pod tolerating the AMD taint",
+     pod(pod_spec(tolerations=[{"key": "amd.com/gpu", "operator": "Exists"}])), None, True),
+    ("NVIDIA_VISIBLE_DEVICES", pod(pod_spec(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))),
+     None, True),
+    ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
+    ("GPU only in an init container", pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
+     None, True),
+    ("GPU in an ephemeral container",
+     pod(pod_spec(ephemeralContainers=[container(limits={"nvidia.com/gpu": "1"})])), None, True),
+    ("MIG slice in requests only", pod(pod_spec(container(requests={"nvidia.com/mig-1g.10gb": "1"}))), None, True),
+    ("time-sliced GPU", pod(pod_spec(container(limits={"nvidia.com/gpu.shared": "1"}))), None, True),
+    ("zero GPUs still involve GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, True),
+    ("AMD GPU", pod(pod_spec(container(limits={"amd.com/gpu": "1"}))), None, True),
+    ("Intel GPU", pod(pod_spec(container(limits={"gpu.intel.com/i915": "1"}))), None, True),
+    ("look-alike resource", pod(pod_spec(container(limits={"nvidia.com/gpu-memory": "1"}))), None, False),
+    ("Deployment with a GPU template", workload("Deployment", GPU), None, True),
+    ("Deployment without GPUs", workload("Deployment", CPU), None, False),
+    ("StatefulSet with a GPU template", workload("StatefulSet", GPU), None, True),
+    ("Job with a GPU template", workload("Job", GPU), None, True),
+    ("CronJob with a GPU template", workload("CronJob", GPU), None, True),
+    ("CronJob without GPUs", workload("CronJob", CPU), None, False),
+    ("PodTemplate with a GPU", workload("PodTemplate", GPU), None, True),
+    ("UPDATE removing the GPUs", workload("Deployment", CPU), workload("Deployment", GPU), True),
+    ("UPDATE without GPUs before or after", workload("Deployment", CPU), workload("Deployment", CPU), False),
+    ("DELETE of a GPU pod (object null)", None, pod(GPU), True),
+    ("DELETE of a CPU pod (object null)", None, pod(CPU), False),
+    ("both null", None, None, False),
+]
+
+
+@pytest.fixture(scope="module")
+def match_condition(base: list[dict[str, Any]]) -> Any:
+    [condition] = webhooks(base)[0]["matchConditions"]
+    assert condition["name"] == "involves-gpus"
+    return compile_cel(condition["expression"])
+
+
+@pytest.mark.parametrize(("case", "new", "old", "expected"), MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
+def test_match_condition(match_condition: Any, case: str, new: dict[str, Any] | None,
+                         old: dict[str, Any] | None, expected: bool) -> None:
+    operation = "DELETE" if new is None else "UPDATE" if old is not None else "CREATE"
+    assert evaluate(match_condition, object=new, oldObject=old, request={"operation": operation}) is expected
+
+
+def test_match_condition_returns_bool(match_condition: Any) -> None:
+    assert match_condition.return_type() == cel.Type.BOOL
+
+
+class Backstop:
+    """The ValidatingAdmissionPolicy evaluated as the apiserver does: variables in order, then rules."""
+
+    def __init__(self, policy: dict[str, Any]) -> None:
+        self.variables = [(v["name"], compile_cel(v["expression"])) for v in policy["spec"]["variables"]]
+        self.validations = [(v["message"], compile_cel(v["expression"])) for v in policy["spec"]["validations"]]
+
+    def denials(self, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+        data: dict[str, Any] = {"object": new, "oldObject": old,
+                                "request": {"operation": "UPDATE" if old else "CREATE"}}
+        variables: dict[str, Any] = {}
+        for name, program in self.variables:
+            variables[name] = evaluate(program, **data, variables=variables)
+        out = []
+        for message, program in self.validations:
+            verdict = evaluate(program, **data, variables=variables)
+            assert isinstance(verdict, bool)
+            if not verdict:
+                out.append(message)
+        return out
+
+
+@pytest.fixture(scope="module")
+def backstop(base: list[dict[str, Any]]) -> Backstop:
+    return Backstop(find(base, "ValidatingAdmissionPolicy"))
+
+
+NVIDIA = {"runtimeClassName": "nvidia"}
+BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]]] = [
+    ("CPU pod", pod(CPU), None, []),
+    ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, ["nvidia.com/gpu taint"]),
+    ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, ["nvidia.com/gpu taint"]),
+    ("CPU pod with an unrelated toleration",
+     pod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "x"}])), None, []),
+    ("GPU pod with the runtime class", pod({**GPU, **NVIDIA, "tolerations": [GPU_TOLERATION]}), None, []),
+    ("GPU pod without the runtime class", pod(GPU), None, ["runtimeClassName"]),
+    ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, ["runtimeClassName"]),
+    ("GPU in an init container only", pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
+     None, ["runtimeClassName"]),
+    ("AMD GPU pod needs no NVIDIA runtime",
+     pod(pod_spec(container(limits={"amd.com/gpu": "1"}), tolerations=[{"key": "amd.com/gpu",
+                                                                          "operator": "Exists"}])), None, []),
+    ("UPDATE of a pod that tolerated before",
+     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec(tolerations=[GPU_TOLERATION])), []),
+    ("UPDATE adding the toleration",
+     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["nvidia.com/gpu taint"]),
+    ("UPDATE of an old GPU pod without runtime class", pod(GPU), pod(GPU), []),
+]
+
+
+@pytest.mark.parametrize(("case", "new", "old", "expected"), BACKSTOP_CASES, ids=[c[0] for c in BACKSTOP_CASES])
+def test_backstop_policy_verdicts(backstop: Backstop, case: str, new: dict[str, Any],
+                                  old: dict[str, Any] | None, expected: list[str]) -> None:
+    denials = backstop.denials(new, old)
+    assert len(denials) == len(expected), denials
+    for message, fragment in zip(denials, expected, strict=True):
+        assert fragment in message
+
+
+def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
+    expressions = list(_cel_expressions(renders["base"]))
+    assert len(expressions) == 2 + 6 + 2  # a match condition per webhook, 6 variables, 2 validations
+    for where, expression in expressions:
+        try:
+            compile_cel(expression)
+        except RuntimeError as err:
+            pytest.fail(f"{where}: {err}")
+
+
+def _cel_expressions(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str]]:
+    for hook in webhooks(objects):
+        for condition in hook.get("matchConditions", []):
+            yield f"{hook['name']} matchCondition {condition['name']}", condition["expression"]
+    for obj in objects:
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            for section in ("variables", "validations", "matchConditions"):
+                for i, item in enumerate(obj["spec"].get(section, [])):
+                    yield f"{obj['metadata']['name']} {section}[{i}]", item["expression"]
+
+
+# ---- image -------------------------------------------------------------------------------------
+
+
+def test_dockerfile_runs_gpugate_as_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    assert text.count("\nFROM ") == 2, "multi-stage: a build stage and a runtime stage"
+    assert "\nUSER 65532:65532\n" in text
+    assert '\nENTRYPOINT ["gpugate"]\n' in text
+
+
+@pytest.mark.skipif(not HADOLINT.is_file(), reason="hadolint not installed: run scripts/install-tools")
+def test_dockerfile_passes_hadolint() -> None:
+    done = subprocess.run([str(HADOLINT), "--no-color", str(REPO / "Dockerfile")], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
