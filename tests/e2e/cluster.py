@@ -110,9 +110,15 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -164,6 +170,15 @@ class CertificateAuthority:
 # Processes
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL the child when the test process dies without tearing down (kill -9, OOM)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 class Process:
     """A child process in its own process group, logging to a file; stopped by its id only."""
 
@@ -186,6 +201,7 @@ class Process:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # own process group: gunicorn workers die with their master
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -236,9 +252,7 @@ def wait_for_https(
     ctx = ssl.create_default_context(cafile=str(ca))
     if client is not None:
         ctx.load_cert_chain(str(client.cert), str(client.key))
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
-    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx))
     deadline = time.monotonic() + timeout
     last = ""
     while True:
@@ -260,9 +274,7 @@ def wait_for_https(
 
 def https_get(url: str, *, ca: Path, timeout: float = 10.0) -> tuple[int, str]:
     ctx = ssl.create_default_context(cafile=str(ca))
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)
-    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx))
     try:
         with opener.open(url, timeout=timeout) as resp:
             return resp.status, resp.read().decode()
@@ -298,8 +310,7 @@ class KubectlResult:
 
     def __str__(self) -> str:
         return (
-            f"$ {' '.join(self.argv)}\n(exit {self.returncode})\n"
-            f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+            f"$ {' '.join(self.argv)}\n(exit {self.returncode})\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
         )
 
 
@@ -329,8 +340,13 @@ class ControlPlane:
         serving = self.ca.issue(
             "apiserver",
             common_name="kube-apiserver",
-            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                       "kubernetes.default.svc.cluster.local"],
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
             ips=["127.0.0.1", "10.0.0.1"],
             server=True,
         )
@@ -397,9 +413,7 @@ class ControlPlane:
         )
         self.processes.append(apiserver)
         apiserver.start()
-        wait_for_https(
-            f"{self.server}/readyz", process=apiserver, ca=self.ca.cert_path, client=self.admin, timeout=120
-        )
+        wait_for_https(f"{self.server}/readyz", process=apiserver, ca=self.ca.cert_path, client=self.admin, timeout=120)
         self.apiserver = apiserver
 
     def stop(self) -> None:
@@ -429,11 +443,18 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "e2e", "cluster": {
-                "server": self.server, "certificate-authority-data": b64(self.ca.cert_path)}}],
-            "users": [{"name": "admin", "user": {
-                "client-certificate-data": b64(self.admin.cert),
-                "client-key-data": b64(self.admin.key)}}],
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {"server": self.server, "certificate-authority-data": b64(self.ca.cert_path)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {"client-certificate-data": b64(self.admin.cert), "client-key-data": b64(self.admin.key)},
+                }
+            ],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
             "current-context": "e2e",
         }
@@ -446,7 +467,10 @@ class ControlPlane:
     # -- kubectl -----------------------------------------------------------------------------
 
     def kubectl(
-        self, *args: str, stdin: str | dict[str, Any] | list[Any] | None = None, check: bool = True,
+        self,
+        *args: str,
+        stdin: str | dict[str, Any] | list[Any] | None = None,
+        check: bool = True,
         timeout: float = 60.0,
     ) -> KubectlResult:
         """Run the pinned kubectl against this cluster. A dict or list on stdin is sent as JSON."""
@@ -456,7 +480,11 @@ class ControlPlane:
         elif isinstance(stdin, list):
             stdin = json.dumps({"apiVersion": "v1", "kind": "List", "items": stdin})
         done = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, timeout=timeout,
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             env={**os.environ, **_LOOPBACK_ENV, "KUBECONFIG": str(self.kubeconfig)},
         )
         result = KubectlResult(argv, done.returncode, done.stdout, done.stderr)
@@ -468,19 +496,31 @@ class ControlPlane:
         """A fresh namespace with the `default` ServiceAccount the ServiceAccount plugin requires."""
         self._namespaces += 1
         name = f"{prefix}-{self._namespaces}-{os.urandom(2).hex()}"[:63]
-        self.kubectl("apply", "-f", "-", stdin={
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": labels or {}},
-        })
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": labels or {}},
+            },
+        )
         self.ensure_default_service_account(name)
         return name
 
     def ensure_default_service_account(self, namespace: str) -> None:
         # Normally the controller-manager's serviceaccount controller creates it.
-        self.kubectl("apply", "-f", "-", stdin={
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": "default", "namespace": namespace},
-        })
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": namespace},
+            },
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,20 +552,37 @@ class GPUGate:
         self.url = f"https://127.0.0.1:{self.port}"
         self.exe = gpugate_executable()
         done = subprocess.run(
-            [str(self.exe), "certs", "--service", "gpugate", "--namespace", "gpugate",
-             "--host", "127.0.0.1", "--out", str(self.cert_dir)],
-            capture_output=True, text=True, timeout=60,
+            [
+                str(self.exe),
+                "certs",
+                "--service",
+                "gpugate",
+                "--namespace",
+                "gpugate",
+                "--host",
+                "127.0.0.1",
+                "--out",
+                str(self.cert_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if done.returncode != 0:
             raise RuntimeError(f"gpugate certs failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         self.ca = self.cert_dir / "ca.crt"
         self.ca_bundle = (self.cert_dir / "ca-bundle.b64").read_text().strip()
         argv = [
-            str(self.exe), "serve",
-            "--policies", str(self.policy_dir),
-            "--cert", str(self.cert_dir / "tls.crt"),
-            "--key", str(self.cert_dir / "tls.key"),
-            "--bind", f"127.0.0.1:{self.port}",
+            str(self.exe),
+            "serve",
+            "--policies",
+            str(self.policy_dir),
+            "--cert",
+            str(self.cert_dir / "tls.crt"),
+            "--key",
+            str(self.cert_dir / "tls.key"),
+            "--bind",
+            f"127.0.0.1:{self.port}",
         ]
         if self.kubeconfig is not None:
             argv += ["--kubeconfig", str(self.kubeconfig)]
@@ -589,8 +646,13 @@ def webhook(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, An
 def register(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
     """Apply everything deploy/ renders; the webhook configurations last, so that nothing else
     of ours goes through a webhook that is half registered."""
-    order = {"Namespace": 0, "CustomResourceDefinition": 0, **dict.fromkeys(WEBHOOK_KINDS, 3),
-             "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 2}
+    order = {
+        "Namespace": 0,
+        "CustomResourceDefinition": 0,
+        **dict.fromkeys(WEBHOOK_KINDS, 3),
+        "ValidatingAdmissionPolicy": 1,
+        "ValidatingAdmissionPolicyBinding": 2,
+    }
     for obj in sorted(objects, key=lambda o: order.get(o.get("kind", ""), 1)):
         cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
 

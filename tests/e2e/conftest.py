@@ -58,8 +58,11 @@ def control_plane_factory(
     def get(extended_resource_toleration: bool = False) -> ControlPlane:
         if extended_resource_toleration not in planes:
             tag = "ert-on" if extended_resource_toleration else "ert-off"
-            cp = ControlPlane(e2e_bin, tmp_path_factory.mktemp(f"cluster-{tag}"),
-                              extended_resource_toleration=extended_resource_toleration)
+            cp = ControlPlane(
+                e2e_bin,
+                tmp_path_factory.mktemp(f"cluster-{tag}"),
+                extended_resource_toleration=extended_resource_toleration,
+            )
             planes[extended_resource_toleration] = cp
             _RUNNING.append(cp)
             cp.start()
@@ -83,6 +86,7 @@ def stack_factory(
     control_plane_factory: Callable[[bool], ControlPlane], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[[bool], Stack]]:
     stacks: dict[bool, Stack] = {}
+    gates: list[GPUGate] = []  # stopped at the end even if their stack never finished setting up
 
     def get(extended_resource_toleration: bool = False) -> Stack:
         if extended_resource_toleration in stacks:
@@ -94,12 +98,20 @@ def stack_factory(
         (policy_dir / "fleet.yaml").write_text(BASE_POLICY)
         (policy_dir / "reload.yaml").write_text(reload_policy("h100"))
         # The RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist.
-        cp.kubectl("apply", "-f", "-", stdin={
-            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-            "metadata": {"name": "nvidia"}, "handler": "nvidia",
-        })
+        cp.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         cp.ensure_default_service_account("kube-system")
         gate = GPUGate(work, policy_dir, kubeconfig=cp.kubeconfig)
+        gates.append(gate)
         _RUNNING.append(gate)
         gate.start()
         deploy = render_deploy(cp)
@@ -111,9 +123,9 @@ def stack_factory(
     try:
         yield get
     finally:
-        for stack in stacks.values():
-            stack.gpugate.stop()
-            _RUNNING.remove(stack.gpugate)
+        for gate in gates:
+            gate.stop()
+            _RUNNING.remove(gate)
 
 
 @pytest.fixture(scope="session")
@@ -137,4 +149,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             procs = thing.processes if isinstance(thing, ControlPlane) else [thing.process]
             for proc in procs:
                 report.sections.append((f"e2e log: {proc.log_path}", proc.log_tail(40)))
-

@@ -78,12 +78,12 @@ def reload_policy(default_class: str) -> str:
     )
 
 
-
 IMAGE = "registry.k8s.io/pause:3.10"
 
 
-def container(name: str = "main", *, gpus: str | None = None, requests: str | None = None,
-              env: dict[str, str] | None = None) -> dict[str, Any]:
+def container(
+    name: str = "main", *, gpus: str | None = None, requests: str | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A container; `gpus` sets the nvidia.com/gpu limit, `requests` the request."""
     c: dict[str, Any] = {"name": name, "image": IMAGE}
     resources: dict[str, Any] = {}
@@ -98,8 +98,14 @@ def container(name: str = "main", *, gpus: str | None = None, requests: str | No
     return c
 
 
-def pod(name: str, namespace: str, *containers: dict[str, Any], labels: dict[str, str] | None = None,
-        tolerations: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    namespace: str,
+    *containers: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"containers": list(containers) or [container()], **spec}
     if tolerations is not None:
         body["tolerations"] = tolerations
@@ -176,8 +182,12 @@ def model_selection(p: dict[str, Any]) -> list[str] | None:
     spec = p["spec"]
     if NODE_LABEL in spec.get("nodeSelector", {}):
         return [spec["nodeSelector"][NODE_LABEL]]
-    terms = (spec.get("affinity", {}).get("nodeAffinity", {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []))
+    terms = (
+        spec.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms", [])
+    )
     found: list[list[str]] = []
     for term in terms:
         for expr in term.get("matchExpressions", []):
@@ -211,9 +221,10 @@ def refusal(stderr: str) -> str | None:
 
 def wait_for_team_label(stack: Stack, namespace: str, team: str) -> str | None:
     """gpugate learns namespace labels from a watch: wait (bounded) until it attributes to `team`."""
+
     def probe() -> str | None:
-        dry = stack.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                            stdin=gpu_pod("probe", namespace))
+        dry = stack.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu_pod("probe", namespace))
         got = dry.json()["metadata"].get("labels", {}).get(TEAM)
         return got if got == team else None
+
     return eventually(probe, timeout=15)

@@ -1,0 +1,70 @@
+"""Scenario 5: what the apiserver accepts but a GPU fleet must not — CPU pods squatting on GPU
+nodes by tolerating the GPU taint, forged or edited attribution labels, and containers that ask
+the NVIDIA runtime for every GPU through NVIDIA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+import pytest
+
+from .cluster import ControlPlane, Stack
+from .objects import GPU, GPU_TOLERATION, TEAM, container, gpu_pod, pod, refusal, wait_for_team_label
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def ml_namespace(stack: Stack, cluster: ControlPlane) -> str:
+    ns = cluster.create_namespace("e2e-ml", labels={"team": "ml"})
+    assert wait_for_team_label(stack, ns, "ml") == "ml", "gpugate never attributed a pod to team ml"
+    return ns
+
+
+def test_cpu_pod_tolerating_the_gpu_taint_is_refused(stack: Stack, namespace: str) -> None:
+    sent = pod("squatter", namespace, container("app"), tolerations=[GPU_TOLERATION])
+
+    result = stack.kubectl("create", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"a CPU pod tolerating {GPU} was admitted:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None, result
+    assert GPU in message, message
+
+
+def test_forged_attribution_label_is_replaced_with_a_warning(stack: Stack, ml_namespace: str) -> None:
+    sent = gpu_pod("forger", ml_namespace, labels={"app": "forger", TEAM: "someone-else"})
+
+    created = stack.kubectl("create", "-f", "-", "-o", "json", stdin=sent)
+
+    assert created.json()["metadata"]["labels"][TEAM] == "ml"
+    assert any(TEAM in w for w in created.warnings), f"expected a warning about {TEAM}:\n{created}"
+    stored = stack.kubectl("get", "pod", "forger", "-n", ml_namespace, "-o", "json").json()
+    assert stored["metadata"]["labels"][TEAM] == "ml"
+
+
+def test_editing_attribution_labels_on_update_is_refused(stack: Stack, ml_namespace: str) -> None:
+    stack.kubectl("create", "-f", "-", stdin=gpu_pod("worker", ml_namespace))
+
+    result = stack.kubectl(
+        "label", "pod", "worker", "-n", ml_namespace, f"{TEAM}=someone-else", "--overwrite", check=False
+    )
+
+    assert not result.ok, f"the attribution label was edited:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and TEAM in message, result
+    stored = stack.kubectl("get", "pod", "worker", "-n", ml_namespace, "-o", "json").json()
+    assert stored["metadata"]["labels"][TEAM] == "ml"
+
+    removed = stack.kubectl("label", "pod", "worker", "-n", ml_namespace, f"{TEAM}-", check=False)
+    assert not removed.ok, f"the attribution label was removed:\n{removed}"
+
+
+@pytest.mark.parametrize("gpus", [None, "1"], ids=["cpu-pod", "gpu-pod"])
+def test_nvidia_visible_devices_override_is_refused(stack: Stack, namespace: str, gpus: str | None) -> None:
+    sent = pod("peeker", namespace, container("peeker-main", gpus=gpus, env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+
+    result = stack.kubectl("create", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"NVIDIA_VISIBLE_DEVICES=all was admitted:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and "NVIDIA_VISIBLE_DEVICES" in message, result
+    assert "peeker-main" in message, message
