@@ -102,3 +102,11 @@ def test_long_workload_names_are_cut_to_valid_label_values():
 def test_no_attribution_without_a_policy_and_none_on_cpu_pods():
     assert mutated(gpu_pod(1), PolicySet())[1].patch is None
     assert mutated(pod(), TWO, labels=TEAM)[1].patch is None
+
+
+def test_a_generated_name_does_not_change_the_workload_between_mutate_and_validate():
+    obj = gpu_pod(1)
+    obj["metadata"] = {"generateName": "adhoc-", "namespace": "default"}
+    result, _ = mutated(obj, TWO, labels=TEAM)
+    result["metadata"]["name"] = "adhoc-x7k2p"  # set by the apiserver between the two calls
+    assert validated(result, TWO, labels=TEAM).allowed

@@ -42,7 +42,8 @@ def owning_workload(meta: Mapping[str, Any], ctx: PodContext) -> tuple[str, str]
         meta = ctx.object_meta or {}  # the workload's own metadata names it, not the template's
         kind, name = ctx.shape.kind, str(meta.get("name") or "")
     else:
-        kind, name = "Pod", str(meta.get("name") or meta.get("generateName") or "").rstrip("-")
+        # generateName first: the mutating call sees no name yet, the validating call the generated one.
+        kind, name = "Pod", str(meta.get("generateName") or "").rstrip("-") or str(meta.get("name") or "")
     for ref in meta.get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
             kind, name = str(ref.get("kind", kind)), str(ref.get("name", name))
