@@ -1,0 +1,347 @@
+"""A real `gpugate serve` (gunicorn, TLS) with certificates from `gpugate certs`: verification, TLS
+versions, keep-alive, and certificate rotation through a Secret-style `..data` symlink swap."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.tls
+
+REPO = Path(__file__).resolve().parents[1]
+GPUGATE = Path(sys.executable).with_name("gpugate")
+SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
+START_TIMEOUT = 60.0
+POLL_TIMEOUT = 30.0
+
+
+def gpugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(GPUGATE), *args], capture_output=True, text=True, check=False, env=env,
+                          cwd=REPO, timeout=120)
+
+
+def make_certs(out: Path) -> Path:
+    done = gpugate("certs", "--service", "gpugate", "--namespace", "gpugate", "--host", "127.0.0.1",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+class SecretVolume:
+    """A directory laid out as the kubelet lays out a Secret volume: tls.crt -> ..data/tls.crt,
+    ..data -> ..<version>/; an update writes a new version directory and swaps ..data atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir()
+        self.versions = 0
+
+    def publish(self, files: dict[str, bytes]) -> None:
+        self.versions += 1
+        version = self.root / f"..2026_11_29_00_00_{self.versions:02d}"
+        version.mkdir()
+        for name, content in files.items():
+            (version / name).write_bytes(content)
+            if not (self.root / name).is_symlink():
+                (self.root / name).symlink_to(Path("..data") / name)
+        temp = self.root / "..data_tmp"
+        temp.symlink_to(version.name)
+        os.replace(temp, self.root / "..data")
+
+    @property
+    def cert(self) -> Path:
+        return self.root / "tls.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.root / "tls.key"
+
+
+def tls_files(directory: Path) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in ("tls.crt", "tls.key")}
+
+
+def client_context(ca: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
+class Connection(http.client.HTTPSConnection):
+    """HTTPS to 127.0.0.1 that verifies (and sends SNI for) another name, as the apiserver does
+    for `https://gpugate.gpugate.svc`. server_hostname=None sends no SNI and skips the name check."""
+
+    def __init__(self, port: int, *, context: ssl.SSLContext, server_hostname: str | None) -> None:
+        super().__init__("127.0.0.1", port, timeout=10, context=context)
+        self.server_hostname = server_hostname
+        self.tls_context = context
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.host, self.port), self.timeout)
+        self.sock = self.tls_context.wrap_socket(raw, server_hostname=self.server_hostname)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        self.request("GET", path, headers={"Host": SERVICE_NAME})
+        response = self.getresponse()
+        return response.status, response.read()
+
+    def peer_certificate(self) -> bytes:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        der = self.sock.getpeercert(binary_form=True)
+        assert der is not None
+        return der
+
+
+def der(pem_file: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem_file.read_text())
+
+
+def eventually(probe: Callable[[], Any], *, timeout: float = POLL_TIMEOUT, interval: float = 0.2) -> Any:
+    """Call `probe` until it returns something truthy or `timeout` passes; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.update(int(p) for p in (task / "children").read_text().split())
+    return out
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+    volume: SecretVolume
+    log: Path
+    tmpdir: Path
+    first: Path  # the `gpugate certs` output the server started with
+
+    def connect(self, ca: Path, server_hostname: str | None = SERVICE_NAME) -> Connection:
+        connection = Connection(self.port, context=client_context(ca), server_hostname=server_hostname)
+        connection.connect()
+        return connection
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("serve")
+    first = make_certs(root / "gen1")
+    volume = SecretVolume(root / "tls")
+    volume.publish(tls_files(first))
+    tmpdir = root / "tmp"
+    tmpdir.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PROMETHEUS_MULTIPROC_DIR", "KUBERNETES_SERVICE_HOST")}
+    env["TMPDIR"] = str(tmpdir)
+    port = free_port()
+    log = root / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(GPUGATE), "serve", "--policies", str(REPO / "policies"), "--cert", str(volume.cert),
+             "--key", str(volume.key), "--bind", f"127.0.0.1:{port}", "--workers", "2"],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+        )
+    running = Server(process, port, volume, log, tmpdir, first)
+
+    def up() -> bool:
+        assert process.poll() is None, f"gpugate serve exited:\n{running.log_text()}"
+        try:
+            connection = running.connect(first / "ca.crt")
+        except OSError:
+            return False
+        with connection:
+            return connection.get("/healthz")[0] == 200
+
+    try:
+        assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{running.log_text()}"
+        yield running
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def test_handshake_as_the_apiserver_does(server: Server) -> None:
+    with server.connect(server.first / "ca.crt") as connection:
+        assert connection.get("/healthz")[0] == 200
+        sock = connection.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        assert sock.version() in ("TLSv1.2", "TLSv1.3")
+        assert sock.selected_alpn_protocol() == "http/1.1"
+        assert connection.peer_certificate() == der(server.first / "tls.crt")
+
+
+def test_readyz_and_metrics(server: Server) -> None:
+    with server.connect(server.first / "ca.crt") as connection:
+        status, body = connection.get("/readyz")
+        assert status == 200, body
+        status, body = connection.get("/metrics")
+        assert status == 200, body
+
+
+def test_name_outside_the_sans_fails_verification(server: Server) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError, match="match"):
+        server.connect(server.first / "ca.crt", server_hostname="gpugate.other-namespace.svc")
+
+
+def test_another_ca_fails_verification(server: Server, tmp_path: Path) -> None:
+    stranger = make_certs(tmp_path / "stranger")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        server.connect(stranger / "ca.crt")
+
+
+def test_ip_address_without_sni(server: Server) -> None:
+    # Python sends no SNI for an IP address; the certificate carries 127.0.0.1 from --host.
+    with server.connect(server.first / "ca.crt", server_hostname="127.0.0.1") as connection:
+        assert connection.get("/healthz")[0] == 200
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1])
+def test_old_tls_versions_are_refused(server: Server, version: ssl.TLSVersion) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer what the server must refuse
+    context.minimum_version = version
+    context.maximum_version = version
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
+            pytest.raises(ssl.SSLError):
+        context.wrap_socket(raw, server_hostname=SERVICE_NAME)
+
+
+def test_tls12_uses_forward_secret_aead(server: Server) -> None:
+    context = client_context(server.first / "ca.crt")
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    connection = Connection(server.port, context=context, server_hostname=SERVICE_NAME)
+    with connection:
+        assert connection.get("/healthz")[0] == 200
+        sock = connection.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        cipher = sock.cipher()
+        assert cipher is not None and sock.version() == "TLSv1.2"
+        assert cipher[0].startswith("ECDHE-ECDSA-") and ("GCM" in cipher[0] or "CHACHA20" in cipher[0])
+
+
+def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> None:
+    first = server.first
+    broken = tmp_path / "policies"
+    broken.mkdir()
+    (broken / "bad.yaml").write_text("apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {}\n")
+    cases = [
+        (["--policies", str(broken), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")],
+         "bad.yaml"),
+        (["--policies", str(REPO / "policies"), "--cert", str(first / "ca.crt"), "--key", str(first / "tls.key")],
+         "does not belong to the certificate"),
+        (["--policies", str(REPO / "policies"), "--cert", str(tmp_path / "missing.crt"),
+          "--key", str(first / "tls.key")], "missing.crt"),
+        (["--policies", str(REPO / "policies"), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key"),
+          "--bind", "nowhere"], "HOST:PORT"),
+    ]
+    for args, fragment in cases:
+        done = gpugate("serve", *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert fragment in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+# The tests below change the served certificate; they run last, in this order.
+
+
+def test_rotation_reaches_new_handshakes_without_a_restart(server: Server, tmp_path: Path) -> None:
+    first, second = server.first, make_certs(tmp_path / "gen2")
+    pid, workers = server.process.pid, children(server.process.pid)
+    before = server.connect(first / "ca.crt")  # a keep-alive connection from before the rotation
+    assert before.get("/healthz")[0] == 200
+
+    server.volume.publish(tls_files(second))
+
+    def all_new() -> bool:
+        # Every worker checks the files at most once a second; several new handshakes in a row
+        # with the new certificate means each worker that answered has moved over.
+        for _ in range(6):
+            try:
+                with server.connect(second / "ca.crt") as connection:
+                    if connection.peer_certificate() != der(second / "tls.crt"):
+                        return False
+            except ssl.SSLCertVerificationError:
+                return False
+        return True
+
+    assert eventually(all_new), f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    with server.connect(second / "ca.crt") as connection:
+        assert connection.get("/healthz")[0] == 200
+    with server.connect(second / "ca.crt", server_hostname="127.0.0.1") as connection:  # no SNI
+        assert connection.peer_certificate() == der(second / "tls.crt")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        server.connect(first / "ca.crt")
+
+    # The connection opened before keeps the old certificate and keeps working.
+    assert before.get("/healthz")[0] == 200
+    before.close()
+    assert server.process.poll() is None and server.process.pid == pid
+    assert children(pid) == workers, "workers were restarted"
+    assert "TLS certificate reloaded" in server.log_text()
+    server.first = second
+
+
+def test_broken_new_files_keep_the_old_certificate(server: Server, tmp_path: Path) -> None:
+    current, third = server.first, make_certs(tmp_path / "gen3")
+    # A certificate with somebody else's key: unusable.
+    server.volume.publish({"tls.crt": (third / "tls.crt").read_bytes(),
+                           "tls.key": (current / "tls.key").read_bytes()})
+
+    def reported() -> bool:
+        with server.connect(current / "ca.crt") as connection:  # handshakes are what look at the files
+            assert connection.peer_certificate() == der(current / "tls.crt")
+        return "TLS certificate reload failed" in server.log_text()
+
+    assert eventually(reported), server.log_text()
+    for _ in range(4):
+        with server.connect(current / "ca.crt") as connection:
+            assert connection.peer_certificate() == der(current / "tls.crt")
+            assert connection.get("/readyz")[0] == 200
+    assert server.process.poll() is None
+
+
+def test_sigterm_stops_cleanly_and_removes_the_metrics_dir(server: Server) -> None:
+    assert [p.name for p in server.tmpdir.iterdir() if p.name.startswith("gpugate-metrics-")]
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+    assert not [p.name for p in server.tmpdir.iterdir() if p.name.startswith("gpugate-metrics-")]
