@@ -45,6 +45,7 @@ class FakeNamespaceAPI:
         self.compacted = 0  # watches from a resourceVersion older than this get 410 Gone
         self.generation = 0  # bumped by expire(): open watches send ERROR 410 and end
         self.open_watches = 0
+        self.refuse_with_http_410 = False  # else, like kube-apiserver, a 200 stream with an ERROR event
         self.requests: list[str] = []
         self.hanging = threading.Event()
         self.released = threading.Event()
@@ -106,12 +107,15 @@ class FakeNamespaceAPI:
             self.events.append((self.rv, "DELETED", gone))
             self.cond.notify_all()
 
-    def expire(self) -> None:
-        """etcd compaction: every resourceVersion up to now is too old; open watches get ERROR 410."""
+    def expire(self, *, end_open_watches: bool = True) -> None:
+        """etcd compaction: every resourceVersion handed out so far is too old. Open watches get an
+        ERROR 410 event, or (end_open_watches=False) run on and meet a 410 when they reconnect."""
         with self.cond:
+            self.rv += 1
             self.compacted = self.rv
             self.events.clear()
-            self.generation += 1
+            if end_open_watches:
+                self.generation += 1
             self.cond.notify_all()
 
     def count(self, path: str) -> int:
@@ -169,6 +173,10 @@ class FakeNamespaceAPI:
     def watch(self, req: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
         since = int(query.get("resourceVersion") or 0)
         deadline = time.monotonic() + int(query.get("timeoutSeconds", "60"))
+        if since < self.compacted and self.refuse_with_http_410:
+            self.send_json(req, 410, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                      "reason": "Expired", "code": 410, "message": "too old resource version"})
+            return
         req.send_response(200)
         req.send_header("Content-Type", "application/json")
         req.send_header("Transfer-Encoding", "chunked")
@@ -349,6 +357,18 @@ def test_410_gone_makes_it_relist_and_catch_up(api: FakeNamespaceAPI, make_cache
     assert cache.stats()["watch_errors"] == 0
 
 
+def test_reconnect_from_a_compacted_version_relists(api: FakeNamespaceAPI, make_cache: Any) -> None:
+    cache = started(make_cache(api, watch_timeout=0.5))
+    wait_until(lambda: api.open_watches == 1, "watch open")
+
+    api.refuse_with_http_410 = True
+    api.put("sandbox", {"team": "compacted-away"}, notify=False)
+    api.expire(end_open_watches=False)  # the open watch runs to its timeout, then reconnects too late
+
+    wait_until(lambda: cache.stats()["relists"] == 2, "relist after HTTP 410")
+    assert cache.labels("sandbox") == {"team": "compacted-away"}
+
+
 def test_watch_timeout_rewatches_without_relisting(api: FakeNamespaceAPI, make_cache: Any) -> None:
     cache = started(make_cache(api, watch_timeout=0.5))
 
@@ -374,6 +394,18 @@ def test_live_lookup_entries_expire_before_sync(api: FakeNamespaceAPI, make_cach
     assert cache.labels("research") == {"team": "nlp"}
     api.put("research", {"team": "speech"})
     assert cache.labels("research") == {"team": "speech"}
+    assert api.count("/api/v1/namespaces/research") == 2
+
+
+def test_stale_live_answer_beats_none_when_the_api_fails(api: FakeNamespaceAPI, make_cache: Any) -> None:
+    cache = make_cache(api, live_ttl=0.0, lookup_timeout=0.3)
+    assert cache.labels("research") == {"team": "nlp"}
+
+    api.hanging.set()
+
+    assert call_in_thread(lambda: cache.labels("research")) == {"team": "nlp"}
+    assert cache.stats()["lookup_failures"] == 1
+    assert cache.labels("research") == {"team": "nlp"}  # failure backoff: from memory, no new GET
     assert api.count("/api/v1/namespaces/research") == 2
 
 

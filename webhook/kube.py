@@ -127,7 +127,7 @@ class NamespaceLabelCache:
             if self._failed_until.get(name, 0.0) > now:
                 # A GET for this name failed a moment ago: don't make every admission request wait
                 # another lookup_timeout while the API is down.
-                return None
+                return entry.labels if entry is not None else None
             lookup = self._inflight.get(name)
             if lookup is None:
                 if not self._lookup_slots.acquire(blocking=False):
@@ -163,6 +163,10 @@ class NamespaceLabelCache:
             if failed:
                 self._counts["lookup_failures"] += 1
                 self._failed_until[name] = time.monotonic() + self._failure_backoff
+                stale = self._entries.get(name)
+                if stale is not None:
+                    # An earlier live answer that has outlived live_ttl beats no answer at all.
+                    result = stale.labels
             elif result is None:
                 self._counts["lookups_not_found"] += 1
             else:
@@ -282,14 +286,19 @@ class NamespaceLabelCache:
         # Server-side timeout with jitter, as client-go's reflector does, so that replicas don't
         # reconnect in lockstep; the client read timeout sits above it to catch dead connections.
         server_timeout = int(self._watch_timeout * random.uniform(1.0, 2.0)) or 1
-        response = self._api.list_namespace(
-            watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=server_timeout,
-            _preload_content=False,
-            _request_timeout=(self._lookup_timeout, server_timeout + 30),
-        )
+        try:
+            response = self._api.list_namespace(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=server_timeout,
+                _preload_content=False,
+                _request_timeout=(self._lookup_timeout, server_timeout + 30),
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 410:  # some apiservers refuse a too-old resourceVersion with HTTP 410
+                raise _Expired() from exc
+            raise
         self._response = response
         if self._stop.is_set():  # stop() ran while we were connecting and found nothing to cut
             _close(response)
