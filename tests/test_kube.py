@@ -424,6 +424,7 @@ def test_namespace_unknown_to_a_synced_cache_is_looked_up(api: FakeNamespaceAPI,
 def test_missing_namespace_is_none(api: FakeNamespaceAPI, make_cache: Any) -> None:
     cache = make_cache(api)
 
+    assert cache.labels("") is None
     assert cache.labels("no-such-namespace") is None
     assert cache.stats()["lookups_not_found"] == 1
     assert cache.stats()["lookup_failures"] == 0

@@ -20,9 +20,6 @@ import urllib3
 
 log = logging.getLogger(__name__)
 
-_EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
 class _Expired(Exception):
     """The resourceVersion we hold is older than the apiserver's watch window (HTTP 410 Gone)."""
 
@@ -119,6 +116,8 @@ class NamespaceLabelCache:
 
     def labels(self, name: str) -> Mapping[str, str] | None:
         """The labels of namespace `name`, or None when they cannot be known right now."""
+        if not name:  # GET /api/v1/namespaces/ would be the list; nothing has an empty namespace name
+            return None
         now = time.monotonic()
         with self._lock:
             entry = self._entries.get(name)
@@ -169,6 +168,9 @@ class NamespaceLabelCache:
                     result = stale.labels
             elif result is None:
                 self._counts["lookups_not_found"] += 1
+                gone = self._entries.get(name)
+                if gone is not None and gone.expires_at is not None:  # a live answer, never a watched one
+                    del self._entries[name]
             else:
                 self._failed_until.pop(name, None)
                 if not self._synced:
@@ -252,6 +254,7 @@ class NamespaceLabelCache:
     def _relist(self) -> str:
         entries: dict[str, _Entry] = {}
         token: str | None = None
+        restarted = False
         while True:
             kwargs: dict[str, Any] = {"limit": self._page_size}
             if token:
@@ -263,9 +266,10 @@ class NamespaceLabelCache:
                     **kwargs,
                 )
             except kubernetes.client.ApiException as exc:
-                if exc.status == 410 and token:
-                    # The continue token outlived etcd's compaction window: start the list again.
-                    entries, token = {}, None
+                if exc.status == 410 and token and not restarted:
+                    # The continue token outlived etcd's compaction window: start the list again (once;
+                    # after that the run loop's backoff applies).
+                    entries, token, restarted = {}, None, True
                     continue
                 raise
             body = _read_json(response)
