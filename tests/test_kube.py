@@ -45,6 +45,7 @@ class FakeNamespaceAPI:
         self.compacted = 0  # watches from a resourceVersion older than this get 410 Gone
         self.generation = 0  # bumped by expire(): open watches send ERROR 410 and end
         self.open_watches = 0
+        self.trickle: set[str] = set()  # namespace names whose GET never finishes, one byte at a time
         self.refuse_with_http_410 = False  # else, like kube-apiserver, a 200 stream with an ERROR event
         self.requests: list[str] = []
         self.hanging = threading.Event()
@@ -138,6 +139,9 @@ class FakeNamespaceAPI:
                 self.list(req, query)
         elif parts.path.startswith("/api/v1/namespaces/"):
             name = parts.path.rsplit("/", 1)[1]
+            if name in self.trickle:
+                self.send_slowly(req)
+                return
             with self.cond:
                 obj = self.namespaces.get(name)
             if obj is None:
@@ -148,6 +152,20 @@ class FakeNamespaceAPI:
                 self.send_json(req, 200, obj)
         else:
             self.send_json(req, 404, {"kind": "Status", "code": 404})
+
+    def send_slowly(self, req: BaseHTTPRequestHandler) -> None:
+        """Headers at once, then a byte now and then: every socket read succeeds, the body never ends."""
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", "100000")
+        req.end_headers()
+        try:
+            while not self.released.wait(0.05):
+                req.wfile.write(b" ")
+                req.wfile.flush()
+        except OSError:
+            pass
+        req.close_connection = True
 
     def send_json(self, req: BaseHTTPRequestHandler, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -448,6 +466,15 @@ def test_hung_apiserver_gives_none_within_the_bound(api: FakeNamespaceAPI, make_
     assert call_in_thread(lambda: cache.labels("ml-serving")) is None
     assert not cache.synced()
     wait_until(lambda: cache.stats()["lookup_failures"] == 1, "the GET to time out")
+
+
+def test_trickling_apiserver_cannot_stretch_the_bound(api: FakeNamespaceAPI, make_cache: Any) -> None:
+    # Per-read socket timeouts never fire when bytes keep coming; the caller's own bound must.
+    api.trickle.add("research")
+    cache = make_cache(api, lookup_timeout=0.3)
+
+    assert call_in_thread(lambda: cache.labels("research")) is None
+    assert cache.labels("ml-serving") == {"team": "vision", "cost-center": "cc-100"}  # others unaffected
 
 
 def test_concurrent_callers_share_one_lookup_and_failures_back_off(
