@@ -354,3 +354,22 @@ def test_prometheus_client_is_not_imported_before_serve_sets_its_directory() -> 
     probe = ("import sys, webhook.cli, webhook.server, webhook.policy, webhook.certs, webhook.tls; "
              "sys.exit('prometheus_client' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=False).returncode == 0
+
+
+def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook import server as serve
+
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "counter_123.db").write_bytes(b"stale")
+    (given / "keep.txt").write_text("not ours")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(given))
+    assert serve.prepare_metrics_dir() is None  # the operator's directory: wiped, never removed
+    assert sorted(p.name for p in given.iterdir()) == ["keep.txt"]
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    created = serve.prepare_metrics_dir()
+    assert created is not None and Path(created).parent == tmp_path
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == created

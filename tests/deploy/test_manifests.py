@@ -247,6 +247,8 @@ def test_deployment_is_redundant_and_locked_down(base: list[dict[str, Any]]) -> 
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["tmp"]["mountPath"] == "/tmp" and "emptyDir" in volumes["tmp"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/")
     assert volumes["tls"]["secret"]["secretName"] == "gpugate-tls"
     assert mounts["tls"]["mountPath"] == "/etc/gpugate/tls" and mounts["tls"]["readOnly"]
     assert mounts["policies"]["mountPath"] == "/etc/gpugate/policies"
