@@ -214,6 +214,11 @@ def test_readyz_and_metrics(server: Server) -> None:
         assert status == 200, body
         status, body = connection.get("/metrics")
         assert status == 200, body
+    # Only workers write metric files; a master's file would add its zeros to every scrape.
+    [metrics_dir] = [p for p in server.tmpdir.iterdir() if p.name.startswith("gpugate-metrics-")]
+    files = [p.name for p in metrics_dir.iterdir()]
+    assert files, "no worker wrote metrics into PROMETHEUS_MULTIPROC_DIR"
+    assert not [name for name in files if name.endswith(f"_{server.process.pid}.db")], files
 
 
 def test_name_outside_the_sans_fails_verification(server: Server) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -103,12 +104,24 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
+def check_factory(spec: str) -> str:
+    """Check that `MODULE:CALLABLE` names an importable module, without importing it.
+
+    The module is imported in each worker after fork (`Server.load`): importing it here would
+    import prometheus_client into the master too, whose metric files (a 0 for every gauge) would
+    then be summed into every scrape as if the master were a worker.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--app-factory {spec!r} is not MODULE:CALLABLE")
-    module = importlib.import_module(module_name)
-    factory = getattr(module, attr, None)
+    if importlib.util.find_spec(module_name) is None:
+        raise ValueError(f"--app-factory {spec!r}: no module {module_name}")
+    return spec
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr, None)
     if not callable(factory):
         raise ValueError(f"--app-factory {spec!r}: {module_name} has no callable {attr}")
     return factory  # type: ignore[no-any-return]
@@ -158,7 +171,7 @@ def _child_exit(server: Any, worker: Any) -> None:
 class Server(BaseApplication):  # type: ignore[misc]
     """gunicorn, configured in code; the WSGI app is built in each worker after fork."""
 
-    def __init__(self, options: dict[str, Any], *, factory: Callable[..., Any], policies: str,
+    def __init__(self, options: dict[str, Any], *, factory: str, policies: str,
                  kubeconfig: str | None, certificate: ReloadingCertificate) -> None:
         self.options = options
         self.factory = factory
@@ -173,7 +186,8 @@ class Server(BaseApplication):  # type: ignore[misc]
                 self.cfg.set(name, value)
 
     def load(self) -> Any:
-        return self.factory(self.policies, kubeconfig=self.kubeconfig, tls_ready=self.certificate.ready)
+        build = load_factory(self.factory)  # in the worker, after fork: see check_factory
+        return build(self.policies, kubeconfig=self.kubeconfig, tls_ready=self.certificate.ready)
 
 
 def gunicorn_options(args: argparse.Namespace, *, certificate: ReloadingCertificate,
@@ -226,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_dir = prepare_metrics_dir()
         check_policies(args.policies, required=args.app_factory == APP_FACTORY)
         certificate = ReloadingCertificate(args.cert, args.key)
-        factory = load_factory(args.app_factory)
+        factory = check_factory(args.app_factory)
     except (ValueError, TLSConfigError, ImportError, OSError) as err:
         print(f"gpugate serve: {err}", file=sys.stderr)
         if metrics_dir:
