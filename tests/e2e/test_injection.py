@@ -53,6 +53,9 @@ def test_dry_run_shows_the_completed_pod_and_create_stores_it(
     assert shown["metadata"].get("annotations", {}).get("gpugate.io/policy") == "e2e-fleet"
     assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
+    # A dry run changes nothing observable.
+    assert "NotFound" in cp.kubectl("get", "pod", "trainer", "-n", ns, check=False).stderr
+
     cp.kubectl("apply", "-f", "-", stdin=sent)
     stored = cp.kubectl("get", "pod", "trainer", "-n", ns, "-o", "json").json()
     assert comparable(stored) == comparable(shown)

@@ -28,7 +28,9 @@ def test_dry_run_of_a_gpu_workload_shows_verdict_and_warnings(stack: Stack, name
 
     assert dry.warnings, f"expected `Warning:` lines on stderr telling what the pods will receive:\n{dry}"
     said = "\n".join(dry.warnings)
-    assert "nvidia" in said, f"the warnings should name what will be injected (runtime class nvidia, ...):\n{said}"
+    # What each pod will receive: runtime class, GPU toleration, model selector.
+    for words in ("nvidia", "nvidia.com/gpu", "NVIDIA-L4"):
+        assert words in said, f"{words!r} missing from the warnings:\n{said}"
     template = dry.json()["spec"]["template"]
     assert "runtimeClassName" not in template["spec"], "templates are not mutated without mutateTemplates"
     assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
