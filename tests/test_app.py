@@ -196,3 +196,17 @@ def test_the_every_field_upstream_pod_keeps_every_field(client):
     for path, value in leaves(original):
         assert at(result, path) == value, path
     assert result["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_namespace_cache_state_is_exported(policy_dir):
+    class Cache:
+        def synced(self):
+            return True
+
+        def stats(self):
+            return {"relists": 2, "lookup_failures": 1}
+
+    app = create_app(policies=PolicyStore(policy_dir), namespace_cache=Cache())
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    assert "gpugate_namespace_cache_synced 1.0" in text
+    assert 'gpugate_namespace_cache_events{event="relists"} 2.0' in text

@@ -38,7 +38,7 @@ def _status(code: int, message: str) -> Response:
 
 
 def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | None = None,
-               tls_ready: Callable[[], bool] | None = None) -> Flask:
+               tls_ready: Callable[[], bool] | None = None, namespace_cache: Any = None) -> Flask:
     """The WSGI app. Tests inject a PolicyStore over a temp dir; ``build_app`` wires the real cluster."""
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
@@ -109,6 +109,10 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
         environment()
+        if namespace_cache is not None:
+            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
+            for event, value in namespace_cache.stats().items():
+                metrics.NAMESPACE_CACHE.labels(event).set(value)
         body, content_type = metrics.render()
         return Response(body, content_type=content_type)
 
@@ -151,4 +155,4 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     else:
         log.warning("no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
                     "empty, so namespaceSelector policies do not match and attribution uses defaults")
-    return create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready)
+    return create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)

@@ -38,6 +38,19 @@ POLICY_VALID = Gauge(
     multiprocess_mode="min",
 )
 
+NAMESPACE_CACHE_SYNCED = Gauge(
+    "gpugate_namespace_cache_synced",
+    "1 when every worker's namespace-label cache has listed all namespaces (0 before; absent offline).",
+    multiprocess_mode="livemin",
+)
+NAMESPACE_CACHE = Gauge(
+    "gpugate_namespace_cache_events",
+    "Namespace cache activity since start, by kind: relists, watches, watch_errors, live_lookups, "
+    "lookup_failures, lookups_not_found, namespaces.",
+    ["event"],
+    multiprocess_mode="livesum",
+)
+
 
 def render() -> tuple[bytes, str]:
     """The exposition text; aggregated over all workers when PROMETHEUS_MULTIPROC_DIR is set."""
