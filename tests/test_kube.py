@@ -542,3 +542,50 @@ def test_labels_are_read_only(api: FakeNamespaceAPI, make_cache: Any) -> None:
     assert labels is not None
     with pytest.raises(TypeError):
         labels["team"] = "forged"  # type: ignore[index]
+
+
+def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
+        api: FakeNamespaceAPI, make_cache: Any, tmp_path: Path) -> None:
+    """A policy selecting by namespaceSelector and attributing fromNamespaceLabel, answered by the app."""
+    import base64
+    import json
+
+    import jsonpatch
+
+    from tests.support import gpu_pod, review
+    from webhook.app import create_app
+    from webhook.policy import PolicyStore
+
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "serving.yaml").write_text("""
+apiVersion: gpugate.io/v1
+kind: GPUPolicy
+metadata: {name: serving}
+spec:
+  match: {namespaceSelector: {matchLabels: {team: vision}}}
+  runtimeClassName: nvidia
+  attribution:
+    labels:
+      gpugate.io/team: {fromNamespaceLabel: team}
+      gpugate.io/cost-center: {fromNamespaceLabel: cost-center}
+""")
+    cache = started(make_cache(api))
+    app = create_app(policies=PolicyStore(tmp_path / "policies"), namespace_labels=cache.labels, namespace_cache=cache)
+    client = app.test_client()
+
+    def stored(namespace: str) -> dict[str, Any]:
+        obj = gpu_pod(1, namespace=namespace)
+        out = client.post("/mutate", json=review(obj)).get_json()["response"]
+        return jsonpatch.apply_patch(obj, json.loads(base64.b64decode(out["patch"])) if "patch" in out else [])
+
+    selected = stored("ml-serving")
+    assert selected["spec"]["runtimeClassName"] == "nvidia"
+    assert selected["metadata"]["labels"]["gpugate.io/team"] == "vision"
+    assert selected["metadata"]["labels"]["gpugate.io/cost-center"] == "cc-100"
+    assert "runtimeClassName" not in stored("research")["spec"]  # team=nlp: the policy does not match
+
+    api.put("research", {"team": "vision"})  # relabel: the watch brings it, the next pod is governed
+    wait_until(lambda: cache.labels("research") == {"team": "vision"}, "MODIFIED")
+    relabelled = stored("research")
+    assert relabelled["metadata"]["labels"]["gpugate.io/cost-center"] == "unassigned"
+    assert relabelled["spec"]["runtimeClassName"] == "nvidia"
