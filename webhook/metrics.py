@@ -26,7 +26,7 @@ VIOLATIONS = Counter(
 POLICY_GENERATION = Gauge(
     "gpugate_policy_generation",
     "Generation of the policy set in force (1 at start, +1 per successful reload that changed it).",
-    multiprocess_mode="max",
+    multiprocess_mode="livemax",
 )
 POLICY_RELOAD_ERRORS = Counter(
     "gpugate_policy_reload_errors_total",
@@ -35,7 +35,7 @@ POLICY_RELOAD_ERRORS = Counter(
 POLICY_VALID = Gauge(
     "gpugate_policy_last_reload_ok",
     "1 when the policy files on disk are the ones in force, 0 while an invalid edit is being ignored.",
-    multiprocess_mode="min",
+    multiprocess_mode="livemin",
 )
 
 NAMESPACE_CACHE_SYNCED = Gauge(
