@@ -57,12 +57,43 @@ def _diff(a: Any, b: Any, path: list[str], ops: list[Operation]) -> None:
         ops.append({"op": "replace", "path": _pointer(path), "value": b})
 
 
+def _parts(pointer: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+
+
+def _resolve(doc: Any, parts: list[str]) -> Any:
+    for part in parts:
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def _copy_along(doc: Mapping[str, Any], ops: list[Operation]) -> dict[str, Any]:
+    """A copy of ``doc`` in which every container on an op's path is fresh, the rest shared."""
+    root = dict(doc)
+    fresh = {id(root)}
+    for op in ops:
+        node: Any = root
+        for part in _parts(op["path"])[:-1]:
+            key: Any = int(part) if isinstance(node, list) else part
+            child = node[key]
+            if id(child) not in fresh:
+                child = dict(child) if isinstance(child, Mapping) else list(child)
+                node[key] = child
+                fresh.add(id(child))
+            node = child
+    return root
+
+
 def make_patch(original: Mapping[str, Any], mutated: Mapping[str, Any]) -> list[Operation]:
     """The JSON Patch that turns ``original`` into ``mutated``; raises PatchError if it would not."""
     ops: list[Operation] = []
     _diff(original, mutated, [], ops)
     if ops:
-        applied = jsonpatch.JsonPatch(ops).apply(original)
-        if canonical(applied) != canonical(mutated):
+        applied = jsonpatch.JsonPatch(ops).apply(_copy_along(original, ops), in_place=True)
+        same = applied == mutated and all(
+            canonical(_resolve(applied, path)) == canonical(_resolve(mutated, path))
+            for op in ops if op["op"] != "remove" and (path := _parts(op["path"]))
+        )
+        if not same:
             raise PatchError(f"patch does not reproduce the mutated object: {canonical(ops)[:500]}")
     return ops
