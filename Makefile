@@ -33,7 +33,7 @@ tools: venv ## test tools: promtool, and kube-apiserver/etcd/kubectl for the end
 	./scripts/install-tools
 
 lint: venv ## ruff and mypy
-	$(BIN)/ruff check webhook tests
+	$(BIN)/ruff check webhook tests bench
 	$(BIN)/mypy
 
 test: venv tools ## the whole test suite, end-to-end included

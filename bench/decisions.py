@@ -1,9 +1,13 @@
 """Microbenchmark of the decision path (no HTTP): µs per mutate/validate call. Run: .venv/bin/python bench/decisions.py"""
-import json, time, sys, copy
+import json
+import sys
+import time
+
 sys.path.insert(0, '.')
-from tests.support import review, gpu_pod, FIXTURES, env, request
+from tests.support import FIXTURES, env, gpu_pod, request
 from webhook.admission import mutate, validate
 from webhook.policy import load_policies
+
 ps = load_policies(str(__import__('pathlib').Path(__file__).resolve().parent.parent / 'policies'))
 e = env(ps, {"default": {"team": "ml"}})
 big = json.loads((FIXTURES / "v1.36.0" / "core.v1.Pod.json").read_text())

@@ -7,7 +7,18 @@ from __future__ import annotations
 import pytest
 
 from .cluster import ControlPlane, Stack
-from .objects import GPU, GPU_TOLERATION, TEAM, container, gpu_pod, pod, refusal, wait_for_team_label
+from .objects import (
+    GPU,
+    GPU_TOLERATION,
+    TEAM,
+    container,
+    deployment,
+    gpu_pod,
+    gpugate_denial,
+    pod,
+    refusal,
+    wait_for_team_label,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +39,18 @@ def test_cpu_pod_tolerating_the_gpu_taint_is_refused(stack: Stack, namespace: st
     message = refusal(result.stderr)
     assert message is not None, result
     assert GPU in message, message
+
+
+def test_cpu_workload_tolerating_the_gpu_taint_is_refused_by_gpugate(stack: Stack, namespace: str) -> None:
+    """The backstop only covers pods; for templates the verdict is gpugate's own."""
+    template = pod("x", namespace, container("app"), tolerations=[GPU_TOLERATION])
+    sent = deployment("squatters", namespace, template)
+
+    result = stack.kubectl("apply", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"a Deployment of CPU pods tolerating {GPU} was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None and GPU in message, result
 
 
 def test_forged_attribution_label_is_replaced_with_a_warning(stack: Stack, ml_namespace: str) -> None:
