@@ -655,6 +655,53 @@ def register(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
     }
     for obj in sorted(objects, key=lambda o: order.get(o.get("kind", ""), 1)):
         cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
+    wait_until_in_force(cp, objects)
+
+
+def wait_until_in_force(cp: ControlPlane, objects: list[dict[str, Any]], timeout: float = 60.0) -> None:
+    """The apiserver picks up webhook configurations and admission policies through informers, and
+    compiles policies asynchronously: until they are in force, requests skip them. Wait for each
+    to answer a dry run, so that no test depends on how quickly that happens."""
+    ns = cp.create_namespace("e2e-registration")
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+
+    def probe_pod(**spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe", "namespace": ns},
+            "spec": {"containers": [container], **spec},
+        }
+
+    kinds = {o.get("kind") for o in objects}
+    if "MutatingWebhookConfiguration" in kinds:
+        gpu = probe_pod(containers=[{**container, "resources": {"limits": {"nvidia.com/gpu": "1"}}}])
+
+        def mutated() -> bool:
+            dry = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu, check=False)
+            return dry.ok and "gpugate.io/policy" in json.loads(dry.stdout)["metadata"].get("annotations", {})
+
+        if not eventually(mutated, timeout=timeout):
+            raise RuntimeError(f"the mutating webhook did not take effect within {timeout:.0f}s")
+    if "ValidatingWebhookConfiguration" in kinds:
+        env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+        peeker = probe_pod(containers=[{**container, "env": env}])
+
+        def validated() -> bool:
+            dry = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=peeker, check=False)
+            return 'admission webhook "validate.gpugate.io"' in dry.stderr
+
+        if not eventually(validated, timeout=timeout):
+            raise RuntimeError(f"the validating webhook did not take effect within {timeout:.0f}s")
+    if "ValidatingAdmissionPolicyBinding" in kinds:
+        squatter = probe_pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+
+        def backstop() -> bool:
+            dry = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=squatter, check=False)
+            return "ValidatingAdmissionPolicy" in dry.stderr
+
+        if not eventually(backstop, timeout=timeout):
+            raise RuntimeError(f"the ValidatingAdmissionPolicy backstop did not take effect within {timeout:.0f}s")
 
 
 @contextlib.contextmanager

@@ -91,3 +91,39 @@ def test_nvidia_visible_devices_override_is_refused(stack: Stack, namespace: str
     message = refusal(result.stderr)
     assert message is not None and "NVIDIA_VISIBLE_DEVICES" in message, result
     assert "peeker-main" in message, message
+
+
+def test_ephemeral_debug_container_cannot_override_visible_devices(stack: Stack, namespace: str) -> None:
+    """`kubectl debug` adds an ephemeral container through pods/ephemeralcontainers: the same rule."""
+    stack.kubectl("create", "-f", "-", stdin=gpu_pod("trainer", namespace))
+
+    result = stack.kubectl(
+        "debug",
+        "trainer",
+        "-n",
+        namespace,
+        "--image=registry.k8s.io/pause:3.10",
+        "--container=peek",
+        "--env=NVIDIA_VISIBLE_DEVICES=all",
+        "--profile=general",
+        check=False,
+    )
+
+    assert not result.ok, f"a debug container with NVIDIA_VISIBLE_DEVICES=all was added:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and "NVIDIA_VISIBLE_DEVICES" in message, result
+    stored = stack.kubectl("get", "pod", "trainer", "-n", namespace, "-o", "json").json()
+    assert not stored["spec"].get("ephemeralContainers"), stored["spec"].get("ephemeralContainers")
+
+    # The same debug container without the override is fine: the refusal was about the variable.
+    stack.kubectl(
+        "debug",
+        "trainer",
+        "-n",
+        namespace,
+        "--image=registry.k8s.io/pause:3.10",
+        "--container=peek",
+        "--profile=general",
+    )
+    stored = stack.kubectl("get", "pod", "trainer", "-n", namespace, "-o", "json").json()
+    assert [c["name"] for c in stored["spec"].get("ephemeralContainers", [])] == ["peek"]
