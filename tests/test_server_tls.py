@@ -378,3 +378,111 @@ def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.Mon
     created = serve.prepare_metrics_dir()
     assert created is not None and Path(created).parent == tmp_path
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == created
+
+
+# ---- webhook.tls.ReloadingCertificate on its own, with an injected clock -----------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def three_certs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("certs")
+    return [make_certs(root / f"gen{i}") for i in range(3)]
+
+
+def serial(reloading: Any) -> int:
+    return int(reloading.certificate().serial_number)
+
+
+def serial_of(directory: Path) -> int:
+    from cryptography import x509
+
+    return int(x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes()).serial_number)
+
+
+def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path], tmp_path: Path) -> None:
+    from webhook.tls import ReloadingCertificate
+
+    first, second, _ = three_certs
+    volume = SecretVolume(tmp_path / "tls")
+    volume.publish(tls_files(first))
+    clock = Clock()
+    reloading = ReloadingCertificate(str(volume.cert), str(volume.key), clock=clock)
+    old_context = reloading.context()
+    volume.publish(tls_files(second))
+
+    clock.now += 0.5
+    assert reloading.context() is old_context, "looked at the files before a second had passed"
+    clock.now += 0.5
+    new_context = reloading.context()
+    assert new_context is not old_context and serial(reloading) == serial_of(second)
+    clock.now += 5
+    assert reloading.context() is new_context, "unchanged files must not rebuild the context"
+    assert reloading.ready()
+
+
+def test_broken_files_are_reported_once_and_retried_when_they_change(
+    three_certs: list[Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webhook.tls import ReloadingCertificate
+
+    first, second, third = three_certs
+    volume = SecretVolume(tmp_path / "tls")
+    volume.publish(tls_files(first))
+    clock = Clock()
+    reloading = ReloadingCertificate(str(volume.cert), str(volume.key), clock=clock)
+    volume.publish({"tls.crt": (second / "tls.crt").read_bytes(), "tls.key": (third / "tls.key").read_bytes()})
+    for _ in range(3):
+        clock.now += 2
+        reloading.context()
+    failures = [r for r in caplog.records if "reload failed" in r.getMessage()]
+    assert len(failures) == 1, "one report per change, not one per second"
+    assert "does not belong to the certificate" in failures[0].getMessage()
+    assert serial(reloading) == serial_of(first)
+
+    volume.publish({"tls.crt": b"not a certificate", "tls.key": (third / "tls.key").read_bytes()})
+    clock.now += 2
+    reloading.context()
+    assert serial(reloading) == serial_of(first)
+    assert "does not hold a PEM certificate" in caplog.records[-1].getMessage()
+
+    volume.publish(tls_files(third))
+    clock.now += 2
+    reloading.context()
+    assert serial(reloading) == serial_of(third)
+
+
+def test_missing_files_keep_the_old_certificate(three_certs: list[Path], tmp_path: Path) -> None:
+    from webhook.tls import ReloadingCertificate, TLSConfigError
+
+    volume = SecretVolume(tmp_path / "tls")
+    volume.publish(tls_files(three_certs[0]))
+    clock = Clock()
+    reloading = ReloadingCertificate(str(volume.cert), str(volume.key), clock=clock)
+    (tmp_path / "tls" / "..data").unlink()
+    clock.now += 2
+    reloading.context()
+    assert serial(reloading) == serial_of(three_certs[0])
+    with pytest.raises(TLSConfigError, match="cannot read"):
+        ReloadingCertificate(str(volume.cert), str(volume.key))
+
+
+def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from webhook import certs
+    from webhook.tls import ReloadingCertificate
+
+    long_ago = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    ca = certs.build_ca(common_name="old", now=long_ago, valid_for=dt.timedelta(days=1))
+    leaf = certs.build_serving_certificate(ca, ["gpugate"], now=long_ago, valid_for=dt.timedelta(days=1))
+    (tmp_path / "tls.crt").write_bytes(leaf.certificate_pem())
+    (tmp_path / "tls.key").write_bytes(leaf.private_key_pem())
+    assert not ReloadingCertificate(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")).ready()
