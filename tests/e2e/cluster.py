@@ -170,6 +170,14 @@ class CertificateAuthority:
 # Processes
 
 
+def _exited(pid: int) -> bool:
+    """Has child `pid` exited? Without reaping it (WNOWAIT), so its id stays ours."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def _die_with_parent() -> None:
     """Linux: SIGKILL the child when the test process dies without tearing down (kill -9, OOM)."""
     with contextlib.suppress(Exception):
@@ -208,24 +216,27 @@ class Process:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.returncode is None and not _exited(self.proc.pid)
 
     def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL what is left after `grace`. The leader is reaped
+        only after the group is killed, so its id cannot have been reused by then."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
+        if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=grace)
-        # The leader is gone; make sure no straggler of its group survives it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + grace
+            while not _exited(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers (e.g. workers) and a stuck leader
+            proc.wait(timeout=grace)
+        else:
+            # Reaped earlier (it died on its own): a surviving group member keeps the id reserved.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def log_tail(self, lines: int = 60) -> str:
         try:
@@ -235,7 +246,7 @@ class Process:
         return "\n".join(text[-lines:])
 
     def describe_failure(self, what: str) -> str:
-        code = self.proc.poll() if self.proc else None
+        code = self.proc.poll() if self.proc and _exited(self.proc.pid) else None
         state = f"exited with code {code}" if code is not None else "still running"
         return f"{self.name} {what} ({state}); last log lines from {self.log_path}:\n{self.log_tail()}"
 
