@@ -46,6 +46,11 @@ def _kebab_all(node: Any) -> Any:
 # Projections behind feature gates that are off by default in v1.36: the apiserver drops them.
 DROPPED_PROJECTIONS = ("clusterTrustBundle", "podCertificate")
 
+# Top-level spec fields of the fixture that cannot be part of a pod created here (reasons below).
+REMOVED_SPEC_FIELDS = frozenset(
+    {"ephemeralContainers", "nodeName", "overhead", "hostPID", "hostnameOverride", "schedulingGroup"}
+)
+
 GPU_LIMIT = {"nvidia.com/gpu": "1"}
 IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -53,7 +58,8 @@ IMAGE = "registry.k8s.io/pause:3.10"
 def every_field_pod(namespace: str) -> dict[str, Any]:
     """The fixture, with every placeholder string turned into a DNS label and each field the
     apiserver refuses either fixed (enums, paths, one-of unions split into several entries) or,
-    where no valid value exists in this cluster, removed (see DROPPED)."""
+    where no valid value exists in this cluster, removed (REMOVED_SPEC_FIELDS and the comments
+    where it happens)."""
     pod = _kebab_all(load_fixture())
     pod.pop("status", None)
     meta = pod["metadata"]
