@@ -504,6 +504,12 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("UPDATE adding the toleration",
      pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["nvidia.com/gpu taint"]),
     ("UPDATE of an old GPU pod without runtime class", pod(GPU), pod(GPU), []),
+    # Wrong GPU shapes are gpugate's to refuse, with its own message (the backstop runs first).
+    ("zero GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, []),
+    ("zero GPUs with the toleration ExtendedResourceToleration adds",
+     pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}), tolerations=[GPU_TOLERATION])), None, []),
+    ("MIG slice without runtime class", pod(pod_spec(container(requests={"nvidia.com/mig-1g.10gb": "1"}))),
+     None, ["runtimeClassName"]),
 ]
 
 
