@@ -60,6 +60,10 @@ def test_dry_run_shows_the_completed_pod_and_create_stores_it(
     stored = cp.kubectl("get", "pod", "trainer", "-n", ns, "-o", "json").json()
     assert comparable(stored) == comparable(shown)
 
+    # Applying the same manifest again (an UPDATE gpugate validates) changes nothing and is allowed.
+    again = cp.kubectl("apply", "-f", "-", stdin=sent)
+    assert "unchanged" in again.stdout, again
+
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["ert-off", "ert-on"])
 def test_extended_resource_toleration_setting_is_real(stack_factory: Callable[[bool], Stack], enabled: bool) -> None:

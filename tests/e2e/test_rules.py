@@ -80,6 +80,12 @@ def test_editing_attribution_labels_on_update_is_refused(stack: Stack, ml_namesp
     removed = stack.kubectl("label", "pod", "worker", "-n", ml_namespace, f"{TEAM}-", check=False)
     assert not removed.ok, f"the attribution label was removed:\n{removed}"
 
+    # Other labels stay the user's to edit: the refusal is about gpugate's labels only.
+    stack.kubectl("label", "pod", "worker", "-n", ml_namespace, "stage=canary")
+    stored = stack.kubectl("get", "pod", "worker", "-n", ml_namespace, "-o", "json").json()
+    assert stored["metadata"]["labels"]["stage"] == "canary"
+    assert stored["metadata"]["labels"][TEAM] == "ml"
+
 
 @pytest.mark.parametrize("gpus", [None, "1"], ids=["cpu-pod", "gpu-pod"])
 def test_nvidia_visible_devices_override_is_refused(stack: Stack, namespace: str, gpus: str | None) -> None:
