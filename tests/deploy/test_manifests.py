@@ -494,8 +494,8 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("GPU pod with the runtime class", pod({**GPU, **NVIDIA, "tolerations": [GPU_TOLERATION]}), None, []),
     ("GPU pod without the runtime class", pod(GPU), None, ["runtimeClassName"]),
     ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, ["runtimeClassName"]),
-    ("GPU in an init container only", pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
-     None, ["runtimeClassName"]),
+    ("GPU in an init container only",
+     pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])), None, ["runtimeClassName"]),
     ("AMD GPU pod needs no NVIDIA runtime",
      pod(pod_spec(container(limits={"amd.com/gpu": "1"}), tolerations=[{"key": "amd.com/gpu",
                                                                           "operator": "Exists"}])), None, []),
@@ -508,7 +508,7 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("zero GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, []),
     ("zero GPUs with the toleration ExtendedResourceToleration adds",
      pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}), tolerations=[GPU_TOLERATION])), None, []),
-    ("MIG slice without runtime class", pod(pod_spec(container(requests={"nvidia.com/mig-1g.10gb": "1"}))),
+    ("MIG slice without runtime class", pod(pod_spec(container(limits={"nvidia.com/mig-1g.10gb": "1"}))),
      None, ["runtimeClassName"]),
 ]
 

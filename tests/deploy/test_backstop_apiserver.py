@@ -1,0 +1,89 @@
+"""The ValidatingAdmissionPolicy backstop inside a real kube-apiserver, with no webhook registered:
+the verdicts tests/deploy/test_manifests.py computes with cel-cpp, as the apiserver gives them.
+
+Uses the pinned kube-apiserver/etcd/kubectl of the end-to-end suite (tests/e2e/build.sh); skips
+locally without them and fails in CI, like that suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import BinariesMissing, ControlPlane, find_binaries
+
+from .test_manifests import BACKSTOP_CASES, DEPLOY, GPU_TOLERATION, container, kustomize_command, pod, pod_spec
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "ml"
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    try:
+        bin_dir = find_binaries()
+    except BinariesMissing as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"kube-apiserver not built: {err}", pytrace=False)
+        pytest.skip(f"kube-apiserver not built (scripts/install-tools): {err}")
+    plane = ControlPlane(bin_dir, tmp_path_factory.mktemp("backstop-apiserver"))
+    try:
+        plane.start()
+        text = _render()
+        for obj in yaml.safe_load_all(text):
+            if obj and obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+                plane.kubectl("apply", "-f", "-", stdin=obj)
+        for runtime in ("nvidia", "runc"):  # pods may only name runtime classes that exist
+            plane.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                     "metadata": {"name": runtime}, "handler": runtime})
+        plane.kubectl("create", "namespace", NAMESPACE)
+        plane.ensure_default_service_account(NAMESPACE)
+        plane.ensure_default_service_account("kube-system")
+        # The apiserver enforces a new policy a moment after it is stored.
+        squatter = pod(pod_spec(tolerations=[GPU_TOLERATION]))
+        deadline = time.monotonic() + 30
+        while create(plane, squatter).ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def _render() -> str:
+    return subprocess.run([*kustomize_command(), str(DEPLOY)], capture_output=True, text=True, check=True).stdout
+
+
+def create(plane: ControlPlane, obj: dict[str, Any], namespace: str = NAMESPACE) -> Any:
+    obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+    return plane.kubectl("create", "--dry-run=server", "-f", "-", stdin=obj, check=False)
+
+
+CREATE_CASES = [case for case in BACKSTOP_CASES if case[2] is None]
+
+
+@pytest.mark.parametrize(("case", "new", "old", "expected"), CREATE_CASES, ids=[c[0] for c in CREATE_CASES])
+def test_backstop_in_the_apiserver(apiserver: ControlPlane, case: str, new: dict[str, Any],
+                                   old: None, expected: list[str]) -> None:
+    result = create(apiserver, new)
+    if not expected:
+        assert result.ok, result
+        return
+    assert not result.ok, f"{case}: admitted"
+    assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr, result
+    for fragment in expected:
+        assert fragment in result.stderr, result
+
+
+def test_excluded_namespaces_are_left_alone(apiserver: ControlPlane) -> None:
+    squatter = pod(pod_spec(tolerations=[GPU_TOLERATION]))
+    assert not create(apiserver, squatter).ok
+    gpu_without_runtime = pod(pod_spec(container(limits={"nvidia.com/gpu": "1"})))
+    for obj in (squatter, gpu_without_runtime):
+        result = create(apiserver, obj, "kube-system")
+        assert result.ok, result
