@@ -486,3 +486,16 @@ def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_bytes(leaf.certificate_pem())
     (tmp_path / "tls.key").write_bytes(leaf.private_key_pem())
     assert not ReloadingCertificate(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")).ready()
+
+
+def test_encrypted_key_is_refused_without_a_prompt(three_certs: list[Path], tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    from webhook.tls import TLSConfigError, server_context
+
+    key = serialization.load_pem_private_key((three_certs[0] / "tls.key").read_bytes(), password=None)
+    encrypted = tmp_path / "tls.key"
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.BestAvailableEncryption(b"secret")))
+    with pytest.raises(TLSConfigError, match="is encrypted"):
+        server_context(str(three_certs[0] / "tls.crt"), str(encrypted))

@@ -47,6 +47,14 @@ def _signature(*paths: str) -> tuple[tuple[int, int, int, int], ...]:
     return tuple(out)
 
 
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> bytes:
+    raise _EncryptedKey
+
+
 def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.Certificate]:
     """A server SSLContext: TLS 1.2+, forward-secret AEAD ciphers, ALPN http/1.1, no client certs."""
     try:
@@ -67,7 +75,10 @@ def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.
     context.set_alpn_protocols(ALPN)
     context.verify_mode = ssl.CERT_NONE
     try:
-        context.load_cert_chain(cert_file, key_file)
+        # With no password callback OpenSSL would prompt on the terminal for an encrypted key.
+        context.load_cert_chain(cert_file, key_file, password=_no_password)
+    except _EncryptedKey:
+        raise TLSConfigError(f"{key_file} is encrypted; gpugate needs an unencrypted private key") from None
     except ssl.SSLError as err:
         reason = err.reason or str(err)
         if "KEY_VALUES_MISMATCH" in reason.upper():
