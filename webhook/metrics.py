@@ -30,7 +30,8 @@ POLICY_GENERATION = Gauge(
 )
 POLICY_RELOAD_ERRORS = Counter(
     "gpugate_policy_reload_errors_total",
-    "Policy reloads refused because the edited policies were invalid (the last good set stays in force).",
+    "Policy reloads refused because the edited policies were invalid (the last good set stays in force). "
+    "Every worker process reloads on its own, so one broken edit counts once per worker.",
 )
 POLICY_VALID = Gauge(
     "gpugate_policy_last_reload_ok",

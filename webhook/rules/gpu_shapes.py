@@ -21,7 +21,7 @@ RULE = "gpu-shape"
 
 def require_sensible_gpu_shapes(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
     violations = []
-    in_app, in_init = False, False
+    in_app, init_users = False, []
     used: dict[str, str] = {}
     for fld, index, container in containers(spec):
         if fld == "ephemeralContainers":
@@ -37,12 +37,12 @@ def require_sensible_gpu_shapes(spec: Mapping[str, Any], ctx: PodContext) -> lis
                 continue
             used.setdefault(resource, ctx.spec_field(f"{fld}[{index}].resources"))
             if fld == "initContainers" and not is_sidecar(container):
-                in_init = True
+                init_users.append(container_label(fld, container))
             else:
                 in_app = True
-    if in_init and not in_app:
+    if init_users and not in_app:
         violations.append(Violation(
-            RULE, ctx.spec_field("initContainers"), "pod",
+            RULE, ctx.spec_field("initContainers"), ", ".join(dict.fromkeys(init_users)),
             "only init containers request GPUs; they stay allocated and idle while the app containers run",
             "request the GPUs in the container that uses them, or run the GPU step as its own Job"))
     whole = sorted(r for r in used if r in ("nvidia.com/gpu", "nvidia.com/gpu.shared"))
