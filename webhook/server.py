@@ -203,7 +203,8 @@ def gunicorn_options(args: argparse.Namespace, *, certificate: ReloadingCertific
         "bind": [args.bind],
         "workers": args.workers,
         # gthread keeps connections alive; sync closes each one after a request, so every
-        # admission call paid a TCP + TLS handshake (6-7x the CPU in review).
+        # admission call would pay a TCP + TLS handshake (6-7x the CPU in review; here a new
+        # TLS connection per /healthz cost ~1.0 ms of server CPU against ~0.3 ms kept alive).
         "worker_class": "gthread",
         "threads": args.threads,
         "keepalive": KEEPALIVE,
