@@ -49,7 +49,7 @@ def test_limit_messages_name_container_and_policy():
 
 @pytest.mark.parametrize(("obj", "words"), [
     (pod(container("a", limits=gpus(0))), "requests 0 nvidia.com/gpu"),
-    (pod(container("a"), init=[container("i", limits=gpus(1))]), "only init containers request GPUs"),
+    (pod(container("a"), init=[container("i", limits=gpus(1))]), 'spec.initContainers: init container "i": only init containers request GPUs'),
     (pod(container("a", limits={"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"})), "mixes nvidia.com/gpu with MIG slices"),
 ])
 def test_shapes_the_apiserver_accepts_are_violations(obj, words):
