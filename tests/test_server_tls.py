@@ -208,6 +208,34 @@ def test_handshake_as_the_apiserver_does(server: Server) -> None:
         assert connection.peer_certificate() == der(server.first / "tls.crt")
 
 
+def test_admission_reviews_over_tls_as_the_apiserver_sends_them(server: Server) -> None:
+    """The shipped example reviews through real gunicorn and TLS, on one kept-alive connection."""
+    import base64
+    import json
+
+    headers = {"Host": f"{SERVICE_NAME}:443", "Content-Type": "application/json",
+               "Accept": "application/json, */*", "User-Agent": "kube-apiserver-admission"}
+    with server.connect(server.first / "ca.crt") as connection:
+        answers = {}
+        for name, path in (("gpu-pod", "/mutate?timeout=10s"), ("fractional", "/mutate?timeout=10s"),
+                           ("gpu-pod", "/validate?timeout=10s")):
+            body = (REPO / "policies" / "examples" / f"review-{name}.json").read_bytes()
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            assert response.status == 200
+            answers[(name, path)] = json.loads(response.read())
+    patched = answers[("gpu-pod", "/mutate?timeout=10s")]
+    assert patched["apiVersion"] == "admission.k8s.io/v1" and patched["kind"] == "AdmissionReview"
+    assert patched["response"]["uid"] == "3f1c0a52-6d7e-4b1e-9a51-7c1e2b5d9e01"
+    assert patched["response"]["allowed"] is True and patched["response"]["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(patched["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in ops
+    denied = answers[("fractional", "/mutate?timeout=10s")]["response"]
+    assert denied["allowed"] is False and "must be an integer" in denied["status"]["message"]
+    unmutated = answers[("gpu-pod", "/validate?timeout=10s")]["response"]
+    assert unmutated["allowed"] is False and "lacks runtimeClassName=nvidia" in unmutated["status"]["message"]
+
+
 def test_readyz_and_metrics(server: Server) -> None:
     with server.connect(server.first / "ca.crt") as connection:
         status, body = connection.get("/readyz")
