@@ -161,6 +161,7 @@ def test_a_policy_edit_is_picked_up_and_a_broken_edit_keeps_the_last_good_set(cl
     assert b"policy edit ignored" in client.get("/readyz").data
 
 
+@pytest.mark.fuzzer_fixture
 def test_the_every_field_upstream_pod_keeps_every_field(client):
     """kubernetes/api testdata: every field populated. Given a GPU limit, /mutate must only add."""
     original = json.loads((FIXTURES / "v1.36.0" / "core.v1.Pod.json").read_text())
