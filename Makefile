@@ -32,9 +32,10 @@ run: venv dev-certs ## run gpugate on https://$(BIND) with the example policies 
 tools: venv ## test tools: promtool, and kube-apiserver/etcd/kubectl for the end-to-end suite
 	./scripts/install-tools
 
-lint: venv ## ruff and mypy
+lint: venv ## ruff, mypy and the import-layer contracts (import-linter)
 	$(BIN)/ruff check webhook tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: venv tools ## the whole test suite, end-to-end included
 	$(BIN)/pytest
