@@ -104,7 +104,10 @@ GPU_POD_CHECKS: tuple[Check, ...] = (
     runtime_class.require_runtime_class,
 )
 ANY_POD_CHECKS: tuple[Check, ...] = (visible_devices.forbid_visible_devices_override,)
-NON_GPU_POD_CHECKS: tuple[Check, ...] = (tolerations.forbid_gpu_tolerations_without_gpus,)
+NON_GPU_POD_CHECKS: tuple[Check, ...] = (
+    tolerations.forbid_gpu_tolerations_without_gpus,
+    runtime_class.forbid_gpu_runtime_without_gpus,
+)
 GPU_POD_MUTATORS: tuple[Mutator, ...] = (
     runtime_class.inject_runtime_class,
     tolerations.add_gpu_tolerations,

@@ -136,6 +136,7 @@ class Policy:
     models: Models | None = None
     attribution: tuple[AttributionLabel, ...] = ()
     non_gpu_tolerations: NonGPUTolerations = "deny"
+    non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
     mutate_templates: bool = False
 
     def counts_as_gpu(self, resource: str) -> bool:
@@ -149,7 +150,7 @@ class Policy:
 
 
 #: The policy that stands in when none matches: built-in checks only, nothing injected.
-BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow")
+BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow", non_gpu_runtime_class="allow")
 
 
 class NamespaceLabelsUnavailable(Exception):
@@ -476,7 +477,9 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
     tolerations = tuple(t for t in parsed if t is not None)
     models = _models(doc, spec.get("models"), "spec.models")
     attribution = _attribution(doc, spec.get("attribution"), "spec.attribution")
-    non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations",))
+    non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations", "gpuRuntimeClass"))
+    non_gpu_runtime_class = doc.choice(non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass",
+                                       ("deny", "allow"), "deny")
     non_gpu_tolerations = doc.choice(non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations",
                                      ("deny", "strip", "allow"), "deny")
     mutate_templates = spec.get("mutateTemplates", False)
@@ -490,6 +493,7 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         match=match, gpu_resources=gpu_resources or DEFAULT_GPU_RESOURCES, limits=limits,
         runtime_class_name=runtime_class, tolerations=tolerations, models=models, attribution=attribution,
         non_gpu_tolerations=non_gpu_tolerations, mutate_templates=mutate_templates,  # type: ignore[arg-type]
+        non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
     )
 
 

@@ -414,6 +414,8 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("NVIDIA_VISIBLE_DEVICES", pod(pod_spec(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))),
      None, True),
     ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
+    ("CPU pod under the NVIDIA runtime class", pod(pod_spec(runtimeClassName="nvidia")), None, True),
+    ("CPU pod under another runtime class", pod(pod_spec(runtimeClassName="kata")), None, False),
     ("GPU only in an init container", pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
      None, True),
     ("GPU in an ephemeral container",

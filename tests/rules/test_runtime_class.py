@@ -31,3 +31,16 @@ def test_a_pod_that_skipped_mutation_is_denied_with_what_it_lacks():
     assert not verdict.allowed
     assert "lacks runtimeClassName=nvidia" in verdict.message
     assert "lacks toleration nvidia.com/gpu:NoSchedule" in verdict.message
+
+
+def test_a_pod_without_gpus_may_not_use_the_gpu_runtime_class():
+    verdict = validated(pod(runtimeClassName="nvidia"), standard())
+    assert not verdict.allowed
+    assert 'spec.runtimeClassName: pod: requests no GPU but runs under the GPU runtime class "nvidia"' in verdict.message
+    assert validated(pod(runtimeClassName="kata"), standard()).allowed
+    assert validated(pod(runtimeClassName="nvidia"), standard(nonGPUPods={"gpuRuntimeClass": "allow"})).allowed
+
+
+def test_without_a_policy_the_runtime_class_of_cpu_pods_is_not_checked():
+    from webhook.policy import PolicySet
+    assert validated(pod(runtimeClassName="nvidia"), PolicySet()).allowed
