@@ -71,10 +71,7 @@ def default_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             resources = container.get("resources") or {}
             limits = resources.get("limits") or {}
             if limits:
-                requests = resources.setdefault("requests", {}) or {}
-                resources["requests"] = requests
-                for name, value in limits.items():
-                    requests.setdefault(name, value)
+                resources["requests"] = {**limits, **(resources.get("requests") or {})}
     return pod
 
 
