@@ -110,3 +110,9 @@ def test_a_generated_name_does_not_change_the_workload_between_mutate_and_valida
     result, _ = mutated(obj, TWO, labels=TEAM)
     result["metadata"]["name"] = "adhoc-x7k2p"  # set by the apiserver between the two calls
     assert validated(result, TWO, labels=TEAM).allowed
+
+
+def test_an_empty_namespace_label_falls_back_to_the_default_with_a_warning():
+    result, decision = mutated(gpu_pod(1), TWO, labels={"default": {"team": ""}})
+    assert result["metadata"]["labels"]["gpugate.io/team"] == "unassigned"
+    assert decision.warnings == ['namespace label team="" is unusable, so gpugate.io/team=unassigned']

@@ -78,14 +78,27 @@ def owned_label_keys(ctx: PodContext) -> set[str]:
     return {a.key for a in ctx.policy.attribution} | {WORKLOAD_KIND, WORKLOAD_NAME}
 
 
+def _unusable_sources(ctx: PodContext) -> dict[str, str]:
+    """Attribution labels whose namespace label is present but empty (or not a label value): key -> why."""
+    out = {}
+    for spec in ctx.policy.attribution:
+        source = spec.from_namespace_label
+        if source and source in ctx.namespace_labels:
+            raw = ctx.namespace_labels[source]
+            if not raw or not is_label_value(raw):
+                out[spec.key] = f'namespace label {source}="{raw}" is unusable, so {spec.key}={spec.default}'
+    return out
+
+
 def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
     changes = []
     labels = editor.labels
+    unusable = _unusable_sources(ctx)
     for key, value in desired_labels(editor.metadata, ctx).items():
         current = labels.get(key)
         if current == value:
             continue
-        warning = None
+        warning = unusable.get(key)
         if current is not None:
             warning = f"label {key}={current} replaced with {value}: gpugate sets attribution labels"
         editor.set_label(key, value)
