@@ -25,6 +25,7 @@ GPUGATE = Path(sys.executable).with_name("gpugate")
 SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
 START_TIMEOUT = 60.0
 POLL_TIMEOUT = 30.0
+RELOAD_INTERVAL = 1.0  # webhook.tls checks the certificate files at most once a second per worker
 
 
 def gpugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -90,7 +91,11 @@ class Connection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         raw = socket.create_connection((self.host, self.port), self.timeout)
-        self.sock = self.tls_context.wrap_socket(raw, server_hostname=self.server_hostname)
+        try:
+            self.sock = self.tls_context.wrap_socket(raw, server_hostname=self.server_hostname)
+        except BaseException:
+            raw.close()  # else a failed handshake leaks the socket: a ResourceWarning in a later test
+            raise
 
     def __enter__(self) -> Connection:
         return self
@@ -338,6 +343,9 @@ def test_rotation_reaches_new_handshakes_without_a_restart(server: Server, tmp_p
         return True
 
     assert eventually(all_new), f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    # A worker that did not take one of those handshakes may have looked at the files less than a
+    # second before the swap; it looks again at its next handshake once its one-second interval is up.
+    time.sleep(RELOAD_INTERVAL + 0.2)
     with server.connect(second / "ca.crt") as connection:
         assert connection.get("/healthz")[0] == 200
     with server.connect(second / "ca.crt", server_hostname="127.0.0.1") as connection:  # no SNI
