@@ -102,8 +102,9 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--namespace", default="default", help="namespace for objects that name none")
     check.add_argument("--namespace-labels", action="append", default=[], metavar="NS=k=v,...",
                        help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)")
-    check.add_argument("-o", "--output", choices=("yaml", "json", "patch", "none"), default="none",
-                       help="print the mutated objects (yaml, json) or the JSON patches")
+    check.add_argument("-o", "--output", choices=("yaml", "json", "patch", "none"), default="yaml",
+                       help="print the objects as they would be stored (yaml, the default; json), the JSON "
+                            "patches (patch), or only the verdicts on stderr (none)")
     check.set_defaults(run=_check)
 
     policy = sub.add_parser("policy", help="work with policy files")
