@@ -172,10 +172,6 @@ class PolicySet:
     def of(policies: Iterable[Policy], digest: str = "") -> PolicySet:
         return PolicySet(tuple(sorted(policies, key=lambda p: (-p.priority, p.name))), digest)
 
-    @property
-    def uses_namespace_labels(self) -> bool:
-        return any(p.uses_namespace_labels for p in self.policies)
-
     def governing(
         self,
         *,

@@ -43,7 +43,7 @@ def parse_quantity(raw: object) -> Fraction:
 
 
 def format_quantity(value: Fraction) -> str:
-    """Render an exact value the short way: ``2``, ``0.5``, ``1/3`` never occurs for parsed input."""
+    """Render an exact value the short way: ``2``, ``0.5``."""
     if value.denominator == 1:
         return str(value.numerator)
     return f"{float(value):g}"
