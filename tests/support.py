@@ -15,7 +15,7 @@ from webhook.admission import Decision, Environment, mutate, validate
 from webhook.policy import PolicyIssue, PolicySet, parse_policy
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures" / "kubernetes-api"
+FIXTURES = REPO / "tests" / "fixtures" / "kubernetes-api"  # vendored, provenance in SOURCE.md
 SCHEMA_VERSION = kubernetes_validate.latest_version()
 
 

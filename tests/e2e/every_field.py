@@ -10,7 +10,7 @@ from typing import Any
 
 from .cluster import REPO
 
-FIXTURE = REPO.parent / "shared" / "fixtures" / "kubernetes-api" / "v1.36.0" / "core.v1.Pod.json"
+FIXTURE = REPO / "tests" / "fixtures" / "kubernetes-api" / "v1.36.0" / "core.v1.Pod.json"
 
 
 # The Priority admission plugin resolves priorityClassName and refuses a different priority.
