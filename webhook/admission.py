@@ -266,11 +266,12 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
 
 
 def _where(subject: _Subject) -> str:
-    """How a warning names a pod template: the object, and the template when it has several."""
+    """How a warning names a pod template: the object, and which template when its kind has several."""
     shape = subject.shape
-    base = shape.describe()
-    path = shape.meta_path.removesuffix(".metadata")
-    return base if path in ("", "template", "spec.template", "spec.jobTemplate.spec.template") else f"{base} {path}"
+    template = shape.meta_path.removesuffix("metadata").removesuffix(".")
+    if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
+        return shape.describe()
+    return f"{shape.describe()} {template.removeprefix('spec.').removesuffix('.template')}"
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:
