@@ -271,7 +271,8 @@ def _where(subject: _Subject) -> str:
     template = shape.meta_path.removesuffix("metadata").removesuffix(".")
     if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
         return shape.describe()
-    return f"{shape.describe()} {template.removeprefix('spec.').removesuffix('.template')}"
+    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    return f"{shape.describe()} {short}"
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:

@@ -114,6 +114,8 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                 RULE, path, "pod", f'GPU model class "{named}" cannot serve {wanted}: its nodes offer '
                 f"{', '.join(found.resources)}", able_fix)])
         return Choice(found, violations=_outside_class(pod, ctx, found, device))
+    if pod.spec.get("nodeName"):
+        return Choice(own=True)  # bound to a node already (e.g. by an operator): a selector could only break it
     choices = _own_choices(pod, device)
     if choices:
         violations = []
