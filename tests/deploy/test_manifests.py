@@ -381,12 +381,17 @@ def pod_spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"containers": list(containers) or [container()], **extra}
 
 
-def pod(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": spec}
+def pod(spec: dict[str, Any], *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "ml"}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+def workload(kind: str, spec: dict[str, Any], *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    template: dict[str, Any] = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+    if annotations:
+        template["metadata"]["annotations"] = annotations
     if kind == "CronJob":
         body: dict[str, Any] = {"spec": {"schedule": "* * * * *",
                                          "jobTemplate": {"spec": {"template": template}}}}
@@ -398,8 +403,17 @@ def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+INTEL_TOLERATION = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoSchedule"}
 GPU = pod_spec(container(limits={"nvidia.com/gpu": "1"}))
 CPU = pod_spec(container(limits={"cpu": "1", "memory": "1Gi"}, requests={"cpu": "1"}))
+# DRA (resource.k8s.io): the GPU comes from a claim the container names; no GPU resource anywhere.
+CLAIM = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]}
+DRA = pod_spec({**container(), "resources": {"claims": [{"name": "gpu"}]}}, **CLAIM)
+# KAI Scheduler GPU sharing: a fraction of a GPU by annotation, no GPU resource.
+KAI_FRACTION = {"gpu-fraction": "0.5"}
+INTEL_GAS = pod_spec(container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100",
+                                       "gpu.intel.com/memory.max": "1G"}))
 
 MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]] = [
     ("GPU pod", pod(GPU), None, True),
@@ -435,6 +449,30 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("PodTemplate with a GPU", workload("PodTemplate", GPU), None, True),
     ("UPDATE removing the GPUs", workload("Deployment", CPU), workload("Deployment", GPU), True),
     ("UPDATE without GPUs before or after", workload("Deployment", CPU), workload("Deployment", CPU), False),
+    # Vendors: exact GPU resources and their auxiliary resources route; look-alikes do not.
+    ("Intel xe GPU", pod(pod_spec(container(limits={"gpu.intel.com/xe": "1"}))), None, True),
+    ("Intel millicores only (auxiliary)", pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}))),
+     None, True),
+    ("Intel tiles in requests (auxiliary)", pod(pod_spec(container(requests={"gpu.intel.com/tiles": "1"}))),
+     None, True),
+    ("HAMi gpumem (auxiliary)", pod(pod_spec(container(limits={"nvidia.com/gpumem": "3000"}))), None, True),
+    ("HAMi gpucores (auxiliary)", pod(pod_spec(container(limits={"nvidia.com/gpucores": "30"}))), None, True),
+    ("unknown Intel resource", pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}))), None, False),
+    ("CPU pod tolerating the Intel taint", pod(pod_spec(tolerations=[INTEL_TOLERATION])), None, True),
+    ("CPU pod tolerating a MIG taint",
+     pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])), None, True),
+    # Other ways to hold a GPU.
+    ("DRA pod (spec.resourceClaims)", pod(DRA), None, True),
+    ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, True),
+    ("empty resourceClaims", pod(pod_spec(resourceClaims=[])), None, False),
+    ("KAI gpu-fraction pod", pod(pod_spec(), annotations=KAI_FRACTION), None, True),
+    ("KAI gpu-memory pod", pod(pod_spec(), annotations={"gpu-memory": "2000"}), None, True),
+    ("other annotation", pod(pod_spec(), annotations={"example.com/gpu-fraction": "0.5"}), None, False),
+    ("Deployment with a DRA template", workload("Deployment", DRA), None, True),
+    ("Deployment with a KAI template", workload("Deployment", pod_spec(), annotations=KAI_FRACTION), None, True),
+    ("CronJob with a KAI template", workload("CronJob", pod_spec(), annotations={"gpu-memory": "2000"}), None, True),
+    ("PodTemplate with a DRA template", workload("PodTemplate", DRA), None, True),
+    ("UPDATE removing the KAI annotation", pod(pod_spec()), pod(pod_spec(), annotations=KAI_FRACTION), True),
     ("DELETE of a GPU pod (object null)", None, pod(GPU), True),
     ("DELETE of a CPU pod (object null)", None, pod(CPU), False),
     ("both null", None, None, False),
@@ -489,8 +527,8 @@ def backstop(base: list[dict[str, Any]]) -> Backstop:
 NVIDIA = {"runtimeClassName": "nvidia"}
 BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]]] = [
     ("CPU pod", pod(CPU), None, []),
-    ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, ["nvidia.com/gpu taint"]),
-    ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, ["nvidia.com/gpu taint"]),
+    ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, ["GPU node taint"]),
+    ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, ["GPU node taint"]),
     ("CPU pod with an unrelated toleration",
      pod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "x"}])), None, []),
     ("GPU pod with the runtime class", pod({**GPU, **NVIDIA, "tolerations": [GPU_TOLERATION]}), None, []),
@@ -504,7 +542,7 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("UPDATE of a pod that tolerated before",
      pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec(tolerations=[GPU_TOLERATION])), []),
     ("UPDATE adding the toleration",
-     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["nvidia.com/gpu taint"]),
+     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["GPU node taint"]),
     ("UPDATE of an old GPU pod without runtime class", pod(GPU), pod(GPU), []),
     # Wrong GPU shapes are gpugate's to refuse, with its own message (the backstop runs first).
     ("zero GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, []),
@@ -512,6 +550,34 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
      pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}), tolerations=[GPU_TOLERATION])), None, []),
     ("MIG slice without runtime class", pod(pod_spec(container(limits={"nvidia.com/mig-1g.10gb": "1"}))),
      None, ["runtimeClassName"]),
+    # Vendors: each pool is tainted with its vendor's resource name.
+    ("CPU pod tolerating the AMD taint", pod(pod_spec(tolerations=[AMD_TOLERATION])), None, ["GPU node taint"]),
+    ("CPU pod tolerating the Intel taint", pod(pod_spec(tolerations=[INTEL_TOLERATION])), None, ["GPU node taint"]),
+    ("CPU pod tolerating the Intel xe taint",
+     pod(pod_spec(tolerations=[{"key": "gpu.intel.com/xe", "operator": "Exists"}])), None, ["GPU node taint"]),
+    ("CPU pod tolerating a MIG taint",
+     pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])), None, ["GPU node taint"]),
+    ("UPDATE of a pod that tolerated the AMD taint before",
+     pod(pod_spec(tolerations=[AMD_TOLERATION])), pod(pod_spec(tolerations=[AMD_TOLERATION])), []),
+    ("Intel GPU pod needs no NVIDIA runtime", pod({**INTEL_GAS, "tolerations": [INTEL_TOLERATION]}), None, []),
+    ("Intel millicores only, tolerating the Intel taint",
+     pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}), tolerations=[INTEL_TOLERATION])),
+     None, []),
+    ("HAMi gpumem beside an NVIDIA GPU without runtime class",
+     pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}))), None,
+     ["runtimeClassName"]),
+    ("unknown Intel resource tolerating the Intel taint",
+     pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}), tolerations=[INTEL_TOLERATION])), None,
+     ["GPU node taint"]),
+    # Other ways to hold a GPU: allowed to tolerate the GPU taint, no runtime class required.
+    ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
+    ("KAI gpu-fraction pod tolerating the GPU taint",
+     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations=KAI_FRACTION), None, []),
+    ("KAI gpu-memory pod tolerating the GPU taint",
+     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"gpu-memory": "2000"}), None, []),
+    ("another annotation does not hold a GPU",
+     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"example.com/gpu-fraction": "0.5"}), None,
+     ["GPU node taint"]),
 ]
 
 
@@ -526,7 +592,7 @@ def test_backstop_policy_verdicts(backstop: Backstop, case: str, new: dict[str, 
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    assert len(expressions) == 2 + 6 + 2  # a match condition per webhook, 6 variables, 2 validations
+    assert len(expressions) == 2 + 9 + 2  # a match condition per webhook, 9 variables, 2 validations
     for where, expression in expressions:
         try:
             compile_cel(expression)
