@@ -170,3 +170,41 @@ def test_store_follows_configmap_symlink_swaps(tmp_path):
     (root / "..data_tmp").rename(root / "..data")
     now[0] = 2.0
     assert store.current().policies[0].priority == 7
+
+
+# ----------------------------------------------------------------------------- the JSON Schema
+import json  # noqa: E402
+
+import jsonschema  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.support import REPO  # noqa: E402
+from webhook.policy.schema import policy_schema  # noqa: E402
+
+
+def test_the_shipped_schema_is_the_generated_one_in_both_policy_directories():
+    generated = policy_schema()
+    for directory in (REPO / "policies", REPO / "deploy" / "base" / "policies"):
+        shipped = json.loads((directory / "gpugate-policy.schema.json").read_text())
+        assert shipped == generated, f"run: gpugate policy schema > {directory}/gpugate-policy.schema.json"
+
+
+def test_every_shipped_policy_points_at_the_schema_and_passes_it():
+    validator = jsonschema.Draft202012Validator(policy_schema())
+    for path in sorted((REPO / "policies").glob("*.yaml")):
+        assert path.read_text().startswith("# yaml-language-server: $schema=gpugate-policy.schema.json\n"), path
+        for document in yaml.safe_load_all(path.read_text()):
+            assert not list(validator.iter_errors(document)), path
+
+
+@pytest.mark.parametrize("spec", [
+    "spec: {mode: strict}", "spec: {limits: {maxPerPod: 0}}", "spec: {runtimeClass: nvidia}",
+    "spec: {devices: {nvidia: {gpus: 1}}}", "spec: {initOnlyGPUs: sometimes}", "spec: {mutateTemplates: yes-please}",
+    "spec: {models: {classes: {l4: {values: [NVIDIA-L4]}}}}", "spec: {gpuHolders: {resourceClaims: maybe}}",
+])
+def test_the_schema_refuses_what_the_loader_refuses(tmp_path, spec):
+    document = yaml.safe_load(HEAD + spec)
+    assert list(jsonschema.Draft202012Validator(policy_schema()).iter_errors(document))
+    (tmp_path / "a.yaml").write_text(HEAD + spec + "\n")
+    with pytest.raises(PolicyError):
+        load_policies(tmp_path)
