@@ -569,6 +569,12 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("unknown Intel resource tolerating the Intel taint",
      pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}), tolerations=[INTEL_TOLERATION])), None,
      ["GPU node taint"]),
+    # Several vendors in one pod: gpugate refuses it naming them; the backstop must not answer first.
+    ("NVIDIA and AMD GPUs in one pod",
+     pod(pod_spec(container("cuda", limits={"nvidia.com/gpu": "1"}), container("rocm", limits={"amd.com/gpu": "1"}))),
+     None, []),
+    ("NVIDIA GPU beside zero AMD GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "amd.com/gpu": "0"}))),
+     None, ["runtimeClassName"]),
     # Other ways to hold a GPU: allowed to tolerate the GPU taint, no runtime class required.
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
     ("KAI gpu-fraction pod tolerating the GPU taint",

@@ -627,8 +627,21 @@ class GPUGate:
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def render_deploy(cp: ControlPlane) -> list[dict[str, Any]]:
-    rendered = cp.kubectl("kustomize", str(REPO / "deploy"))
+def render_deploy(cp: ControlPlane, *components: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize deploy/`, or of an overlay of deploy/ with `components` (names under
+    deploy/components/), as a user's overlay would list them."""
+    if not components:
+        rendered = cp.kubectl("kustomize", str(REPO / "deploy"))
+        return [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    overlay = cp.workdir / "overlay"
+    overlay.mkdir(exist_ok=True)
+    # kustomize takes only relative paths to resources and components.
+    kustomization = {
+        "resources": [os.path.relpath(REPO / "deploy", overlay)],
+        "components": [os.path.relpath(REPO / "deploy" / "components" / c, overlay) for c in components],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    rendered = cp.kubectl("kustomize", str(overlay))
     return [d for d in yaml.safe_load_all(rendered.stdout) if d]
 
 

@@ -133,6 +133,45 @@ def stack(stack_factory: Callable[[bool], Stack]) -> Stack:
     return stack_factory(False)
 
 
+CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "workload-crds.yaml"
+SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+@pytest.fixture(scope="session")
+def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A control plane of its own where gpugate serves the SHIPPED policies (policies/*.yaml, the reference
+    fleet), registered from deploy/ plus components/workload-crds, with the workload CRDs installed
+    (tests/fixtures/crds) and the RuntimeClass `nvidia`."""
+    cp = ControlPlane(e2e_bin, tmp_path_factory.mktemp("cluster-fleet"))
+    _RUNNING.append(cp)
+    gate: GPUGate | None = None
+    try:
+        cp.start()
+        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        cp.ensure_default_service_account("kube-system")
+        cp.kubectl("apply", "--server-side", "-f", str(CRDS))
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)
+        work = tmp_path_factory.mktemp("gpugate-fleet")
+        policy_dir = work / "policies"
+        policy_dir.mkdir()
+        for shipped in sorted(SHIPPED_POLICIES.glob("*.yaml")):
+            shutil.copy(shipped, policy_dir / shipped.name)
+        gate = GPUGate(work, policy_dir, kubeconfig=cp.kubeconfig)
+        _RUNNING.append(gate)
+        gate.start()
+        deploy = render_deploy(cp, "workload-crds")
+        registered = point_at(deploy, gate)
+        register(cp, registered)
+        yield Stack(cp, gate, deploy, registered, policy_dir)
+    finally:
+        if gate is not None:
+            gate.stop()
+            _RUNNING.remove(gate)
+        cp.stop()
+        _RUNNING.remove(cp)
+
+
 @pytest.fixture
 def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> str:
     """A fresh namespace (with its default ServiceAccount) named after the test."""
