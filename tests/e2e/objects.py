@@ -16,7 +16,7 @@ GPU = "nvidia.com/gpu"
 NODE_LABEL = "nvidia.com/gpu.product"
 H100_VALUES = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
 
-# PRODUCT.md §2, one policy governing every namespace, plus one for the hot-reload scenario.
+# One policy governing every namespace, plus one for the hot-reload scenario.
 BASE_POLICY = textwrap.dedent(
     """\
     apiVersion: gpugate.io/v1
@@ -43,6 +43,9 @@ BASE_POLICY = textwrap.dedent(
           gpugate.io/team: {fromNamespaceLabel: team, default: unassigned}
       nonGPUPods:
         gpuTolerations: deny
+      # Refuse GPUs held only by init containers (the default is a warning; the shipped policies and
+      # test_fleet.py show that one).
+      initOnlyGPUs: deny
     """
 )
 

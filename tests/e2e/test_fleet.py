@@ -27,7 +27,7 @@ EXAMPLES = REPO / "policies" / "examples"
 REAL = REPO / "tests" / "fixtures" / "real-manifests"
 # Kinds this control plane serves: built-in ones and the CRDs of tests/fixtures/crds. A "skipped" verdict
 # is about kinds gpugate does not read (InferenceService): the CLI's business, nothing to register here.
-SERVED_GROUPS = {"v1", "apps/v1", "batch/v1", "resource.k8s.io/v1", "ray.io/v1", "kubeflow.org/v1",
+SERVED_GROUPS = {"v1", "apps/v1", "batch/v1", "resource.k8s.io/v1", "ray.io/v1", "ray.io/v1alpha1", "kubeflow.org/v1",
                  "jobset.x-k8s.io/v1alpha2", "leaderworkerset.x-k8s.io/v1", "batch.volcano.sh/v1alpha1"}
 
 
@@ -226,8 +226,8 @@ def test_raycluster_with_half_a_gpu_is_refused_at_apply_time(fleet: Stack) -> No
     assert not result.ok, result
     message = gpugate_denial(result.stderr)
     assert message is not None, f"expected gpugate's denial:\n{result}"
-    assert "admission webhook \"mutate-workloads.gpugate.io\"" in result.stderr \
-        or "admission webhook \"validate-workloads.gpugate.io\"" in result.stderr, result
+    # A fractional GPU is what the apiserver would refuse in the pods: the mutating call refuses it first.
+    assert 'admission webhook "mutate-workloads.gpugate.io" denied the request' in result.stderr, result
     assert "spec.workerGroupSpecs[0].template.spec.containers[0].resources.limits[nvidia.com/gpu]" in message
     assert "must be an integer" in message
     real = fleet.kubectl("apply", "-f", "-", stdin=sent, check=False)

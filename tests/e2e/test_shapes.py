@@ -1,6 +1,8 @@
-"""GPU shapes the apiserver accepts silently but a GPU fleet must not (PRODUCT.md §1, §3): a zero
+"""GPU shapes the apiserver accepts silently but a GPU fleet must not: a zero
 GPU limit, GPUs only in an init container, whole GPUs mixed with MIG slices in one pod, more GPUs
-than the policy allows; and time-sliced GPUs steered to the -SHARED product labels (§2)."""
+than the policy allows; and renamed time-sliced GPUs (nvidia.com/gpu.shared) steered to the plain product:
+GPU Feature Discovery appends -SHARED only when the shared resource is not renamed (the t4 and a10g classes
+in policies/00-default.yaml)."""
 
 from __future__ import annotations
 
@@ -47,12 +49,12 @@ def test_wrong_gpu_shapes_are_refused(stack: Stack, namespace: str, shape: str) 
         assert words in message, f"{words!r} missing from: {message}"
 
 
-def test_time_sliced_gpu_is_steered_to_shared_nodes(stack: Stack, namespace: str) -> None:
+def test_renamed_time_sliced_gpu_is_steered_to_the_plain_product(stack: Stack, namespace: str) -> None:
     sent = pod("sliced", namespace, _limits("cuda", {"nvidia.com/gpu.shared": "1"}))
 
     dry = stack.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=sent)
 
     shown = dry.json()
-    assert model_selection(shown) == ["NVIDIA-L4-SHARED"], shown["spec"].get("nodeSelector")
-    assert shown["spec"]["nodeSelector"][NODE_LABEL] == "NVIDIA-L4-SHARED"
+    assert model_selection(shown) == ["NVIDIA-L4"], shown["spec"].get("nodeSelector")
+    assert shown["spec"]["nodeSelector"][NODE_LABEL] == "NVIDIA-L4"
     assert shown["spec"].get("runtimeClassName") == "nvidia"
