@@ -9,7 +9,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -366,3 +366,215 @@ def namespace_cache(kubeconfig: str | None, **options: Any) -> NamespaceLabelCac
     # the watch loop does its own retrying with backoff.
     configuration.retries = urllib3.Retry(total=0, redirect=0, raise_on_redirect=True)
     return NamespaceLabelCache(kubernetes.client.ApiClient(configuration), **options)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cluster reads for `gpugate audit` (and its optional PolicyReport writes). Raw JSON through the
+# generated clients with _preload_content=False, as above: plain dicts, never client models.
+
+
+class ClusterError(Exception):
+    """The cluster cannot be reached or refused a request; the message says which request and why."""
+
+
+_TIMEOUT = (5.0, 120.0)  # (connect, read) seconds for one request; a page of 500 pods is a few MB
+
+
+def api_client(kubeconfig: str | None, *, context: str | None = None) -> Any:
+    """An ApiClient for `kubeconfig` (else $KUBECONFIG or ~/.kube/config, as kubectl), or the in-cluster
+    service account when running in a pod and no kubeconfig is given."""
+    configuration = kubernetes.client.Configuration()
+    config: Any = kubernetes.config
+    try:
+        if not kubeconfig and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
+                                    persist_config=False)
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ClusterError(f"cannot load a kubeconfig from {where}: {exc}") from exc
+    # One attempt per request: an unreachable cluster should say so in seconds, not after urllib3's retries.
+    configuration.retries = urllib3.Retry(total=0, redirect=0, raise_on_redirect=True)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One API call returning its JSON body, or ClusterError saying what failed (None for a 404)."""
+    try:
+        response = method(*args, _preload_content=False, _request_timeout=_TIMEOUT, **kwargs)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        detail = exc.reason
+        with contextlib.suppress(Exception):  # a Status body says more than the reason phrase
+            detail = json.loads(exc.body or "{}").get("message") or detail
+        hint = " (grant the gpugate-audit ClusterRole; see docs/audit.md)" if exc.status == 403 else ""
+        raise ClusterError(f"{what}: HTTP {exc.status}: {detail}{hint}") from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ClusterError(f"{what}: cannot reach the cluster: {reason}") from exc
+    return _read_json(response)
+
+
+def served_kinds(client: Any, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(group, kind) -> (version, plural) for each wanted kind the cluster serves, through discovery (the
+    group's preferred version); kinds it does not serve (a CRD not installed) are left out."""
+    wanted = set(wanted)
+    core: Any = kubernetes.client.CoreV1Api(client)
+    custom: Any = kubernetes.client.CustomObjectsApi(client)
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    groups: dict[str, str] = {}
+    if any(group == "" for group, _ in wanted):
+        groups[""] = "v1"
+    others = {group for group, _ in wanted if group}
+    if others:
+        apis = _call("discovery GET /apis", kubernetes.client.ApisApi(client).get_api_versions) or {}
+        for group in apis.get("groups") or []:
+            if group.get("name") in others:
+                groups[group["name"]] = (group.get("preferredVersion") or {}).get("version", "")
+    for group, version in groups.items():
+        if group == "":
+            body = _call("discovery GET /api/v1", core.get_api_resources)
+        else:
+            body = _call(f"discovery GET /apis/{group}/{version}", custom.get_api_resources, group, version)
+        for resource in (body or {}).get("resources") or []:
+            name = str(resource.get("name", ""))
+            key = (group, str(resource.get("kind", "")))
+            if "/" not in name and key in wanted and "list" in (resource.get("verbs") or []):
+                out[key] = (version, name)
+    return out
+
+
+def list_objects(client: Any, *, group: str, version: str, plural: str, kind: str,
+                 namespace: str | None = None, page_size: int = 500) -> Iterator[dict[str, Any]]:
+    """Every object of one resource, a page (`limit`/`continue`) at a time: only one page is in memory.
+    Items get their apiVersion and kind back (a list response leaves them out of each item)."""
+    api_version = f"{group}/{version}" if group else version
+    path = f"/api{'s/' + group if group else ''}/{version}{f'/namespaces/{namespace}' if namespace else ''}/{plural}"
+    custom: Any = kubernetes.client.CustomObjectsApi(client)
+    core: Any = kubernetes.client.CoreV1Api(client)
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page_size}
+        if token:
+            kwargs["_continue"] = token
+        what = f"list {path}"
+        if group:
+            if namespace:
+                body = _call(what, custom.list_namespaced_custom_object, group, version, namespace, plural, **kwargs)
+            else:
+                body = _call(what, custom.list_cluster_custom_object, group, version, plural, **kwargs)
+        else:
+            method = {("pods", True): core.list_namespaced_pod, ("pods", False): core.list_pod_for_all_namespaces,
+                      ("podtemplates", True): core.list_namespaced_pod_template,
+                      ("podtemplates", False): core.list_pod_template_for_all_namespaces}[(plural, bool(namespace))]
+            body = _call(what, method, *([namespace] if namespace else []), **kwargs)
+        if body is None:
+            return
+        for item in body.get("items") or []:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            (item.get("metadata") or {}).pop("managedFields", None)  # large, and never read
+            yield item
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def namespace_labels(client: Any) -> dict[str, dict[str, str]]:
+    """Every namespace's labels, from one paged list."""
+    core: Any = kubernetes.client.CoreV1Api(client)
+    out: dict[str, dict[str, str]] = {}
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": 500, **({"_continue": token} if token else {})}
+        body = _call("list namespaces", core.list_namespace, **kwargs) or {}
+        for item in body.get("items") or []:
+            name, labels = _labels_of(item)
+            out[name] = dict(labels)
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return out
+
+
+def installed_policies(client: Any, *, namespace: str, deployment: str, configmap: str | None,
+                       policies_path: str = "") -> tuple[str, dict[str, str]]:
+    """(where they came from, file name -> text) of the policies the installed gpugate serves: the ConfigMap
+    mounted at its --policies directory (kustomize gives the ConfigMap a content-hash suffix, so the
+    Deployment is the only reliable pointer), or the ConfigMap named by `configmap`."""
+    if not configmap:
+        apps: Any = kubernetes.client.AppsV1Api(client)
+        body = _call(f"get deployment {namespace}/{deployment}", apps.read_namespaced_deployment, deployment, namespace)
+        if body is None:
+            raise ClusterError(f"no gpugate Deployment {namespace}/{deployment}: is gpugate installed? "
+                               "Name it with --gpugate-namespace/--gpugate-deployment, or pass --policies DIR")
+        configmap = _policies_configmap(body, policies_path)
+        if configmap is None:
+            raise ClusterError(f"deployment {namespace}/{deployment} mounts no policy ConfigMap; "
+                               "name it with --policies-configmap, or pass --policies DIR")
+    core: Any = kubernetes.client.CoreV1Api(client)
+    found = _call(f"get configmap {namespace}/{configmap}", core.read_namespaced_config_map, configmap, namespace)
+    if found is None:
+        raise ClusterError(f"no ConfigMap {namespace}/{configmap}")
+    data = {str(k): str(v) for k, v in (found.get("data") or {}).items()}
+    return f"configmap {namespace}/{configmap}", data
+
+
+def _policies_configmap(deployment: Mapping[str, Any], policies_path: str) -> str | None:
+    spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    volumes = {v.get("name"): v for v in spec.get("volumes") or [] if v.get("configMap")}
+    for container in spec.get("containers") or []:
+        args = [str(a) for a in container.get("args") or []]
+        path = policies_path
+        if not path and "--policies" in args[:-1]:
+            path = args[args.index("--policies") + 1]
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("mountPath", "").rstrip("/") == path.rstrip("/") and mount.get("name") in volumes:
+                return str(volumes[mount["name"]]["configMap"]["name"])
+    if "policies" in volumes:
+        return str(volumes["policies"]["configMap"]["name"])
+    return None
+
+
+REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
+
+
+def replace_policy_reports(client: Any, reports: Iterable[Mapping[str, Any]], *, label_selector: str,
+                           namespace: str | None = None) -> tuple[int, int]:
+    """Create or replace each report, then delete our reports (by `label_selector`) in namespaces this run
+    did not report on (within `namespace` when given). Returns (written, deleted)."""
+    if not served_kinds(client, [(REPORT_GROUP, "PolicyReport")]).get((REPORT_GROUP, "PolicyReport")):
+        raise ClusterError("the cluster serves no wgpolicyk8s.io PolicyReport: install its CRD "
+                           "(Kyverno and Policy Reporter ship it; see docs/audit.md)")
+    custom: Any = kubernetes.client.CustomObjectsApi(client)
+    args = (REPORT_GROUP, REPORT_VERSION)
+    written: set[tuple[str, str]] = set()
+    for report in reports:
+        meta = report["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        what = f"policyreport {ns}/{name}"
+        current = _call(f"get {what}", custom.get_namespaced_custom_object, *args, ns, REPORT_PLURAL, name)
+        if current is None:
+            _call(f"create {what}", custom.create_namespaced_custom_object, *args, ns, REPORT_PLURAL, dict(report))
+        else:
+            body = {**report, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
+            _call(f"replace {what}", custom.replace_namespaced_custom_object, *args, ns, REPORT_PLURAL, name, body)
+        written.add((ns, name))
+    deleted = 0
+    stale = list_objects(client, group=REPORT_GROUP, version=REPORT_VERSION, plural=REPORT_PLURAL,
+                         kind="PolicyReport", namespace=namespace)
+    for item in list(stale):
+        meta = item.get("metadata") or {}
+        if not _matches(meta.get("labels") or {}, label_selector):
+            continue
+        if (meta.get("namespace"), meta.get("name")) not in written:
+            _call(f"delete policyreport {meta.get('namespace')}/{meta.get('name')}",
+                  custom.delete_namespaced_custom_object, *args, meta["namespace"], REPORT_PLURAL, meta["name"])
+            deleted += 1
+    return len(written), deleted
+
+
+def _matches(labels: Mapping[str, str], selector: str) -> bool:
+    pairs = (item.partition("=") for item in selector.split(",") if item)
+    return all(labels.get(k) == v for k, _, v in pairs)
