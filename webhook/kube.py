@@ -409,7 +409,7 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
         detail = exc.reason
         with contextlib.suppress(Exception):  # a Status body says more than the reason phrase
             detail = json.loads(exc.body or "{}").get("message") or detail
-        hint = " (grant the gpugate-audit ClusterRole; see docs/audit.md)" if exc.status == 403 else ""
+        hint = " (grant the gpugate-auditor roles in deploy/audit; see docs/audit.md)" if exc.status == 403 else ""
         raise ClusterError(f"{what}: HTTP {exc.status}: {detail}{hint}") from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
