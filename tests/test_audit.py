@@ -168,6 +168,20 @@ def test_refused_shapes_name_their_rule(tmp_path: Path, obj: dict[str, Any], rul
     assert any(rule in v["rule"] for v in f["violations"]), [v["rule"] for v in f["violations"]]
 
 
+def test_a_warn_policy_makes_violations_warned(tmp_path: Path) -> None:
+    directory = tmp_path / "warn"
+    directory.mkdir()
+    (directory / "fleet.yaml").write_text(FLEET.format(max_per_pod=8).replace("mode: enforce", "mode: warn"))
+    pols = load_policies(directory)
+    a, report = run(pols, [formed(pod("h200", labels={"gpugate.io/model": "h200"}), pols)])
+    f = finding(report, "h200")
+    assert f["verdict"] == "warned" and f["mode"] == "warn"
+    assert [v["enforced"] for v in f["violations"]] == [False]
+    assert a.found
+    [polr] = audit.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    assert polr["summary"]["warn"] == 1 and polr["summary"]["fail"] == 0
+
+
 def test_a_gpu_deployment_is_fine_and_says_what_its_pods_will_get(tmp_path: Path) -> None:
     pols = policies(tmp_path)
     ev = audit.evaluate(deployment("web"), Environment(policies=pols, namespace_labels=lambda ns: LABELS[ns]))

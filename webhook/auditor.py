@@ -117,8 +117,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.namespace and args.namespace not in labels:
         raise ValueError(f"--namespace {args.namespace}: no such namespace")
     excluded = set(args.exclude_namespace if args.exclude_namespace is not None else DEFAULT_EXCLUDED)
+    excluded.discard(args.namespace)  # a namespace asked for by name is audited
     run = audit.Audit(policies, namespace_labels=labels, compare_to=proposed, team_label=args.team_label)
     served = kube.served_kinds(client, audit.audited_kinds())
+    if ("", "Pod") not in served:  # discovery that finds no pods is a broken answer, not an empty cluster
+        raise kube.ClusterError("API discovery (GET /api/v1) lists no pods resource: is this a Kubernetes apiserver?")
     listed = 0
     for (group, kind), (version, plural) in served.items():
         for obj in kube.list_objects(client, group=group, version=version, plural=plural, kind=kind,
@@ -131,8 +134,7 @@ def _run(args: argparse.Namespace) -> int:
     progress.done()
     report = run.report(policies_source=source, proposed_source=args.compare_to)
     if args.output == "json":
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump makes one per token
     elif args.output == "yaml":
         yaml.safe_dump(report, sys.stdout, sort_keys=False)
     else:
