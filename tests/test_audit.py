@@ -16,7 +16,8 @@ import yaml
 
 from webhook import audit
 from webhook.admission import Environment, mutate
-from webhook.policy import PolicySet, load_policies
+from webhook.policy.loader import load_policies
+from webhook.policy.model import PolicySet
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "tests" / "fixtures" / "wg-policy-prototypes" / "wgpolicyk8s.io_policyreports.yaml"

@@ -30,7 +30,7 @@ import jsonpatch
 
 from .admission import Decision, Environment, mutate, validate
 from .pods import TEMPLATE_PATHS, containers, dig, group_of, is_sidecar, shape_of
-from .policy import BUILTIN, Policy, PolicySet
+from .policy.model import BUILTIN, Policy, PolicySet
 from .quantity import QuantityError, format_quantity, parse_quantity
 
 #: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.

@@ -14,7 +14,8 @@ from typing import Any, TextIO
 import yaml
 
 from . import audit
-from .policy import PolicyError, PolicySet, load_policies
+from .policy.loader import PolicyError, load_policies
+from .policy.model import PolicySet
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 #: The namespaces the webhooks in deploy/base never see (their namespaceSelector): nothing there was admitted
