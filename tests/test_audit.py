@@ -17,7 +17,7 @@ import yaml
 from webhook import audit
 from webhook.admission import Environment, mutate
 from webhook.policy.loader import load_policies
-from webhook.policy.model import PolicySet
+from webhook.policy.model import PolicySet, WorkloadKind
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "tests" / "fixtures" / "wg-policy-prototypes" / "wgpolicyk8s.io_policyreports.yaml"
@@ -326,10 +326,32 @@ def test_policy_reports_are_valid_v1alpha2_and_count_every_object(tmp_path: Path
     assert ml["results"][0]["timestamp"] == {"seconds": 1767312000, "nanos": 0}
 
 
-def test_audited_kinds_come_from_the_pods_registry() -> None:
-    kinds = audit.audited_kinds()
+def test_audited_kinds_come_from_the_pods_registry_and_the_policies(tmp_path: Path) -> None:
+    kinds = [(w.group, w.kind) for w in audit.audited_kinds()]
     assert kinds[0] == ("", "Pod")
-    assert {("apps", "Deployment"), ("batch", "CronJob"), ("", "PodTemplate")} <= set(kinds)
+    assert {("apps", "Deployment"), ("batch", "CronJob"), ("", "PodTemplate"), ("ray.io", "RayCluster")} <= set(kinds)
+    pols = policies(tmp_path)
+    trainer = WorkloadKind("example.com", "Trainer", ("spec.template",), "trainers", ("v1",), source="test")
+    added = PolicySet.of(pols.policies, workloads=[trainer])
+    assert ("example.com", "Trainer") in [(w.group, w.kind) for w in audit.audited_kinds(pols, added)]
+    obj = {**deployment("t", gpus="9"), "apiVersion": "example.com/v1", "kind": "Trainer"}
+    assert run(pols, [obj])[1]["totals"]["listed"] == {}  # a kind nobody registered is not read
+    f = finding(run(added, [obj])[1], "t")
+    assert f["kind"] == "Trainer" and f["verdict"] == "refused"
+
+
+def test_a_raycluster_says_which_template_gets_what(tmp_path: Path) -> None:
+    worker = {"metadata": {}, "spec": {"containers": [{"name": "w", "image": "ray", "resources": {
+        "limits": {"nvidia.com/gpu": "9"}}}]}}
+    head = {"metadata": {}, "spec": {"containers": [{"name": "h", "image": "ray"}]}}
+    ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "ml"},
+           "spec": {"headGroupSpec": {"template": head}, "workerGroupSpecs": [{"template": worker}]}}
+    f = finding(run(policies(tmp_path), [ray])[1], "rc")
+    assert f["verdict"] == "refused"
+    assert any("spec.workerGroupSpecs[0].template.spec.containers" in v["path"] for v in f["violations"])
+    assert "spec.workerGroupSpecs[0].template: runtimeClassName: nvidia" in [c["change"] for c in f["podsWillGet"]]
+    assert not any(c["change"].startswith("spec.headGroupSpec") and "runtimeClassName" in c["change"]
+                   for c in f["podsWillGet"])
 
 
 def test_the_report_is_plain_data(tmp_path: Path) -> None:

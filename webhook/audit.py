@@ -29,8 +29,8 @@ from typing import Any
 import jsonpatch
 
 from .admission import Decision, Environment, mutate, validate
-from .pods import TEMPLATE_PATHS, containers, dig, group_of, is_sidecar, shape_of
-from .policy.model import BUILTIN, Policy, PolicySet
+from .pods import PodShape, containers, dig, group_of, is_sidecar, shapes_of, workload_kinds
+from .policy.model import BUILTIN, Policy, PolicySet, WorkloadKind
 from .quantity import QuantityError, format_quantity, parse_quantity
 
 #: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
@@ -45,10 +45,13 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 VERDICTS = ("refused", "warned", "changed", "fine")
 
 
-def audited_kinds() -> list[tuple[str, str]]:
-    """(apiGroup, kind) of every kind gpugate reads, Pod first: the registry in `webhook.pods`."""
-    kinds = sorted(TEMPLATE_PATHS, key=lambda gk: (gk != ("", "Pod"), gk[0], gk[1]))
-    return list(kinds)
+def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
+    """Every kind gpugate reads, Pod first: the registry in `webhook.pods`, plus the kinds the policy
+    directories add (GPUWorkloadKind documents)."""
+    kinds = workload_kinds()
+    for policies in policy_sets:
+        kinds.update(workload_kinds(policies.workloads if policies is not None else None))
+    return sorted(kinds.values(), key=lambda w: ((w.group, w.kind) != ("", "Pod"), w.group, w.kind))
 
 
 # ------------------------------------------------------------------------------------------ one object
@@ -180,24 +183,36 @@ def _pod_of_template(obj: Mapping[str, Any], template: Mapping[str, Any]) -> dic
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
 
 
+def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str,
+                      prefix: str) -> list[Change]:
+    """What /mutate would add to the pods a workload's controller creates from one of its templates."""
+    template = dig(obj, shape.template)
+    if not isinstance(template, Mapping):
+        return []
+    pod = _pod_of_template(obj, template)
+    mutation, _, mutated = _decide(pod, env, uid=uid)
+    if not mutation.allowed or not mutation.patch:
+        return []
+    changes = pod_changes(pod["metadata"], pod["spec"], mutated["metadata"], mutated["spec"])
+    return [Change(c.field, f"{prefix}{c.text}", c.added) for c in changes] if prefix else changes
+
+
 def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") -> Evaluation | None:
     """gpugate's verdict on one stored object, or None for an object it does not read."""
-    shape = shape_of(obj)
-    if shape is None:
+    shapes = shapes_of(obj, workloads=workload_kinds(env.policies.workloads))
+    if shapes is None:
         return None
     mutation, validation, mutated = _decide(obj, env, uid=uid)
     final = validation or mutation
     if not final.allowed and final.code >= 500:
         return Evaluation("error", final.policy, final.mode, (), (), error=final.message)
     violations = _violations(mutation, validation)
-    if shape.is_template:
-        template = dig(obj, shape.template)
-        pod = _pod_of_template(obj, template) if isinstance(template, Mapping) else None
-        changes: list[Change] = []
-        if pod is not None:
-            pod_mutation, _, pod_mutated = _decide(pod, env, uid=uid)
-            if pod_mutation.allowed and pod_mutation.patch:
-                changes = pod_changes(pod["metadata"], pod["spec"], pod_mutated["metadata"], pod_mutated["spec"])
+    template = not shapes or shapes[0].is_template
+    changes: list[Change] = []
+    if template:
+        for shape in shapes:  # a RayCluster has a head and worker templates: say which one gets what
+            prefix = f"{shape.spec_path.removesuffix('.spec')}: " if len(shapes) > 1 else ""
+            changes += _template_changes(obj, shape, env, uid=uid, prefix=prefix)
     else:
         changes = pod_changes(obj.get("metadata") or {}, obj.get("spec") or {},
                               mutated.get("metadata") or {}, mutated.get("spec") or {})
@@ -205,7 +220,7 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
         verdict = "refused"
     elif violations:
         verdict = "warned"
-    elif changes and not shape.is_template:
+    elif changes and not template:
         verdict = "changed"
     else:
         verdict = "fine"
@@ -304,8 +319,7 @@ class Audit:
     so memory stays flat however many pods a cluster holds. `compare_to` previews a policy change."""
 
     def __init__(self, policies: PolicySet, *, namespace_labels: Mapping[str, Mapping[str, str]],
-                 compare_to: PolicySet | None = None, team_label: str = TEAM_LABEL,
-                 skip_owned_by: Iterable[tuple[str, str]] | None = None) -> None:
+                 compare_to: PolicySet | None = None, team_label: str = TEAM_LABEL) -> None:
         self.policies = policies
         self.proposed = compare_to
         self.team_label = team_label
@@ -313,8 +327,9 @@ class Audit:
         self.env = Environment(policies=policies, namespace_labels=lambda ns: labels.get(ns, {}))
         self.proposed_env = (Environment(policies=compare_to, namespace_labels=lambda ns: labels.get(ns, {}))
                              if compare_to is not None else None)
-        # A ReplicaSet that a Deployment controls (a Job a CronJob controls) repeats its owner's template.
-        self.skip_owned_by = set(skip_owned_by if skip_owned_by is not None else TEMPLATE_PATHS)
+        # The kinds judged; a ReplicaSet that a Deployment controls (a Job a CronJob, a RayCluster a RayJob)
+        # repeats its owner's template, so a workload controlled by one of these kinds is skipped.
+        self.kinds = {(w.group, w.kind) for w in audited_kinds(policies, compare_to)}
         self.findings: list[dict[str, Any]] = []
         self.differences: list[dict[str, Any]] = []
         self.namespaces: dict[str, _Tally] = defaultdict(_Tally)
@@ -325,15 +340,15 @@ class Audit:
     # -- feeding ------------------------------------------------------------------------------------
 
     def add(self, obj: Mapping[str, Any]) -> None:
-        shape = shape_of(obj)
-        if shape is None:
+        key = (group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or ""))
+        if key not in self.kinds:
             return
-        kind = str(obj.get("kind"))
-        self.counts[f"listed:{kind}"] += 1
-        if shape.is_template and (owner := controller_of(obj)) and owner in self.skip_owned_by:
+        is_pod = key == ("", "Pod")
+        self.counts[f"listed:{key[1]}"] += 1
+        if not is_pod and (owner := controller_of(obj)) and owner in self.kinds:
             self.counts["skipped:owned"] += 1
             return
-        if not shape.is_template and (obj.get("status") or {}).get("phase") in FINISHED_PHASES:
+        if is_pod and (obj.get("status") or {}).get("phase") in FINISHED_PHASES:
             self.counts["skipped:finished"] += 1
             return
         self._seq += 1
@@ -342,7 +357,7 @@ class Audit:
         if current is None:
             return
         self.counts["audited"] += 1
-        self._account(obj, current, template=shape.is_template)
+        self._account(obj, current, template=not is_pod)
         if self.proposed_env is not None:
             proposed = evaluate(obj, self.proposed_env, uid=uid)
             if proposed is not None and proposed.fingerprint() != current.fingerprint():

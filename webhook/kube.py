@@ -9,7 +9,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -417,32 +417,43 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     return _read_json(response)
 
 
-def served_kinds(client: Any, wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
-    """(group, kind) -> (version, plural) for each wanted kind the cluster serves, through discovery (the
-    group's preferred version); kinds it does not serve (a CRD not installed) are left out."""
-    wanted = set(wanted)
+def served_kinds(client: Any, wanted: Iterable[tuple[str, str, str, Sequence[str]]]
+                 ) -> dict[tuple[str, str], tuple[str, str]]:
+    """(group, kind) -> (version, plural) for each wanted (group, kind, plural, versions) the cluster serves,
+    through discovery: the first of `versions` the group serves, else its preferred version. Kinds it does not
+    serve (a CRD that is not installed) are left out."""
+    wanted = list(wanted)
     core: Any = kubernetes.client.CoreV1Api(client)
     custom: Any = kubernetes.client.CustomObjectsApi(client)
-    out: dict[tuple[str, str], tuple[str, str]] = {}
-    groups: dict[str, str] = {}
-    if any(group == "" for group, _ in wanted):
-        groups[""] = "v1"
-    others = {group for group, _ in wanted if group}
-    if others:
+    served: dict[str, tuple[list[str], str]] = {"": (["v1"], "v1")}  # group -> (versions, preferred)
+    if any(group for group, *_ in wanted):
         apis = _call("discovery GET /apis", kubernetes.client.ApisApi(client).get_api_versions) or {}
         for group in apis.get("groups") or []:
-            if group.get("name") in others:
-                groups[group["name"]] = (group.get("preferredVersion") or {}).get("version", "")
-    for group, version in groups.items():
-        if group == "":
-            body = _call("discovery GET /api/v1", core.get_api_resources)
-        else:
-            body = _call(f"discovery GET /apis/{group}/{version}", custom.get_api_resources, group, version)
-        for resource in (body or {}).get("resources") or []:
-            name = str(resource.get("name", ""))
-            key = (group, str(resource.get("kind", "")))
-            if "/" not in name and key in wanted and "list" in (resource.get("verbs") or []):
-                out[key] = (version, name)
+            listed = [str(v.get("version")) for v in group.get("versions") or []]
+            served[str(group.get("name"))] = (listed, str((group.get("preferredVersion") or {}).get("version", "")))
+    resources: dict[tuple[str, str], dict[str, str]] = {}  # (group, version) -> kind -> plural
+
+    def kinds_in(group: str, version: str) -> dict[str, str]:
+        if (group, version) not in resources:
+            if group == "":
+                body = _call("discovery GET /api/v1", core.get_api_resources)
+            else:
+                body = _call(f"discovery GET /apis/{group}/{version}", custom.get_api_resources, group, version)
+            resources[(group, version)] = {
+                str(r.get("kind")): str(r.get("name")) for r in (body or {}).get("resources") or []
+                if "/" not in str(r.get("name", "")) and "list" in (r.get("verbs") or [])}
+        return resources[(group, version)]
+
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for group, kind, plural, versions in wanted:
+        if group not in served:
+            continue
+        available, preferred = served[group]
+        for version in [v for v in versions if v in available] + [preferred]:
+            found = kinds_in(group, version).get(kind)
+            if found and (not plural or found == plural):
+                out[(group, kind)] = (version, found)
+                break
     return out
 
 
@@ -544,7 +555,8 @@ def replace_policy_reports(client: Any, reports: Iterable[Mapping[str, Any]], *,
                            namespace: str | None = None) -> tuple[int, int]:
     """Create or replace each report, then delete our reports (by `label_selector`) in namespaces this run
     did not report on (within `namespace` when given). Returns (written, deleted)."""
-    if not served_kinds(client, [(REPORT_GROUP, "PolicyReport")]).get((REPORT_GROUP, "PolicyReport")):
+    if not served_kinds(client, [(REPORT_GROUP, "PolicyReport", REPORT_PLURAL, [REPORT_VERSION])]).get(
+            (REPORT_GROUP, "PolicyReport")) == (REPORT_VERSION, REPORT_PLURAL):
         raise ClusterError("the cluster serves no wgpolicyk8s.io PolicyReport: install its CRD "
                            "(Kyverno and Policy Reporter ship it; see docs/audit.md)")
     custom: Any = kubernetes.client.CustomObjectsApi(client)

@@ -236,6 +236,45 @@ def test_compare_to_names_exactly_what_a_tighter_limit_refuses(cp: ControlPlane,
     assert same.returncode == 0 and "No object changes verdict or injections." in same.stdout
 
 
+# ---- workload CRDs ----------------------------------------------------------------------------
+
+
+RAYCLUSTER_CRD = {  # enough of KubeRay's CRD for the apiserver to store RayClusters: names and an open schema
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "rayclusters.ray.io"},
+    "spec": {"group": "ray.io", "scope": "Namespaced",
+             "names": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters",
+                       "singular": "raycluster"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+def test_a_workload_crd_is_audited_once_the_cluster_serves_it(cp: ControlPlane,
+                                                              policy_dirs: tuple[Path, Path]) -> None:
+    ns = cp.create_namespace("audit-crd", labels=TEAM)
+    args = ("--policies", str(policy_dirs[0]), "-n", ns, "-o", "json")
+    unserved = audit(cp, *args)
+    assert unserved.returncode == 0, unserved.stderr  # no RayCluster CRD: skipped without a word
+    assert "RayCluster" not in json.loads(unserved.stdout)["totals"]["listed"]
+
+    cp.kubectl("apply", "-f", "-", stdin=RAYCLUSTER_CRD)
+    cp.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s")
+    worker = pod("w", ns, container("ray-worker", gpus="3"), container("sidecar", gpus="3"),
+                 container("extra", gpus="3"))
+    ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "train", "namespace": ns},
+           "spec": {"headGroupSpec": {"template": {"spec": {"containers": [container("head")]}}},
+                    "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": worker["spec"]}}]}}
+    cp.kubectl("create", "-f", "-", stdin=ray)
+    served = audit(cp, *args)
+    assert served.returncode == 1, served.stderr
+    report = json.loads(served.stdout)
+    assert report["totals"]["listed"]["RayCluster"] == 1
+    [found] = report["findings"]
+    assert (found["kind"], found["name"], found["verdict"]) == ("RayCluster", "train", "refused")
+    assert any("8 per pod" in v["message"] and "workerGroupSpecs[0]" in v["path"] for v in found["violations"])
+
+
 # ---- installed policies, RBAC, PolicyReports -----------------------------------------------------
 
 
