@@ -436,9 +436,9 @@ def test_ten_thousand_pods(cp: ControlPlane, policy_dirs: tuple[Path, Path], cap
     (strict / "fleet.yaml").write_text(BASE_POLICY.replace("maxPerPod: 8", "maxPerPod: 1"))
     code_small, _, secs_small, rss_small = run_measured([*common, "-n", small_ns, "-o", "json"], tmp_path=tmp_path,
                                                         timeout=120)
-    code, out, secs, rss = run_measured([*common, "-o", "json"], tmp_path=tmp_path, timeout=900)
+    code, out, secs, rss = run_measured([*common, "-o", "json"], tmp_path=tmp_path, timeout=300)
     code_cmp, out_cmp, secs_cmp, rss_cmp = run_measured([*common, "--compare-to", str(strict), "-o", "json"],
-                                                        tmp_path=tmp_path, timeout=900)
+                                                        tmp_path=tmp_path, timeout=300)
     lines = [
         f"{PODS} pods in {NAMESPACES} namespaces created in {created:.1f} s ({PODS / created:.0f} pods/s, "
         f"{CREATE_THREADS} keep-alive HTTPS connections)",
