@@ -130,14 +130,14 @@ def test_a_pod_the_mutating_webhook_never_saw_lacks_what_it_would_add(tmp_path: 
 
 def test_a_pod_missing_only_labels_can_be_labelled_in_place(tmp_path: Path) -> None:
     pols = policies(tmp_path)
-    stored = formed(pod("unlabelled", owner=("ReplicaSet", "web-5d4f")), pols)
+    stored = formed(pod("unlabelled", owner=("ReplicaSet", "web-5d4f"), labels={"pod-template-hash": "5d4f"}), pols)
     for key in ("gpugate.io/team", "gpugate.io/workload-kind", "gpugate.io/workload-name"):
         del stored["metadata"]["labels"][key]
     f = finding(run(pols, [stored])[1], "unlabelled")
     assert f["verdict"] == "changed"
     assert {c["field"] for c in f["wouldAdd"]} == {"labels"}
     assert "labels can be added in place (kubectl label)" in f["note"]
-    assert "through its ReplicaSet" in f["note"]
+    assert f["note"].endswith("or re-create it: kubectl rollout restart deployment/web")
 
 
 def test_a_pod_formed_by_gpugate_is_fine(tmp_path: Path) -> None:
@@ -260,7 +260,7 @@ def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
     assert [c.text for c in changes] == [
         "toleration nvidia.com/gpu Exists:NoSchedule", "toleration a=b removed",
         "required node affinity nvidia.com/gpu.product In [A, B]", "annotation x=y"]
-    assert [c.added for c in changes] == [True, False, True, True]
+    assert [c.action for c in changes] == ["add", "remove", "add", "add"]
 
 
 # ---- the policy-change preview -----------------------------------------------------------------

@@ -58,12 +58,15 @@ def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
 
 
 @dataclass(frozen=True)
-class Change:
-    """One thing /mutate would do to the pod: the pod field, the change in words, and whether it is an add."""
+class PodChange:
+    """One thing /mutate would do to a pod: the pod field, the change in words, and for a label (or an
+    annotation, a node selector) its key and new value; `action` is add, replace or remove."""
 
     field: str
     text: str
-    added: bool = True
+    action: str = "add"
+    key: str = ""
+    value: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"field": self.field, "change": self.text}
@@ -77,7 +80,7 @@ class Evaluation:
     policy: str
     mode: str
     violations: tuple[tuple[str, str, str, bool], ...]  # (rule, path, message, enforced)
-    changes: tuple[Change, ...]
+    changes: tuple[PodChange, ...]
     error: str = ""
 
     def fingerprint(self) -> tuple[str, frozenset[tuple[str, str]], frozenset[str]]:
@@ -117,38 +120,40 @@ def _fmt_requirement(r: Mapping[str, Any]) -> str:
 
 
 def pod_changes(before_meta: Mapping[str, Any], before_spec: Mapping[str, Any],
-                after_meta: Mapping[str, Any], after_spec: Mapping[str, Any]) -> list[Change]:
+                after_meta: Mapping[str, Any], after_spec: Mapping[str, Any]) -> list[PodChange]:
     """What /mutate's patch does to a pod, in words: the patched pod compared with the stored one field by field
     (the patch itself may add a whole map or list at once, so its operations alone do not read well)."""
-    out: list[Change] = []
+    out: list[PodChange] = []
     if before_spec.get("runtimeClassName") != after_spec.get("runtimeClassName"):
-        out.append(Change("runtimeClassName", f"runtimeClassName: {after_spec.get('runtimeClassName')}"))
+        out.append(PodChange("runtimeClassName", f"runtimeClassName: {after_spec.get('runtimeClassName')}"))
     old_tol = list(before_spec.get("tolerations") or [])
     new_tol = list(after_spec.get("tolerations") or [])
-    out += [Change("tolerations", f"toleration {_fmt_toleration(t)}") for t in new_tol if t not in old_tol]
-    out += [Change("tolerations", f"toleration {_fmt_toleration(t)} removed", added=False)
+    out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)}") for t in new_tol if t not in old_tol]
+    out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)} removed", action="remove")
             for t in old_tol if t not in new_tol]
     old_sel = before_spec.get("nodeSelector") or {}
     for key, value in (after_spec.get("nodeSelector") or {}).items():
         if old_sel.get(key) != value:
-            out.append(Change("nodeSelector", f"nodeSelector {key}={value}"))
+            out.append(PodChange("nodeSelector", f"nodeSelector {key}={value}",
+                                 action="replace" if key in old_sel else "add", key=key, value=str(value)))
     if before_spec.get("affinity") != after_spec.get("affinity"):
         old_reqs = [r for term in _required_terms(before_spec) for r in term.get("matchExpressions") or []]
         new_reqs = [r for term in _required_terms(after_spec) for r in term.get("matchExpressions") or []]
         added = [r for r in new_reqs if r not in old_reqs]
         texts = sorted({_fmt_requirement(r) for r in added}) or ["changed"]
-        out += [Change("affinity", f"required node affinity {text}") for text in texts]
+        out += [PodChange("affinity", f"required node affinity {text}") for text in texts]
     for section, word in (("labels", "label"), ("annotations", "annotation")):
         old = before_meta.get(section) or {}
         for key, value in (after_meta.get(section) or {}).items():
             if old.get(key) == value or (section == "annotations" and key in BOOKKEEPING_ANNOTATIONS):
                 continue
             text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
-            out.append(Change(section, text))
+            out.append(PodChange(section, text, action="add" if key not in old else "replace", key=key,
+                                 value=str(value)))
     handled = {"runtimeClassName", "tolerations", "nodeSelector", "affinity"}
     for key in sorted(set(before_spec) | set(after_spec)):
         if key not in handled and before_spec.get(key) != after_spec.get(key):
-            out.append(Change(key, f"spec.{key} changed"))
+            out.append(PodChange(key, f"spec.{key} changed"))
     return out
 
 
@@ -184,7 +189,7 @@ def _pod_of_template(obj: Mapping[str, Any], template: Mapping[str, Any]) -> dic
 
 
 def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str,
-                      prefix: str) -> list[Change]:
+                      prefix: str) -> list[PodChange]:
     """What /mutate would add to the pods a workload's controller creates from one of its templates."""
     template = dig(obj, shape.template)
     if not isinstance(template, Mapping):
@@ -194,7 +199,8 @@ def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment,
     if not mutation.allowed or not mutation.patch:
         return []
     changes = pod_changes(pod["metadata"], pod["spec"], mutated["metadata"], mutated["spec"])
-    return [Change(c.field, f"{prefix}{c.text}", c.added) for c in changes] if prefix else changes
+    return [PodChange(c.field, f"{prefix}{c.text}", c.action, c.key, c.value) for c in changes] if prefix \
+        else changes
 
 
 def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") -> Evaluation | None:
@@ -208,7 +214,7 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
         return Evaluation("error", final.policy, final.mode, (), (), error=final.message)
     violations = _violations(mutation, validation)
     template = not shapes or shapes[0].is_template
-    changes: list[Change] = []
+    changes: list[PodChange] = []
     if template:
         for shape in shapes:  # a RayCluster has a head and worker templates: say which one gets what
             prefix = f"{shape.spec_path.removesuffix('.spec')}: " if len(shapes) > 1 else ""
@@ -284,11 +290,25 @@ def controller_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _remedy(obj: Mapping[str, Any], changes: Iterable[Change]) -> str:
+#: Controllers whose pods `kubectl rollout restart` re-creates.
+_RESTARTABLE = frozenset({"Deployment", "StatefulSet", "DaemonSet"})
+
+
+def _remedy(obj: Mapping[str, Any], changes: Iterable[PodChange]) -> str:
+    """How to get what the mutating webhook would have added onto a pod that already runs."""
     fields = {c.field for c in changes}
-    owner = controller_of(obj)
-    recreate = (f"re-create it through its {owner[1]} (e.g. kubectl rollout restart)" if owner
-                else "delete and re-create it")
+    meta = obj.get("metadata") or {}
+    refs = meta.get("ownerReferences") or []
+    owner = next((ref for ref in refs if isinstance(ref, Mapping) and ref.get("controller")), None)
+    if owner is None:
+        recreate = "delete and re-create it"
+    else:
+        kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
+        template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+        if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+            kind, name = "Deployment", name[: -len(template_hash) - 1]  # the ReplicaSet a Deployment made
+        recreate = (f"re-create it: kubectl rollout restart {kind.lower()}/{name}" if kind in _RESTARTABLE
+                    else f"delete it and let its {kind} {name} re-create it")
     if fields <= {"labels", "annotations"}:
         return "the mutating webhook never saw this pod; labels can be added in place (kubectl label), or " + recreate
     if fields <= IN_PLACE_FIELDS:
@@ -369,8 +389,7 @@ class Audit:
         self.counts[ev.verdict] += 1
         tally = self.namespaces[namespace]
         tally.verdicts[ev.verdict] += 1
-        label_changes = [c for c in ev.changes if c.field == "labels"]
-        missing = [c.text.split(" ", 1)[1].split("=", 1)[0] for c in label_changes if "(was " not in c.text]
+        missing = [c.key for c in ev.changes if c.field == "labels" and c.action == "add"]
         if not template:
             policy = self._policy(ev.policy)
             gpus = pod_gpus(obj.get("spec") or {}, policy.counts_as_gpu)
@@ -438,12 +457,8 @@ class Audit:
         return out
 
 
-def _label_value(changes: Iterable[Change], key: str) -> str:
-    prefix = f"label {key}="
-    for change in changes:
-        if change.text.startswith(prefix):
-            return change.text[len(prefix):].split(" (was ", 1)[0]
-    return ""
+def _label_value(changes: Iterable[PodChange], key: str) -> str:
+    return next((c.value for c in changes if c.field == "labels" and c.key == key), "")
 
 
 def _difference(obj: Mapping[str, Any], before: Evaluation, after: Evaluation) -> dict[str, Any]:
