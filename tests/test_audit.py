@@ -326,6 +326,17 @@ def test_policy_reports_are_valid_v1alpha2_and_count_every_object(tmp_path: Path
     assert ml["results"][0]["timestamp"] == {"seconds": 1767312000, "nanos": 0}
 
 
+def test_a_policy_report_stays_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit, "MAX_RESULTS", 5)
+    report = run(policies(tmp_path), [pod(f"bare-{i}") for i in range(8)])[1]
+    [polr] = audit.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    assert len(polr["results"]) == 5
+    assert polr["summary"]["fail"] == 8
+    assert polr["results"][-1]["rule"] == "truncated" and polr["results"][-1]["message"].startswith("4 more results")
+    [version] = [v for v in yaml.safe_load(CRD.read_text())["spec"]["versions"] if v["name"] == "v1alpha2"]
+    jsonschema.validate(polr, version["schema"]["openAPIV3Schema"])
+
+
 def test_audited_kinds_come_from_the_pods_registry_and_the_policies(tmp_path: Path) -> None:
     kinds = [(w.group, w.kind) for w in audit.audited_kinds()]
     assert kinds[0] == ("", "Pod")

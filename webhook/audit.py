@@ -557,6 +557,9 @@ def render_table(report: Mapping[str, Any]) -> str:
 
 REPORT_NAME = "gpugate-audit"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpugate-audit"}
+#: Results kept per report: etcd refuses objects over 1.5 MiB (its --max-request-bytes default), and a result is
+#: up to about 1 KB. The summary still counts every result.
+MAX_RESULTS = 1000
 _SEVERITY = {"refused": "high", "warned": "medium", "changed": "medium", "error": "high"}
 _RESULT = {"refused": "fail", "warned": "warn", "changed": "fail", "error": "error"}
 
@@ -589,6 +592,13 @@ def policy_reports(report: Mapping[str, Any], *, now: datetime.datetime) -> list
     for namespace, tally in report["namespaces"].items():
         results = by_namespace.get(namespace, [])
         summary = Counter(r["result"] for r in results)
+        if len(results) > MAX_RESULTS:
+            left_out = len(results) - MAX_RESULTS + 1
+            results = [*results[:MAX_RESULTS - 1], {
+                "source": "gpugate", "policy": "gpugate-audit", "rule": "truncated", "result": "skip",
+                "timestamp": stamp,
+                "message": f"{left_out} more results left out (the summary counts them): "
+                           f"run gpugate audit -n {namespace} for all of them"}]
         out.append({
             "apiVersion": "wgpolicyk8s.io/v1alpha2",
             "kind": "PolicyReport",
