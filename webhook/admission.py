@@ -266,11 +266,13 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
 
 
 def _where(subject: _Subject) -> str:
-    """How a warning names a pod template: the object, and the template when it has several."""
+    """How a warning names a pod template: the object, and which template when its kind has several."""
     shape = subject.shape
-    base = shape.describe()
-    path = shape.meta_path.removesuffix(".metadata")
-    return base if path in ("", "template", "spec.template", "spec.jobTemplate.spec.template") else f"{base} {path}"
+    template = shape.meta_path.removesuffix("metadata").removesuffix(".")
+    if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
+        return shape.describe()
+    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    return f"{shape.describe()} {short}"
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:

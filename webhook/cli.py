@@ -55,7 +55,11 @@ def _check(args: argparse.Namespace) -> int:
     for result in results:
         decision = result.decision
         policy = f' (policy "{decision.policy}")' if decision.policy else ""
-        if result.allowed:
+        if result.skipped:
+            print(f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+                  "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+                  file=sys.stderr)
+        elif result.allowed:
             print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
         else:
             print(f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",

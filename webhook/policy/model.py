@@ -30,6 +30,10 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RE
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
 #: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
 DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+#: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into
+#: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
+#: init containers.
+KAI_SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 
 #: The pod label through which a pod names its GPU model class.
 MODEL_LABEL = "gpugate.io/model"
@@ -178,6 +182,9 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
+    #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
+    annotation_device: str | None = "nvidia"
 
 
 @dataclass(frozen=True)
