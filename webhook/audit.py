@@ -43,6 +43,7 @@ IN_PLACE_FIELDS = frozenset({"labels", "annotations", "tolerations"})
 #: Pods in these phases hold no GPU any more; they are counted, not evaluated.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 VERDICTS = ("refused", "warned", "changed", "fine")
+_BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
 
 
 def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
@@ -364,7 +365,8 @@ class Audit:
         if key not in self.kinds:
             return
         is_pod = key == ("", "Pod")
-        self.counts[f"listed:{key[1]}"] += 1
+        # Volcano's Job is not batch's Job: name a CRD kind with its group, as kubectl does (jobs.batch.volcano.sh)
+        self.counts[f"listed:{key[1] if key[0] in _BUILTIN_GROUPS else f'{key[1]}.{key[0]}'}"] += 1
         if not is_pod and (owner := controller_of(obj)) and owner in self.kinds:
             self.counts["skipped:owned"] += 1
             return

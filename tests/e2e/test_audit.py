@@ -239,40 +239,41 @@ def test_compare_to_names_exactly_what_a_tighter_limit_refuses(cp: ControlPlane,
 # ---- workload CRDs ----------------------------------------------------------------------------
 
 
-RAYCLUSTER_CRD = {  # enough of KubeRay's CRD for the apiserver to store RayClusters: names and an open schema
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "rayclusters.ray.io"},
-    "spec": {"group": "ray.io", "scope": "Namespaced",
-             "names": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters",
-                       "singular": "raycluster"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
-}
+WORKLOAD_CRDS = REPO / "tests" / "fixtures" / "crds" / "workload-crds.yaml"
 
 
-def test_a_workload_crd_is_audited_once_the_cluster_serves_it(cp: ControlPlane,
-                                                              policy_dirs: tuple[Path, Path]) -> None:
+def test_workload_crds_are_audited_once_the_cluster_serves_them(cp: ControlPlane,
+                                                                policy_dirs: tuple[Path, Path]) -> None:
     ns = cp.create_namespace("audit-crd", labels=TEAM)
     args = ("--policies", str(policy_dirs[0]), "-n", ns, "-o", "json")
     unserved = audit(cp, *args)
-    assert unserved.returncode == 0, unserved.stderr  # no RayCluster CRD: skipped without a word
-    assert "RayCluster" not in json.loads(unserved.stdout)["totals"]["listed"]
+    assert unserved.returncode == 0, unserved.stderr  # no workload CRDs: skipped without a word
+    assert json.loads(unserved.stdout)["totals"]["listed"] == {}
 
-    cp.kubectl("apply", "-f", "-", stdin=RAYCLUSTER_CRD)
-    cp.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s")
-    worker = pod("w", ns, container("ray-worker", gpus="3"), container("sidecar", gpus="3"),
-                 container("extra", gpus="3"))
+    crds = [d for d in yaml.safe_load_all(WORKLOAD_CRDS.read_text()) if d]
+    cp.kubectl("apply", "-f", "-", stdin=crds)
+    for crd in crds:
+        cp.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+    nine = pod("w", ns, container("ray-worker", gpus="3"), container("sidecar", gpus="3"),
+               container("extra", gpus="3"))["spec"]
+    one = gpu_pod("x", ns)["spec"]
     ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "train", "namespace": ns},
            "spec": {"headGroupSpec": {"template": {"spec": {"containers": [container("head")]}}},
-                    "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": worker["spec"]}}]}}
-    cp.kubectl("create", "-f", "-", stdin=ray)
+                    "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": nine}}]}}
+    volcano = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "vc", "namespace": ns},
+               "spec": {"tasks": [{"name": "t", "replicas": 1, "template": {"spec": one}}]}}
+    batch = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bj", "namespace": ns},
+             "spec": {"template": {"spec": {**nine, "restartPolicy": "Never"}}}}
+    cp.kubectl("create", "-f", "-", stdin=[ray, volcano, batch])
     served = audit(cp, *args)
     assert served.returncode == 1, served.stderr
     report = json.loads(served.stdout)
-    assert report["totals"]["listed"]["RayCluster"] == 1
-    [found] = report["findings"]
-    assert (found["kind"], found["name"], found["verdict"]) == ("RayCluster", "train", "refused")
-    assert any("8 per pod" in v["message"] and "workerGroupSpecs[0]" in v["path"] for v in found["violations"])
+    assert report["totals"]["listed"] == {"Job": 1, "Job.batch.volcano.sh": 1, "RayCluster.ray.io": 1}
+    assert by_name(report) == {"train": "refused", "bj": "refused"}  # the Volcano Job asks for one GPU: fine
+    [ray_finding] = [f for f in report["findings"] if f["name"] == "train"]
+    assert any("8 per pod" in v["message"] and "workerGroupSpecs[0]" in v["path"] for v in ray_finding["violations"])
+    assert "spec.workerGroupSpecs[0].template: runtimeClassName: nvidia" in [
+        c["change"] for c in ray_finding["podsWillGet"]]
 
 
 # ---- installed policies, RBAC, PolicyReports -----------------------------------------------------
