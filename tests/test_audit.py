@@ -256,7 +256,8 @@ def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
     after_spec = {"tolerations": [GPU_TAINT], "affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A", "B"]}]}]}}}}
-    changes = audit.pod_changes({}, before_spec, {"annotations": {"gpugate.io/policy": "p", "x": "y"}}, after_spec)
+    changes = audit.pod_changes({"spec": before_spec},
+                                {"metadata": {"annotations": {"gpugate.io/policy": "p", "x": "y"}}, "spec": after_spec})
     assert [c.text for c in changes] == [
         "toleration nvidia.com/gpu Exists:NoSchedule", "toleration a=b removed",
         "required node affinity nvidia.com/gpu.product In [A, B]", "annotation x=y"]

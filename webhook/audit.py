@@ -120,10 +120,11 @@ def _fmt_requirement(r: Mapping[str, Any]) -> str:
         f"{r.get('key')} {r.get('operator')}"
 
 
-def pod_changes(before_meta: Mapping[str, Any], before_spec: Mapping[str, Any],
-                after_meta: Mapping[str, Any], after_spec: Mapping[str, Any]) -> list[PodChange]:
+def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[PodChange]:
     """What /mutate's patch does to a pod, in words: the patched pod compared with the stored one field by field
     (the patch itself may add a whole map or list at once, so its operations alone do not read well)."""
+    before_meta, before_spec = before.get("metadata") or {}, before.get("spec") or {}
+    after_meta, after_spec = after.get("metadata") or {}, after.get("spec") or {}
     out: list[PodChange] = []
     if before_spec.get("runtimeClassName") != after_spec.get("runtimeClassName"):
         out.append(PodChange("runtimeClassName", f"runtimeClassName: {after_spec.get('runtimeClassName')}"))
@@ -199,7 +200,7 @@ def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment,
     mutation, _, mutated = _decide(pod, env, uid=uid)
     if not mutation.allowed or not mutation.patch:
         return []
-    changes = pod_changes(pod["metadata"], pod["spec"], mutated["metadata"], mutated["spec"])
+    changes = pod_changes(pod, mutated)
     return [PodChange(c.field, f"{prefix}{c.text}", c.action, c.key, c.value) for c in changes] if prefix \
         else changes
 
@@ -221,8 +222,7 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
             prefix = f"{shape.spec_path.removesuffix('.spec')}: " if len(shapes) > 1 else ""
             changes += _template_changes(obj, shape, env, uid=uid, prefix=prefix)
     else:
-        changes = pod_changes(obj.get("metadata") or {}, obj.get("spec") or {},
-                              mutated.get("metadata") or {}, mutated.get("spec") or {})
+        changes = pod_changes(obj, mutated)
     if not final.allowed:
         verdict = "refused"
     elif violations:

@@ -120,8 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     excluded = set(args.exclude_namespace if args.exclude_namespace is not None else DEFAULT_EXCLUDED)
     excluded.discard(args.namespace)  # a namespace asked for by name is audited
     run = audit.Audit(policies, namespace_labels=labels, compare_to=proposed, team_label=args.team_label)
-    served = kube.served_kinds(client, [(w.group, w.kind, w.plural, w.versions)
-                                        for w in audit.audited_kinds(policies, proposed)])
+    served = kube.served_kinds(client, wanted=[(w.group, w.kind, w.plural, w.versions)
+                                               for w in audit.audited_kinds(policies, proposed)])
     if ("", "Pod") not in served:  # discovery that finds no pods is a broken answer, not an empty cluster
         raise kube.ClusterError("API discovery (GET /api/v1) lists no pods resource: is this a Kubernetes apiserver?")
     listed = 0

@@ -1,4 +1,5 @@
-"""Keeps an in-memory copy of every namespace's labels, fed by a Kubernetes list+watch, for admission."""
+"""Everything that talks to the Kubernetes API: the namespace-label cache admission reads (list+watch), and the
+paged reads (and PolicyReport writes) of `gpugate audit`."""
 
 from __future__ import annotations
 
@@ -417,7 +418,7 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     return _read_json(response)
 
 
-def served_kinds(client: Any, wanted: Iterable[tuple[str, str, str, Sequence[str]]]
+def served_kinds(client: Any, *, wanted: Iterable[tuple[str, str, str, Sequence[str]]]
                  ) -> dict[tuple[str, str], tuple[str, str]]:
     """(group, kind) -> (version, plural) for each wanted (group, kind, plural, versions) the cluster serves,
     through discovery: the first of `versions` the group serves, else its preferred version. Kinds it does not
@@ -555,7 +556,7 @@ def replace_policy_reports(client: Any, reports: Iterable[Mapping[str, Any]], *,
                            namespace: str | None = None) -> tuple[int, int]:
     """Create or replace each report, then delete our reports (by `label_selector`) in namespaces this run
     did not report on (within `namespace` when given). Returns (written, deleted)."""
-    if not served_kinds(client, [(REPORT_GROUP, "PolicyReport", REPORT_PLURAL, [REPORT_VERSION])]).get(
+    if not served_kinds(client, wanted=[(REPORT_GROUP, "PolicyReport", REPORT_PLURAL, [REPORT_VERSION])]).get(
             (REPORT_GROUP, "PolicyReport")) == (REPORT_VERSION, REPORT_PLURAL):
         raise ClusterError("the cluster serves no wgpolicyk8s.io PolicyReport: install its CRD "
                            "(Kyverno and Policy Reporter ship it; see docs/audit.md)")
