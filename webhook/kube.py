@@ -378,6 +378,14 @@ class ClusterError(Exception):
     """The cluster cannot be reached or refused a request; the message says which request and why."""
 
 
+class _ContinueExpired(ClusterError):
+    """HTTP 410 on a `continue` token: the snapshot the list started from has been compacted away."""
+
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 _TIMEOUT = (5.0, 120.0)  # (connect, read) seconds for one request; a page of 500 pods is a few MB
 
 
@@ -411,6 +419,11 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
         with contextlib.suppress(Exception):  # a Status body says more than the reason phrase
             detail = json.loads(exc.body or "{}").get("message") or detail
         hint = " (grant the gpugate-auditor roles in deploy/audit; see docs/audit.md)" if exc.status == 403 else ""
+        if exc.status == 410 and "_continue" in kwargs:
+            token = ""
+            with contextlib.suppress(Exception):
+                token = str((json.loads(exc.body or "{}").get("metadata") or {}).get("continue") or "")
+            raise _ContinueExpired(f"{what}: HTTP 410: {detail}", token) from exc
         raise ClusterError(f"{what}: HTTP {exc.status}: {detail}{hint}") from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
@@ -472,16 +485,17 @@ def list_objects(client: Any, *, group: str, version: str, plural: str, kind: st
         if token:
             kwargs["_continue"] = token
         what = f"list {path}"
-        if group:
-            if namespace:
-                body = _call(what, custom.list_namespaced_custom_object, group, version, namespace, plural, **kwargs)
-            else:
-                body = _call(what, custom.list_cluster_custom_object, group, version, plural, **kwargs)
-        else:
-            method = {("pods", True): core.list_namespaced_pod, ("pods", False): core.list_pod_for_all_namespaces,
-                      ("podtemplates", True): core.list_namespaced_pod_template,
-                      ("podtemplates", False): core.list_pod_template_for_all_namespaces}[(plural, bool(namespace))]
-            body = _call(what, method, *([namespace] if namespace else []), **kwargs)
+        try:
+            body = _page(what, core, custom, group=group, version=version, plural=plural, namespace=namespace,
+                         **kwargs)
+        except _ContinueExpired as expired:
+            if not expired.token:
+                raise
+            # The apiserver hands out a token that continues from the next key in its current state: the
+            # rest of the list is then from a newer snapshot (KEP-365; the `continue` field's API doc).
+            log.warning("%s: continue token expired; the rest of the list is from a newer snapshot", what)
+            token = expired.token
+            continue
         if body is None:
             return
         for item in body.get("items") or []:
@@ -492,6 +506,19 @@ def list_objects(client: Any, *, group: str, version: str, plural: str, kind: st
         token = (body.get("metadata") or {}).get("continue")
         if not token:
             return
+
+
+def _page(what: str, core: Any, custom: Any, *, group: str, version: str, plural: str, namespace: str | None,
+          **kwargs: Any) -> Any:
+    """One page of a list, through the generated client method for the resource."""
+    if group:
+        if namespace:
+            return _call(what, custom.list_namespaced_custom_object, group, version, namespace, plural, **kwargs)
+        return _call(what, custom.list_cluster_custom_object, group, version, plural, **kwargs)
+    method = {("pods", True): core.list_namespaced_pod, ("pods", False): core.list_pod_for_all_namespaces,
+              ("podtemplates", True): core.list_namespaced_pod_template,
+              ("podtemplates", False): core.list_pod_template_for_all_namespaces}[(plural, bool(namespace))]
+    return _call(what, method, *([namespace] if namespace else []), **kwargs)
 
 
 def namespace_labels(client: Any) -> dict[str, dict[str, str]]:
