@@ -205,7 +205,9 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
         return _labels_unavailable(err)
     if not subjects or not isinstance(obj, Mapping):
         return allowed()
-    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True)]
+    # What the apiserver would refuse anyway is refused here, where it is seen first (its own checks run
+    # only after mutating webhooks); everything else is the validating call's to judge.
+    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True) if v.builtin]
     if builtin:
         return _verdict(subjects, builtin, warnings=[])
     policy = subjects[0].policy.name

@@ -12,6 +12,7 @@ import yaml
 
 from .check import ManifestError, check_objects, objects_of
 from .policy.loader import PolicyError, load_policies
+from .policy.schema import policy_schema
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -79,6 +80,11 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
 
 
+def _policy_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(policy_schema(), indent=2))
+    return 0
+
+
 def _policy_validate(args: argparse.Namespace) -> int:
     try:
         policies = load_policies(args.directory)
@@ -122,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
     validate.add_argument("directory")
     validate.set_defaults(run=_policy_validate)
+    schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files (for editors)")
+    schema.set_defaults(run=_policy_schema)
 
     cert = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
     certs.add_arguments(cert)

@@ -114,6 +114,20 @@ def _matches_any(resource: str, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(resource, glob) for glob in globs)
 
 
+_CACHE_LIMIT = 512  # resource names come from tenants: remember only so many answers per policy
+
+
+def _remember(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
+    """A policy's answer for ``key``, computed once while the cache is small (the decision's hot path
+    matches resource names against globs for every container of every request)."""
+    if key in cache:
+        return cache[key]
+    value = compute()
+    if len(cache) < _CACHE_LIMIT:
+        cache[key] = value
+    return value
+
+
 @dataclass(frozen=True)
 class Device:
     """A vendor's device profile: which resources are its GPUs, and what a pod that requests them needs."""
@@ -131,12 +145,15 @@ class Device:
     model_aliases: tuple[str, ...] = ()
     #: Scheduler annotations that choose the hardware (HAMi ``nvidia.com/use-gputype``).
     choice_annotations: tuple[str, ...] = ()
+    _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self, resource: str) -> bool:
-        return _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)
+        return bool(_remember(self._cache, ("counts", resource), lambda: _matches_any(
+            resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)))
 
     def owns(self, resource: str) -> bool:
-        return _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources)
+        return bool(_remember(self._cache, ("owns", resource), lambda: _matches_any(
+            resource, self.resources) or _matches_any(resource, self.auxiliary_resources)))
 
 
 @dataclass(frozen=True)
@@ -150,9 +167,11 @@ class ModelClass:
     resources: tuple[str, ...]
     #: Alias label or annotation key -> values that mean this class (``cloud.google.com/gke-accelerator``).
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def offers(self, resources: Iterable[str]) -> bool:
-        return all(_matches_any(r, self.resources) for r in resources)
+        wanted = tuple(resources)
+        return bool(_remember(self._cache, wanted, lambda: all(_matches_any(r, self.resources) for r in wanted)))
 
 
 @dataclass(frozen=True)
@@ -218,16 +237,17 @@ class Policy:
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def counts_as_gpu(self, resource: str) -> bool:
-        return any(d.counts(resource) for d in self.devices.values())
+        return bool(_remember(self._cache, ("counts", resource),
+                              lambda: any(d.counts(resource) for d in self.devices.values())))
 
     def device_of(self, resource: str) -> Device | None:
         """The device whose GPU or auxiliary resource this is (the first, in policy order)."""
-        for device in self.devices.values():
-            if device.owns(resource):
-                return device
-        return None
+        found: Device | None = _remember(self._cache, ("device", resource), lambda: next(
+            (d for d in self.devices.values() if d.owns(resource)), None))
+        return found
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

@@ -148,8 +148,9 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                 else f"names no GPU model class, and several offer {wanted}")
         offers = "; ".join(f"{c.name}: {', '.join(c.resources)}" for c in models.classes.values()
                            if c.device == device.name)
-        fix = (f"request what a class offers ({offers})" if not able
-               else f"label the pod {MODEL_LABEL} with one of: {_names(able)}")
+        fix = (f"label the pod {MODEL_LABEL} with one of: {_names(able)}" if able
+               else f"request what a class offers ({offers})" if offers
+               else f"run it where a policy has {device.name} GPU classes (this one has {', '.join(models.classes)})")
         return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
     return Choice(default, violations=_outside_class(pod, ctx, default, device))
 
