@@ -36,7 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude-namespace", action="append", metavar="NS",
                         help="skip this namespace (repeatable; default: " + ", ".join(DEFAULT_EXCLUDED) +
                              ", which gpugate's webhooks exclude)")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "none"), default="table",
+                        help="table (default), json or yaml on stdout; none prints nothing (with --report)")
+    parser.add_argument("--exit-zero", action="store_true",
+                        help="exit 0 when something is found (a scheduled run whose reports say what); bad input "
+                             "and cluster errors still exit 2")
     parser.add_argument("--report", choices=("policyreports",),
                         help="also write the results as wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace")
     parser.add_argument("--gpugate-namespace", default="gpugate", help="where gpugate is installed")
@@ -139,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump makes one per token
     elif args.output == "yaml":
         yaml.safe_dump(report, sys.stdout, sort_keys=False)
-    else:
+    elif args.output == "table":
         sys.stdout.write(audit.render_table(report))
     if args.report == "policyreports":
         reports = audit.policy_reports(report, now=datetime.datetime.now(datetime.UTC))
@@ -148,4 +152,4 @@ def _run(args: argparse.Namespace) -> int:
                                                        namespace=args.namespace)
         print(f"gpugate audit: wrote {written} PolicyReports ({audit.REPORT_NAME}), deleted {deleted} stale ones",
               file=sys.stderr)
-    return EXIT_FOUND if run.found else EXIT_CLEAN
+    return EXIT_FOUND if run.found and not args.exit_zero else EXIT_CLEAN

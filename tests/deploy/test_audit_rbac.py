@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from webhook import audit
+from webhook import audit, cli
 
 from .test_manifests import DEPLOY, find, render
 
@@ -68,3 +68,28 @@ def test_the_reporter_writes_policyreports_and_nothing_else(reporter: list[dict[
                               "verbs": ["get", "list", "create", "update", "delete"]}]
     binding = find(reporter, "ClusterRoleBinding", "gpugate-audit-reporter")
     assert binding["roleRef"]["name"] == "gpugate-audit-reporter"
+
+
+@pytest.fixture(scope="module")
+def cronjob() -> list[dict[str, Any]]:
+    return render(DEPLOY / "audit-cronjob")
+
+
+def test_the_cronjob_runs_the_audit_as_its_own_service_account(cronjob: list[dict[str, Any]]) -> None:
+    version = kubernetes_validate.latest_version()
+    for obj in cronjob:
+        kubernetes_validate.validate(obj, version, strict=True)
+    account = {"kind": "ServiceAccount", "name": "gpugate-audit", "namespace": "gpugate"}
+    for kind, name in (("ClusterRoleBinding", "gpugate-auditor"), ("RoleBinding", "gpugate-auditor"),
+                       ("ClusterRoleBinding", "gpugate-audit-reporter")):
+        assert account in find(cronjob, kind, name)["subjects"], (kind, name)
+    job = find(cronjob, "CronJob", "gpugate-audit")
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpugate-audit" and pod["automountServiceAccountToken"] is True
+    [container] = pod["containers"]
+    assert container["image"] == "gpugate:0.1.0"
+    assert container["args"] == ["audit", "--report", "policyreports", "--exit-zero", "-o", "none"]
+    parsed = cli.parser().parse_args(container["args"])
+    assert parsed.report == "policyreports" and parsed.exit_zero and parsed.output == "none"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
