@@ -1,6 +1,7 @@
 """`gpugate audit` against a real apiserver on which gpugate was never registered: pods and workloads of
 several shapes, stored as the apiserver accepts them, are found (exit 1); `--compare-to` names exactly the
-objects a tighter limit refuses; the shipped RBAC is enough, and PolicyReports go through the real CRD;
+objects a tighter limit refuses; workload CRDs are read once served; the shipped RBAC (and the CronJob's
+ServiceAccount) is enough, and PolicyReports go through the real CRD;
 10,000 pods created straight through the API are audited, with the time and the peak RSS printed.
 
 This module runs its own control plane: nothing here may pass through a registered gpugate, and the
@@ -352,6 +353,37 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
     assert left == ["policyreport.wgpolicyk8s.io/someone-else"]
 
 
+def test_the_cronjobs_service_account_can_run_the_report(cp: ControlPlane, shapes: str, tmp_path: Path) -> None:
+    """deploy/audit-cronjob: admitted by the restricted PodSecurity profile of gpugate's namespace without a
+    warning, and its ServiceAccount's token runs exactly the CronJob's command (no kubelet here to run it)."""
+    _install_gpugate_without_webhooks(cp)
+    cp.kubectl("apply", "--server-side", "-f", str(CRD))
+    cp.kubectl("wait", "--for=condition=Established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
+    cp.kubectl("apply", "-k", str(REPO / "deploy" / "audit-cronjob"))
+    rendered = [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(REPO / "deploy" / "audit-cronjob")).stdout)
+                if d]
+    [job] = [d for d in rendered if d["kind"] == "CronJob"]
+    template = job["spec"]["jobTemplate"]["spec"]["template"]
+    # PodSecurity enforces on pods, not on CronJobs: dry-run the pod the Job would create.
+    as_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "audit-probe", "namespace": "gpugate"},
+              "spec": template["spec"]}
+    probe = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=as_pod, check=False)
+    assert probe.ok and "PodSecurity" not in probe.stderr, str(probe)
+    args = template["spec"]["containers"][0]["args"]
+    token = cp.kubectl("create", "token", "gpugate-audit", "-n", "gpugate").stdout.strip()
+    config = yaml.safe_load(cp.kubeconfig.read_text())
+    config["users"][0]["user"] = {"token": token}
+    kubeconfig = tmp_path / "cronjob.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    done = subprocess.run([str(gpugate_executable()), *args, "--kubeconfig", str(kubeconfig)], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr  # --exit-zero: findings are in the reports
+    assert done.stdout == ""  # -o none
+    assert "wrote" in done.stderr and "PolicyReports" in done.stderr
+    ours = cp.kubectl("get", "policyreports.v1alpha2.wgpolicyk8s.io", "-n", shapes, "-o", "json").json()["items"]
+    assert [r["metadata"]["name"] for r in ours] == ["gpugate-audit"] and ours[0]["summary"]["fail"] > 0
+
+
 # ---- 10,000 pods -------------------------------------------------------------------------------
 
 PODS = int(os.environ.get("GPUGATE_AUDIT_PODS", "10000"))
@@ -464,33 +496,3 @@ def test_ten_thousand_pods(cp: ControlPlane, policy_dirs: tuple[Path, Path], cap
     assert len(moved) == bare
     assert all(d["name"].startswith("bare-") and d["verdict"] == {"from": "changed", "to": "refused"} for d in moved)
 
-
-def test_the_cronjobs_service_account_can_run_the_report(cp: ControlPlane, shapes: str, tmp_path: Path) -> None:
-    """deploy/audit-cronjob: admitted by the restricted PodSecurity profile of gpugate's namespace without a
-    warning, and its ServiceAccount's token runs exactly the CronJob's command (no kubelet here to run it)."""
-    _install_gpugate_without_webhooks(cp)
-    cp.kubectl("apply", "--server-side", "-f", str(CRD))
-    cp.kubectl("wait", "--for=condition=Established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
-    cp.kubectl("apply", "-k", str(REPO / "deploy" / "audit-cronjob"))
-    rendered = [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(REPO / "deploy" / "audit-cronjob")).stdout)
-                if d]
-    [job] = [d for d in rendered if d["kind"] == "CronJob"]
-    template = job["spec"]["jobTemplate"]["spec"]["template"]
-    # PodSecurity enforces on pods, not on CronJobs: dry-run the pod the Job would create.
-    as_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "audit-probe", "namespace": "gpugate"},
-              "spec": template["spec"]}
-    probe = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=as_pod, check=False)
-    assert probe.ok and "PodSecurity" not in probe.stderr, str(probe)
-    args = template["spec"]["containers"][0]["args"]
-    token = cp.kubectl("create", "token", "gpugate-audit", "-n", "gpugate").stdout.strip()
-    config = yaml.safe_load(cp.kubeconfig.read_text())
-    config["users"][0]["user"] = {"token": token}
-    kubeconfig = tmp_path / "cronjob.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(config))
-    done = subprocess.run([str(gpugate_executable()), *args, "--kubeconfig", str(kubeconfig)], capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr  # --exit-zero: findings are in the reports
-    assert done.stdout == ""  # -o none
-    assert "wrote" in done.stderr and "PolicyReports" in done.stderr
-    ours = cp.kubectl("get", "policyreports.v1alpha2.wgpolicyk8s.io", "-n", shapes, "-o", "json").json()["items"]
-    assert [r["metadata"]["name"] for r in ours] == ["gpugate-audit"] and ours[0]["summary"]["fail"] > 0
