@@ -19,6 +19,7 @@ from .cluster import (
     ControlPlane,
     GPUGate,
     Stack,
+    eventually,
     find_binaries,
     point_at,
     register,
@@ -163,6 +164,20 @@ def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         deploy = render_deploy(cp, "workload-crds")
         registered = point_at(deploy, gate)
         register(cp, registered)
+        # register() waits for the pod webhooks; the workload ones arrive in the same configuration
+        # objects, but make sure: a RayCluster with half a GPU must meet gpugate before any test runs.
+        ns = cp.create_namespace("e2e-registration-crds")
+        half = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "probe", "namespace": ns},
+                "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [
+                    {"name": "w", "image": "rayproject/ray:2.41.0-gpu",
+                     "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}}]}}
+
+        def checked() -> bool:
+            dry = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=half, check=False)
+            return 'admission webhook "mutate-workloads.gpugate.io"' in dry.stderr
+
+        if not eventually(checked, timeout=60):
+            raise RuntimeError("the workload-crds webhooks did not take effect within 60s")
         yield Stack(cp, gate, deploy, registered, policy_dir)
     finally:
         if gate is not None:
