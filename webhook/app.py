@@ -18,9 +18,15 @@ from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")
 
-# controller-runtime's webhook server caps bodies at 7 MiB: the apiserver's request limit is 3 MiB, and an
-# AdmissionReview carries the object twice on UPDATE plus overhead.
+# kube-apiserver refuses request bodies over 3 MiB (MaxRequestBodyBytes, k8s.io/apiserver pkg/server/config.go),
+# and an AdmissionReview carries the object at most twice (UPDATE) plus the request's own fields. So
+# controller-runtime (pkg/webhook/admission/http.go, maxRequestSize) reads at most 7 MiB and answers anything
+# larger with 413 "request entity is too large; limit is 7340032 bytes". gpugate does the same.
 MAX_BODY = 7 * 1024 * 1024
+# An oversized body is read and dropped, up to this much, before the 413 is sent: a client that is still
+# sending when the server closes gets a TCP reset (an SSLEOFError) instead of the answer. Beyond this the
+# connection is closed after the 413 -- reading gigabytes to be polite would be the attack.
+DRAIN_LIMIT = 4 * MAX_BODY
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
@@ -60,6 +66,10 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
         started = time.perf_counter()
         try:
             review = parse_review(request.get_data())
+        except RecursionError:
+            # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
+            metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
+            return _status(400, f"gpugate {endpoint}: request body is nested too deeply to be an AdmissionReview")
         except ReviewError as err:
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
             return _status(400, f"gpugate {endpoint}: {err}")
@@ -71,6 +81,9 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
         kind = req["kind"]["kind"]
         try:
             decision = decide(req, environment())
+        except RecursionError:  # parsed, but too deep to copy or diff: not an object any apiserver sends
+            decision = errored(f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
+                               code=400, reason="BadRequest")
         except Exception:  # a bug in a rule must never become a 500 page to the apiserver
             log.exception("gpugate failed on %s %s uid=%s", req.get("operation"), kind, req["uid"])
             decision = errored(f"gpugate failed to evaluate this {kind} (uid {req['uid']}); "
@@ -120,10 +133,30 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     def http_error(err: HTTPException) -> Response:
         code = err.code or 500
         if code == 413:
-            return _status(413, f"request body larger than {MAX_BODY} bytes")
+            answer = _status(413, f"request entity is too large; limit is {MAX_BODY} bytes "
+                                  "(kube-apiserver never sends an AdmissionReview this large)")
+            if not _drain(request.environ.get("wsgi.input"), limit=DRAIN_LIMIT):
+                answer.headers["Connection"] = "close"
+            return answer
         return _status(code, f"{err.name}: {request.method} {request.path}")
 
     return app
+
+
+def _drain(stream: Any, *, limit: int) -> bool:
+    """Read and drop the rest of a request body, at most ``limit`` bytes; True when it was all read."""
+    if stream is None:
+        return True
+    read = 0
+    try:
+        while read <= limit:
+            chunk = stream.read(64 * 1024)
+            if not chunk:
+                return True
+            read += len(chunk)
+    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.tls)
+        pass
+    return False
 
 
 def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
