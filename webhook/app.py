@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,6 +14,8 @@ from werkzeug.exceptions import HTTPException
 
 from . import metrics
 from .admission import Decision, Environment, errored, mutate, validate
+from .pods import TEMPLATE_PATHS
+from .policy.model import PolicySet
 from .policy.store import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 
@@ -27,6 +30,10 @@ MAX_BODY = 7 * 1024 * 1024
 # sending when the server closes gets a TCP reset (an SSLEOFError) instead of the answer. Beyond this the
 # connection is closed after the 413 -- reading gigabytes to be polite would be the attack.
 DRAIN_LIMIT = 4 * MAX_BODY
+# Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
+# gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
+REFRESH_INTERVAL = 1.0
+KNOWN_KINDS = frozenset(kind for _, kind in TEMPLATE_PATHS)
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
@@ -49,18 +56,31 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     labels_of: NamespaceLabels = namespace_labels or (lambda _name: {})
-    seen_reload_errors = [policies.reload_errors]
-    metrics.POLICY_GENERATION.set(policies.generation)
-    metrics.POLICY_VALID.set(1)
+    counted: set[str] = set()
 
-    def environment() -> Environment:
+    def refresh() -> PolicySet:
+        """The policies in force; this worker's gauges brought up to date on the way."""
         current = policies.current()
         metrics.POLICY_GENERATION.set(policies.generation)
-        if policies.reload_errors != seen_reload_errors[0]:
-            metrics.POLICY_RELOAD_ERRORS.inc(policies.reload_errors - seen_reload_errors[0])
-            seen_reload_errors[0] = policies.reload_errors
+        error_id = policies.last_error_id
+        if error_id is not None and error_id not in counted:
+            counted.add(error_id)
+            if metrics.claim(f"policy-{error_id}"):  # every worker sees the edit; one counts it
+                metrics.POLICY_RELOAD_ERRORS.inc()
         metrics.POLICY_VALID.set(0 if policies.last_error else 1)
-        return Environment(policies=current, namespace_labels=labels_of)
+        if namespace_cache is not None:
+            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
+            stats = dict(namespace_cache.stats())
+            metrics.NAMESPACE_CACHE_SIZE.set(stats.pop("namespaces", 0))
+            for event, value in stats.items():
+                metrics.NAMESPACE_CACHE.labels(event).set(value)
+        return current
+
+    refresh()
+    app.extensions["gpugate.refresh"] = refresh
+
+    def environment() -> Environment:
+        return Environment(policies=refresh(), namespace_labels=labels_of)
 
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
@@ -107,25 +127,22 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = []
+        problems = []  # what makes this replica unable to serve: the certificate first
         if tls_ready is not None and not tls_ready():
-            problems.append("serving certificate not loaded")
-        policies.current()
+            problems.append("the serving certificate is outside its validity period or not loaded")
+        refresh()
+        notes = []  # what a person should know, but leaves the replica ready
         if policies.last_error:
-            # Still ready: the last good policies are in force. Said here so a person can see it.
-            return Response(f"ok (policy edit ignored: {policies.last_error.splitlines()[0]})\n",
-                            mimetype="text/plain")
+            # The last good policies are in force, so this alone does not take the replica out of the Service.
+            error = " ".join(line.strip() for line in policies.last_error.splitlines())
+            notes.append(f"policy edit ignored, the last good policies stay in force: {error[:500]}")
         if problems:
-            return Response("not ready: " + "; ".join(problems) + "\n", status=503, mimetype="text/plain")
-        return Response("ok\n", mimetype="text/plain")
+            return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
+        return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
-        environment()
-        if namespace_cache is not None:
-            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
-            for event, value in namespace_cache.stats().items():
-                metrics.NAMESPACE_CACHE.labels(event).set(value)
+        refresh()
         body, content_type = metrics.render()
         return Response(body, content_type=content_type)
 
@@ -161,7 +178,9 @@ def _drain(stream: Any, *, limit: int) -> bool:
 
 def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
     kind = req["kind"]["kind"]
-    metrics.REQUESTS.labels(endpoint, req.get("operation", ""), kind, decision.verdict).inc()
+    # A label value per kind any client cares to invent would grow the metrics without bound.
+    label = kind if kind in KNOWN_KINDS else "other"
+    metrics.REQUESTS.labels(endpoint, req.get("operation", ""), label, decision.verdict).inc()
     action = "denied" if not decision.allowed else ("warned" if decision.mode == "warn" else "audited")
     for violation in decision.violations:
         metrics.VIOLATIONS.labels(violation.rule, decision.policy, "denied" if violation.builtin else action).inc()
@@ -188,4 +207,21 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     else:
         log.warning("no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
                     "empty, so namespaceSelector policies do not match and attribution uses defaults")
-    return create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    _every(REFRESH_INTERVAL, app.extensions["gpugate.refresh"], name="gpugate-refresh")
+    return app
+
+
+def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
+    """Run ``action`` every ``interval`` seconds in a daemon thread of this worker, for its whole life."""
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                action()
+            except Exception:  # keep refreshing; a failure here must not silence the metrics for good
+                log.exception("%s failed", name)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread

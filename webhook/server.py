@@ -154,7 +154,7 @@ def prepare_metrics_dir() -> str | None:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
         for name in os.listdir(existing):
-            if name.endswith(".db"):
+            if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.metrics.claim
                 os.unlink(os.path.join(existing, name))
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")

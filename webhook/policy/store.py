@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -33,6 +34,9 @@ class PolicyStore:
         self.generation = 1
         self.reload_errors = 0
         self.last_error: str | None = None
+        #: Names the files behind ``last_error`` (a hash of their names, sizes, times and inodes): equal in
+        #: every process that read the same broken edit, so the edit can be counted once, not once per worker.
+        self.last_error_id: str | None = None
 
     def _stat(self) -> tuple[tuple[str, int, int, int], ...]:
         try:
@@ -68,6 +72,7 @@ class PolicyStore:
         except PolicyError as err:
             self.reload_errors += 1
             self.last_error = str(err)
+            self.last_error_id = hashlib.sha256(repr((str(self.directory), fingerprint)).encode()).hexdigest()[:16]
             log.error("policy reload failed; the last good policies (%s) stay in force\n%s",
                       self._policies.digest, err)
             return
@@ -76,4 +81,4 @@ class PolicyStore:
             self.generation += 1
             log.info("policies reloaded: generation %d, %d policies, digest %s",
                      self.generation, len(policies.policies), policies.digest)
-        self.last_error = None
+        self.last_error = self.last_error_id = None
