@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from . import metrics
 from .admission import Decision, Environment, errored, mutate, validate
@@ -85,7 +85,7 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
         try:
-            review = parse_review(request.get_data())
+            review = parse_review(_body())
         except RecursionError:
             # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
@@ -158,6 +158,22 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
         return _status(code, f"{err.name}: {request.method} {request.path}")
 
     return app
+
+
+def _body() -> bytes:
+    """The request body, at most MAX_BODY bytes (413 beyond), with or without a Content-Length."""
+    if request.content_length is not None:
+        return request.get_data()  # werkzeug refuses a Content-Length over MAX_CONTENT_LENGTH up front
+    # Chunked: read it ourselves, as werkzeug's bounded stream stops short of the limit on gunicorn's
+    # chunked reader and hands back a truncated body. kube-apiserver always sends a Content-Length.
+    stream = request.environ["wsgi.input"]
+    chunks, size = [], 0
+    while chunk := stream.read(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise RequestEntityTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _drain(stream: Any, *, limit: int) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
+from gunicorn.workers import gthread
 
 from webhook.tls import ReloadingCertificate, TLSConfigError, describe
 
@@ -36,6 +37,12 @@ GRACEFUL_TIMEOUT = 20
 LIMIT_REQUEST_LINE = 4094
 LIMIT_REQUEST_FIELDS = 32
 LIMIT_REQUEST_FIELD_SIZE = 8190
+
+# gunicorn's gthread worker waits in a pool thread for a new connection's first bytes
+# (DEFAULT_WORKER_DATA_TIMEOUT, 5 s in gunicorn/workers/gthread.py) before parking a silent connection
+# in its poller, so N connections that send nothing hold every thread for N / threads x 5 s.
+# kube-apiserver's ClientHello follows its TCP handshake at once.
+FIRST_BYTES_TIMEOUT = 0.5
 
 log = logging.getLogger("gpugate.server")
 
@@ -253,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     options = gunicorn_options(args, certificate=certificate, metrics_dir=metrics_dir)
     server = Server(options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig,
                     certificate=certificate)
+    if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read at call time; workers inherit it on fork
+        gthread.DEFAULT_WORKER_DATA_TIMEOUT = FIRST_BYTES_TIMEOUT
     try:
         server.run()
     except SystemExit as exit_:

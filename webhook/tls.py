@@ -27,14 +27,17 @@ CHECK_INTERVAL = 1.0
 _MISSING = ((-1, -1, -1, -1),)
 
 
-# A client gets this long, from the start of the handshake or of each request, to send all of it. gunicorn's
-# gthread worker reads a request in one of its few threads with blocking reads and no timeout, so a handful
-# of clients that send a header line every few seconds (slowloris) would hold every thread. kube-apiserver
-# sends a review at once and gives up on it after the webhook's timeoutSeconds (at most 30 s), so a request
-# still arriving after 10 s is one nobody waits for.
-REQUEST_READ_TIMEOUT = 10.0
-# The TLS handshake gets less: kube-apiserver's takes milliseconds, and until it is done nothing was asked.
+# gunicorn's gthread worker reads a request in one of its few threads, with blocking reads and no timeout
+# (it waits for a connection's first bytes in its poller, but not for the rest of the handshake or the
+# request), so a handful of clients that send a header line now and then (slowloris), or that finish the
+# TLS handshake and then say nothing, would hold every thread for good. Hence: a client gets
+# HANDSHAKE_TIMEOUT for the TLS handshake, REQUEST_READ_TIMEOUT for each request, and never more than
+# IDLE_TIMEOUT of silence within either. kube-apiserver sends a review in one go right after connecting
+# (or on a kept-alive connection, which waits in gunicorn's poller, not in a thread) and gives up on it
+# after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/).
 HANDSHAKE_TIMEOUT = 5.0
+REQUEST_READ_TIMEOUT = 10.0
+IDLE_TIMEOUT = 3.0
 
 
 class TLSConfigError(Exception):
@@ -107,7 +110,7 @@ class DeadlineSocket(ssl.SSLSocket):
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise self._too_slow("the request")
-        self.settimeout(left)
+        self.settimeout(min(left, IDLE_TIMEOUT))
 
     def _too_slow(self, what: str) -> ConnectionResetError:
         # ECONNRESET: gunicorn closes such a connection quietly instead of logging a traceback for each one.
