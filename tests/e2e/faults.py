@@ -264,7 +264,7 @@ def gpugate_metric(gate: GPUGate, name: str) -> float | None:
     return values[0] if values else None
 
 
-def start(workdir: Path, *, validate_failure_policy: str | None = None) -> Cluster:
+def start(workdir: Path, *, validate_failure_policy: str | None = None, backstop: bool = True) -> Cluster:
     cp = ControlPlane(find_binaries(), workdir / "cluster")
     cp.start()
     try:
@@ -288,6 +288,8 @@ def start(workdir: Path, *, validate_failure_policy: str | None = None) -> Clust
                 if obj.get("kind") == "ValidatingWebhookConfiguration":
                     for hook in obj["webhooks"]:
                         hook["failurePolicy"] = validate_failure_policy
+        if not backstop:
+            objects = [o for o in objects if not o.get("kind", "").startswith("ValidatingAdmissionPolicy")]
         register(cp, objects)
         namespaces = {cp.create_namespace("faults-a", {"team": "alpha"}): "alpha",
                       cp.create_namespace("faults-b", {"team": "beta"}): "beta"}
@@ -516,9 +518,9 @@ class Result:
 
 def run(workdir: Path, *, threads: int = 3, rate: float = 12.0, steady: float = 4.0, hold: float = 3.0,
         max_requests: int = 4000, faults: tuple[str, ...] = FAULTS, validate_failure_policy: str | None = None,
-        log: Callable[[str], None] = lambda _m: None) -> Result:
+        backstop: bool = True, log: Callable[[str], None] = lambda _m: None) -> Result:
     began = time.monotonic()
-    cluster = start(workdir, validate_failure_policy=validate_failure_policy)
+    cluster = start(workdir, validate_failure_policy=validate_failure_policy, backstop=backstop)
     try:
         api = API(cluster.cp)
         initial = dict(cluster.namespaces)
@@ -558,11 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate-failure-policy", choices=("Ignore", "Fail"),
                         help="override the shipped failurePolicy of the validating webhook (Ignore shows what the "
                              "judge reports when a GPU pod gets past a gpugate that is down)")
+    parser.add_argument("--no-backstop", action="store_true",
+                        help="leave out deploy/'s ValidatingAdmissionPolicy (with --validate-failure-policy Ignore: "
+                             "nothing is left to stop an un-mutated GPU pod, and the judge must say so)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpugate-faults-") as tmp:
         result = run(Path(tmp), threads=args.threads, rate=args.rate, steady=args.steady, hold=args.hold,
                      max_requests=args.max_requests, faults=tuple(args.fault or FAULTS),
-                     validate_failure_policy=args.validate_failure_policy,
+                     validate_failure_policy=args.validate_failure_policy, backstop=not args.no_backstop,
                      log=lambda m: print(m, file=sys.stderr, flush=True))
     print(result.table())
     for line in result.wrong:
