@@ -167,3 +167,21 @@ def test_thousands_of_wrong_fields_are_reported_briefly(client):
     body["request"]["object"]["metadata"]["labels"] = {f"k{i}": i for i in range(5000)}
     message = post(client, body).get_json()["response"]["status"]["message"]
     assert "and 4990 more" in message and len(message) < 2000
+
+
+def test_a_workload_crd_template_with_a_wrong_type_is_a_400_naming_the_field(client):
+    """Custom resources reach a mutating webhook before their schema is checked, so this can even come from
+    an apiserver: the answer names the field instead of crashing on it."""
+    template = {"metadata": {"labels": {"app": "ray"}},
+                "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    broken = copy.deepcopy(template)
+    broken["spec"]["containers"] = {"w": {"image": "ray"}}
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
+               "spec": {"headGroupSpec": {"template": template},
+                        "workerGroupSpecs": [{"template": template}, {"template": broken}]}}
+    body = review(gpu_pod(1))
+    body["request"]["kind"] = {"group": "ray.io", "version": "v1", "kind": "RayCluster"}
+    body["request"]["object"] = cluster
+    out = post(client, body).get_json()["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 400
+    assert "request.object.spec.workerGroupSpecs[1].template.spec.containers: expected a list" in out["status"]["message"]

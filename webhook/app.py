@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from . import metrics
 from .admission import Decision, Environment, errored, mutate, validate
-from .pods import TEMPLATE_PATHS
+from .pods import BUILTIN_WORKLOADS
 from .policy.model import PolicySet
 from .policy.store import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
@@ -33,7 +33,7 @@ DRAIN_LIMIT = 4 * MAX_BODY
 # Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
 # gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
 REFRESH_INTERVAL = 1.0
-KNOWN_KINDS = frozenset(kind for _, kind in TEMPLATE_PATHS)
+KNOWN_KINDS = frozenset(workload.kind for workload in BUILTIN_WORKLOADS)
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]

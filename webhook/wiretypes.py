@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .pods import TEMPLATE_PATHS, group_of
+from .pods import dig, shapes_of
 
 # A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
 # gpugate reads), a one-element list [item schema], or MapOf(value schema).
@@ -62,7 +62,6 @@ POD_SPEC = {
     },
     "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
 }
-POD_TEMPLATE = {"metadata": OBJECT_META, "spec": POD_SPEC}
 
 MAX_REPORTED = 10  # a hostile object can be wrong in thousands of places; the first few say enough
 _NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string",
@@ -126,20 +125,12 @@ def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
     if problems:
         return problems
     _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
-    keys = TEMPLATE_PATHS.get((group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or "")))
-    if keys is None:
-        return problems  # a kind gpugate does not look into
-    if not keys:
-        _check(obj.get("spec"), POD_SPEC, f"{path}.spec", problems)
-        return problems
-    node: Any = obj
-    where = path
-    for key in keys:
-        if not isinstance(node, dict):
-            problems.append(f"{where}: expected an object, got {_json_type(node)}")
-            return problems
-        node, where = node.get(key), f"{where}.{key}"
-    _check(node, POD_TEMPLATE, where, problems)
+    if problems:
+        return problems  # finding the pod templates reads the metadata
+    for shape in shapes_of(obj) or ():  # kinds gpugate does not read are not looked into
+        if shape.template:
+            _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
+        _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
     return problems
 
 
