@@ -294,3 +294,33 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
 
 def test_the_timeouts_nest() -> None:
     assert 0 < IDLE_TIMEOUT <= HANDSHAKE_TIMEOUT <= REQUEST_READ_TIMEOUT < SAFETY
+
+
+def workers(server: Server) -> set[int]:
+    out: set[int] = set()
+    for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+        out.update(int(p) for p in (task / "children").read_text().split())
+    return out
+
+
+def test_a_worker_that_dies_while_a_broken_edit_is_ignored_is_replaced(server: Server) -> None:
+    """gunicorn stops the whole server when a new worker fails to boot; one starting over broken policy
+    files must start from the last good copy instead."""
+    target = server.policies / "00-default.yaml"
+    good = target.read_text()
+    before = workers(server)
+    try:
+        target.write_text(good + "\n---\nkind: GPUPolicy\nspec: [broken\n")
+        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        assert eventually(lambda: len(workers(server) - before) == 1, timeout=SAFETY), "no replacement worker"
+        time.sleep(2)  # a worker that fails to boot takes gunicorn's master down within a second or so
+        assert server.process.poll() is None, f"gpugate serve exited:\n{server.log.read_text()[-3000:]}"
+        for _ in range(6):  # either worker: both answer with the last good policies
+            assert_healthy(server)
+            status, text = server.get("/readyz")
+            assert status == 200 and b"policy edit ignored" in text
+    finally:
+        target.write_text(good)
+    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY)

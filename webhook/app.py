@@ -12,9 +12,10 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from . import metrics
+from . import lastgood, metrics
 from .admission import Decision, Environment, errored, mutate, validate
 from .pods import BUILTIN_WORKLOADS
+from .policy.loader import PolicyError
 from .policy.model import PolicySet
 from .policy.store import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
@@ -214,7 +215,7 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
     from . import kube
 
-    store = PolicyStore(policies_dir)
+    store = _policy_store(policies_dir)
     cache = kube.namespace_cache(kubeconfig)
     labels_of: NamespaceLabels | None = None
     if cache is not None:
@@ -224,8 +225,33 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
         log.warning("no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
                     "empty, so namespaceSelector policies do not match and attribution uses defaults")
     app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
-    _every(REFRESH_INTERVAL, app.extensions["gpugate.refresh"], name="gpugate-refresh")
+    refresh = app.extensions["gpugate.refresh"]
+    copy = lastgood.location()
+    saved = [""]
+
+    def refresh_and_keep_a_copy() -> None:
+        current = refresh()
+        if (copy is not None and store.last_error is None and current.digest != saved[0]
+                and lastgood.save(policies_dir, current, into=copy)):
+            saved[0] = current.digest
+
+    refresh_and_keep_a_copy()
+    _every(REFRESH_INTERVAL, refresh_and_keep_a_copy, name="gpugate-refresh")
     return app
+
+
+def _policy_store(policies_dir: str) -> PolicyStore:
+    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
+    try:
+        return PolicyStore(policies_dir)
+    except PolicyError:
+        copy = lastgood.location()
+        if copy is None:
+            raise
+        fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
+        log.error("the policies in %s are invalid; this worker starts with the last good copy (%s)",
+                  policies_dir, fallback.digest)
+        return PolicyStore(policies_dir, fallback=fallback)
 
 
 def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:

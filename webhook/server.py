@@ -161,8 +161,11 @@ def prepare_metrics_dir() -> str | None:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
         for name in os.listdir(existing):
+            path = os.path.join(existing, name)
             if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.metrics.claim
-                os.unlink(os.path.join(existing, name))
+                os.unlink(path)
+            elif name.startswith(("policies-", ".policies-", "last-good-policies", ".last-good-policies")):
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
