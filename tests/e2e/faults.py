@@ -57,7 +57,7 @@ from .cluster import (
 from .objects import BASE_POLICY, GPU, IMAGE, NODE_LABEL, TEAM
 
 FAULTS = ("worker-sigkill", "gpugate-restart", "certificate-rotation", "policy-broken-then-fixed",
-          "namespace-relabel", "apiserver-restart")
+          "worker-sigkill-while-policy-broken", "namespace-relabel", "apiserver-restart")
 # The namespace cache follows a watch; a relabel reaches every worker within this on loopback.
 LABEL_SETTLE = 5.0
 REQUEST_TIMEOUT = 20.0
@@ -354,10 +354,16 @@ def inject(fault: str, cluster: Cluster, api: API, timeline: Timeline, *, hold: 
         install_certificate(gate, cluster.ca, renewed)
         if not eventually(lambda: served_serial(gate) == renewed.certificate.serial_number, timeout=30):
             raise RuntimeError(f"gpugate still serves serial {old:x} after the rotation")
-    elif fault == "policy-broken-then-fixed":
+    elif fault in ("policy-broken-then-fixed", "worker-sigkill-while-policy-broken"):
         cluster.policy_file.write_text(BROKEN_POLICY)
         if not eventually(lambda: gpugate_metric(gate, "gpugate_policy_last_reload_ok") == 0, timeout=30):
             raise RuntimeError("gpugate did not report the broken policy edit")
+        if fault == "worker-sigkill-while-policy-broken":
+            # The replacement worker cannot load the files on disk: it must start from the last good copy.
+            before = workers_of(gate)
+            with unhealthy(timeline, api, cluster):
+                os.kill(before[0], signal.SIGKILL)
+                eventually(lambda: len(set(workers_of(gate)) - set(before)) >= 1, timeout=60)
         time.sleep(hold)  # load meets the last good policies, kept in force
         cluster.policy_file.write_text(BASE_POLICY)
         if not eventually(lambda: gpugate_metric(gate, "gpugate_policy_last_reload_ok") == 1, timeout=30):
