@@ -506,17 +506,18 @@ class Result:
     faults: tuple[str, ...]
 
     def table(self) -> str:
-        head = f"{'fault':<26}{'sent':>6}{'admitted':>10}{'refused':>9}{'timed out':>11}{'unavailable':>13}{'WRONG':>7}"
+        w = max(len(f) for f in ("warm-up", *self.faults)) + 2
+        head = f"{'fault':<{w}}{'sent':>6}{'admitted':>10}{'refused':>9}{'timed out':>11}{'unavailable':>13}{'WRONG':>7}"
         lines = [head, "-" * len(head)]
         total = Row()
         for fault in ("warm-up", *self.faults):
             row = self.rows.get(fault, Row())
-            lines.append(f"{fault:<26}{row.sent:>6}{row.admitted:>10}{row.refused:>9}{row.timed_out:>11}"
+            lines.append(f"{fault:<{w}}{row.sent:>6}{row.admitted:>10}{row.refused:>9}{row.timed_out:>11}"
                          f"{row.unavailable:>13}{row.wrong:>7}")
             for name in ("sent", "admitted", "refused", "timed_out", "unavailable", "wrong", "gpu", "dry_run"):
                 setattr(total, name, getattr(total, name) + getattr(row, name))
         lines.append("-" * len(head))
-        lines.append(f"{'total':<26}{total.sent:>6}{total.admitted:>10}{total.refused:>9}{total.timed_out:>11}"
+        lines.append(f"{'total':<{w}}{total.sent:>6}{total.admitted:>10}{total.refused:>9}{total.timed_out:>11}"
                      f"{total.unavailable:>13}{total.wrong:>7}")
         lines.append(f"({total.gpu} GPU pods, {total.dry_run} dry runs; {self.seconds:.0f} s)")
         return "\n".join(lines)

@@ -1,6 +1,7 @@
 """The fault-injection run (tests/e2e/faults.py) as a test: under a steady load of pod creates, a killed
-worker, a restarted gpugate, a rotated certificate, a broken-then-fixed policy, a relabelled namespace
-and a restarted apiserver lead to no wrong decision, and gpugate serves correctly after each of them.
+worker, a restarted gpugate, a rotated certificate, a broken-then-fixed policy, a worker killed while that
+broken edit is ignored, a relabelled namespace and a restarted apiserver lead to no wrong decision, and
+gpugate serves correctly after each of them.
 Asserts invariants only; the figures are printed (and published in docs/reliability.md)."""
 
 from __future__ import annotations
