@@ -1,0 +1,94 @@
+"""Edges of the rules that mutation testing (`make mutation`, docs/reliability.md) found no test pinned: a
+policy's own taint keys and effects, which workloads count as long-running, the exact words of the
+init-only finding, KAI's init-container ConfigMap names, pod-level GPU resources, and a violation's short
+form without a subject."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rules.test_fleet import FLEET, NVIDIA_TOLERATION, admit
+from tests.support import apply, container, env, pod, request, standard, validated
+from webhook.admission import mutate
+from webhook.rules.base import Violation
+
+POOL = "example.com/gpu-pool"
+
+
+@pytest.mark.parametrize(("policy_toleration", "pod_toleration", "refused"), [
+    ({"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+     {"key": POOL, "operator": "Exists", "effect": "NoSchedule"}, True),
+    ({"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+     {"key": POOL, "operator": "Exists", "effect": "NoExecute"}, False),
+    ({"key": POOL, "operator": "Exists"},  # no effect: the taint is kept off GPU nodes whatever its effect
+     {"key": POOL, "operator": "Exists", "effect": "NoExecute"}, True),
+    ({"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+     {"key": "example.com/other", "operator": "Exists", "effect": "NoSchedule"}, False),
+])
+def test_a_policys_own_taint_keeps_cpu_pods_off_gpu_nodes(policy_toleration, pod_toleration, refused):
+    policy = standard(tolerations=[policy_toleration])
+    verdict = validated(pod(container("web"), tolerations=[pod_toleration]), policy)
+    assert verdict.allowed is not refused, verdict.message
+    if refused:
+        assert f"tolerates the GPU node taint ({POOL}" in verdict.message
+
+
+def init_only(kind: str) -> dict:
+    spec = {"containers": [container("app")],
+            "initContainers": [container("warmup", limits={"nvidia.com/gpu": 1}, requests={"nvidia.com/gpu": 1})]}
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+    if kind == "PodTemplate":
+        return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t", "namespace": "default"},
+                "template": template}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "w", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}}
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "PodTemplate"])
+def test_long_running_workloads_with_init_only_gpus_are_warned_about_even_when_allowed(kind):
+    lenient = standard(initOnlyGPUs="allow")
+    verdict = validated(init_only(kind), lenient)
+    assert verdict.allowed
+    assert any("only init containers request GPUs: they stay allocated and idle" in w for w in verdict.warnings), \
+        verdict.warnings
+
+
+def test_the_init_only_finding_names_its_rule_and_the_fix():
+    strict = standard(initOnlyGPUs="deny")
+    obj = pod(container("a"), init=[container("i", limits={"nvidia.com/gpu": 1})], restartPolicy="Never")
+    verdict = validated(obj, strict)
+    assert not verdict.allowed
+    found = [v for v in verdict.violations if "only init containers request GPUs" in v.text]
+    assert [v.rule for v in found] == ["gpu-shape"]
+    assert found[0].fix == "request the GPUs in the container that uses them, or run the GPU step as its own Job"
+    assert "(the GPU validation-step pattern of the GPU Operator)" in found[0].text
+
+
+def test_kai_names_the_configmap_of_an_init_container_with_an_i():
+    def kai_pod(configmap):
+        env_var = {"name": "NVIDIA_VISIBLE_DEVICES",
+                   "valueFrom": {"configMapKeyRef": {"name": configmap, "key": "NVIDIA_VISIBLE_DEVICES"}}}
+        obj = pod(container(), init=[container("prep", env=[env_var])], schedulerName="kai-scheduler",
+                  runtimeClassName="nvidia", tolerations=[NVIDIA_TOLERATION])
+        obj["metadata"]["annotations"] = {"gpu-fraction": "0.5", "runai/shared-gpu-configmap": "p-shared-gpu"}
+        return obj
+
+    assert admit(kai_pod("p-shared-gpu-i0"))[1].violations == []
+    wrong = kai_pod("p-shared-gpu-0")
+    verdict = validated(apply(wrong, mutate(request(wrong), env(FLEET)).patch), FLEET)
+    assert not verdict.allowed and "NVIDIA_VISIBLE_DEVICES" in verdict.message
+
+
+@pytest.mark.parametrize("resource", ["example.com/fpga", "nvidia.com/gpu"])
+def test_pod_level_gpu_resources_are_refused_whether_the_policy_or_kubernetes_counts_them(resource):
+    """Pod-level resources cannot carry extended resources; a GPU there is refused whether it is a GPU by
+    this policy's devices or by the built-in list."""
+    policy = standard(gpuResources=["example.com/fpga"])
+    obj = pod(container("a"), resources={"limits": {resource: "1"}})
+    verdict = validated(obj, policy)
+    assert not verdict.allowed and f"spec.resources.limits[{resource}]" in verdict.message
+
+
+def test_the_short_form_of_a_violation_without_a_subject_names_the_field():
+    assert Violation("r", "spec.x", "", "is wrong").short() == "spec.x: is wrong"
+    assert Violation("r", "spec.x", "pod", "is wrong").short() == "pod: is wrong"
