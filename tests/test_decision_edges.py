@@ -58,9 +58,6 @@ def test_a_denial_without_a_namespace_does_not_invent_one():
 
 
 def test_unavailable_namespace_labels_say_to_retry():
-    from tests.support import request
-    from webhook.admission import Environment, mutate
-
     policy = standard()
     decision = mutate(request(gpu_pod(1)), Environment(policies=policy, namespace_labels=lambda ns: None))
     assert decision.code == 503
