@@ -92,3 +92,65 @@ def test_pod_level_gpu_resources_are_refused_whether_the_policy_or_kubernetes_co
 def test_the_short_form_of_a_violation_without_a_subject_names_the_field():
     assert Violation("r", "spec.x", "", "is wrong").short() == "spec.x: is wrong"
     assert Violation("r", "spec.x", "pod", "is wrong").short() == "pod: is wrong"
+
+
+def test_a_violation_message_without_a_subject_or_a_fix_has_no_empty_parts():
+    assert Violation("r", "spec.x", "", "is wrong").message() == "spec.x: is wrong"
+    assert Violation("r", "spec.x", "pod", "is wrong").message() == "spec.x: pod: is wrong"
+    assert Violation("r", "spec.x", "pod", "is wrong", "fix it").message() == "spec.x: pod: is wrong; fix it"
+
+
+def test_gpus_of_every_sidecar_add_up_in_the_pod_total():
+    policy = standard(limits={"maxPerContainer": 4, "maxPerPod": 2})
+    sidecar = {"restartPolicy": "Always"}
+    obj = pod(container("app", limits={"nvidia.com/gpu": 1}),
+              init=[container("s1", limits={"nvidia.com/gpu": 1}, **sidecar),
+                    container("s2", limits={"nvidia.com/gpu": 1}, **sidecar)])
+    verdict = validated(obj, policy)
+    assert not verdict.allowed and "3" in verdict.message
+
+
+MODEL = "nvidia.com/gpu.product"
+AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_a_selection_outside_its_class_is_one_violation_with_every_part():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), labels={"gpugate.io/model": "h100"},
+              nodeSelector={MODEL: "NVIDIA-L4"}, runtimeClassName="nvidia",
+              tolerations=[NVIDIA_TOLERATION])
+    found = [v for v in validated(obj, standard()).violations if v.rule == "model-selection"]
+    assert len(found) == 1
+    assert (found[0].path, found[0].subject) == (f"spec.nodeSelector[{MODEL}]", "pod")
+    assert found[0].text == ('selects nvidia.com/gpu.product=NVIDIA-L4, outside class "h100" '
+                             "(NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB)")
+    assert found[0].fix == "remove the selector (gpugate adds it) or choose the class with label gpugate.io/model"
+
+
+def affinity_on(values):
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]},
+                              {"key": MODEL, "operator": "In", "values": values}]}]}}}
+
+
+def test_a_pod_choosing_its_model_by_affinity_gets_that_class():
+    result, verdict = admit(pod(container(limits={"nvidia.com/gpu": 1}), affinity=affinity_on(["NVIDIA-H100-80GB-HBM3"]),
+                                tolerations=[NVIDIA_TOLERATION]))
+    assert verdict.allowed and verdict.violations == []
+    assert MODEL not in (result["spec"].get("nodeSelector") or {})  # no L4 default beside its own choice
+
+
+def test_a_choice_outside_every_class_names_the_expression():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), affinity=affinity_on(["NVIDIA-Unknown"]),
+              tolerations=[NVIDIA_TOLERATION])
+    verdict = validated(apply(obj, mutate(request(obj), env(FLEET)).patch), FLEET)
+    assert not verdict.allowed
+    assert f"spec.{AFFINITY}.nodeSelectorTerms[0].matchExpressions[1]" in verdict.message
+
+
+def test_a_hami_annotation_is_the_pods_own_choice_left_as_chosen():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), tolerations=[NVIDIA_TOLERATION])
+    obj["metadata"]["annotations"] = {"nvidia.com/use-gputype": "NVIDIA-H100-80GB-HBM3"}
+    result, verdict = admit(obj)
+    assert verdict.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
+    assert [v.text for v in verdict.violations] == [
+        'nvidia.com/use-gputype=NVIDIA-H100-80GB-HBM3 left as chosen: no class of policy "default" names it']
