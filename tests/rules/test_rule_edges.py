@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.rules.test_fleet import FLEET, NVIDIA_TOLERATION, admit
-from tests.support import apply, container, env, pod, request, standard, validated
+from tests.support import apply, container, env, gpu_pod, mutated, pod, request, standard, validated
 from webhook.admission import mutate
 from webhook.rules.base import Violation
 
@@ -154,3 +154,35 @@ def test_a_hami_annotation_is_the_pods_own_choice_left_as_chosen():
     assert verdict.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
     assert [v.text for v in verdict.violations] == [
         'nvidia.com/use-gputype=NVIDIA-H100-80GB-HBM3 left as chosen: no class of policy "default" names it']
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("near_miss", [
+    {**GPU_TAINT, "key": "nvidia.com/gpu.shared"},
+    {**GPU_TAINT, "operator": "Equal", "value": "present"},
+    {**GPU_TAINT, "effect": "NoExecute"},
+    {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60},
+])
+def test_a_toleration_that_differs_in_one_field_is_not_taken_for_the_policys(near_miss):
+    result, _ = mutated(gpu_pod(1, tolerations=[near_miss]), standard())
+    assert result["spec"]["tolerations"] == [near_miss, GPU_TAINT]
+
+
+def test_tolerations_that_differ_only_in_toleration_seconds_are_different():
+    policy = standard(tolerations=[{**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}])
+    mine = {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60}
+    result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
+    assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}]
+
+
+@pytest.mark.parametrize(("toleration", "shown"), [
+    ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+     "(nvidia.com/gpu=present:NoSchedule)"),
+    ({"key": "nvidia.com/gpu", "operator": "Exists"}, "(nvidia.com/gpu:*)"),
+    ({"operator": "Exists"}, "(*:*)"),
+])
+def test_a_refused_toleration_is_shown_as_key_value_effect(toleration, shown):
+    verdict = validated(pod(tolerations=[toleration]), standard())
+    assert f"tolerates the GPU node taint {shown}" in verdict.message
