@@ -186,3 +186,46 @@ def test_tolerations_that_differ_only_in_toleration_seconds_are_different():
 def test_a_refused_toleration_is_shown_as_key_value_effect(toleration, shown):
     verdict = validated(pod(tolerations=[toleration]), standard())
     assert f"tolerates the GPU node taint {shown}" in verdict.message
+
+
+def model_findings(verdict):
+    return [(v.rule, v.path, v.subject, v.text, v.fix) for v in verdict.violations if v.rule == "model-selection"]
+
+
+AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(("limits", "model", "toleration", "text", "fix"), [
+    ({"nvidia.com/gpu.shared": 1}, "l4", NVIDIA_TOLERATION,
+     'GPU model class "l4" cannot serve nvidia.com/gpu.shared: its nodes offer nvidia.com/gpu', "use one of: a10g"),
+    ({"nvidia.com/mig-1g.10gb": 1}, "h100", NVIDIA_TOLERATION,
+     'GPU model class "h100" cannot serve nvidia.com/mig-1g.10gb: its nodes offer nvidia.com/gpu', "use one of: a100"),
+    ({"amd.com/gpu": 1}, "l4", AMD_TOLERATION,
+     'GPU model class "l4" is not allowed by policy "default"', "use one of: mi300x"),
+])
+def test_a_named_class_that_cannot_serve_the_request_is_one_finding_on_the_label(limits, model, toleration, text, fix):
+    obj = pod(container(limits=limits), labels={"gpugate.io/model": model}, tolerations=[toleration])
+    assert model_findings(admit(obj)[1]) == [
+        ("model-selection", "metadata.labels[gpugate.io/model]", "pod", text, fix)]
+
+
+def test_an_unknown_class_is_one_finding_on_the_label():
+    verdict = validated(gpu_pod(1, labels={"gpugate.io/model": "a100"}), standard())
+    assert model_findings(verdict) == [("model-selection", "metadata.labels[gpugate.io/model]", "pod",
+                                        'GPU model class "a100" is not allowed by policy "standard"',
+                                        "use one of: l4, h100")]
+
+
+def test_an_annotation_choice_no_class_names_is_reported_on_the_annotation():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), tolerations=[NVIDIA_TOLERATION])
+    obj["metadata"]["annotations"] = {"nvidia.com/use-gputype": "X"}
+    assert model_findings(admit(obj)[1]) == [(
+        "model-selection", "metadata.annotations[nvidia.com/use-gputype]", "pod",
+        'nvidia.com/use-gputype=X left as chosen: no class of policy "default" names it',
+        "or name a class with label gpugate.io/model (l4, t4, h100, h100-mig)")]
+
+
+def test_a_pod_bound_to_a_node_gets_no_model_selector():
+    result, decision = mutated(gpu_pod(1, nodeName="node-1"), standard())
+    assert decision.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
+    assert validated(result, standard()).allowed
