@@ -161,6 +161,7 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul
 
 @pytest.mark.parametrize("near_miss", [
     {**GPU_TAINT, "key": "nvidia.com/gpu.shared"},
+    {**GPU_TAINT, "operator": "Equal"},
     {**GPU_TAINT, "operator": "Equal", "value": "present"},
     {**GPU_TAINT, "effect": "NoExecute"},
     {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60},
@@ -168,6 +169,13 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul
 def test_a_toleration_that_differs_in_one_field_is_not_taken_for_the_policys(near_miss):
     result, _ = mutated(gpu_pod(1, tolerations=[near_miss]), standard())
     assert result["spec"]["tolerations"] == [near_miss, GPU_TAINT]
+
+
+def test_tolerations_that_differ_only_in_value_are_different():
+    policy = standard(tolerations=[{**GPU_TAINT, "operator": "Equal", "value": "present"}])
+    mine = {**GPU_TAINT, "operator": "Equal", "value": "absent"}
+    result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
+    assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "operator": "Equal", "value": "present"}]
 
 
 def test_tolerations_that_differ_only_in_toleration_seconds_are_different():
