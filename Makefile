@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools lint test check check-examples
+.PHONY: help venv dev-certs run tools lint test check check-examples mutation faults
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -45,3 +45,12 @@ check: lint test ## what CI runs: lint and the whole test suite
 check-examples: venv ## offline verdict for every shipped example manifest
 	@for f in policies/examples/*.yaml; do [ "$$(basename $$f)" = expected.yaml ] && continue; \
 	    echo "== $$f"; $(BIN)/gpugate check --policies policies -f $$f -o none; done; true
+
+mutation: venv ## mutation testing of webhook/rules and webhook/admission (mutmut; slow, not part of check)
+	$(BIN)/pip install --quiet 'mutmut>=3.8,<4'
+	rm -rf mutants
+	$(BIN)/mutmut run > mutants.log 2>&1 || (tail -c 2000 mutants.log; false)
+	$(BIN)/mutmut results --all true | $(BIN)/python scripts/mutation-score
+
+faults: venv tools ## fault-injection run through a real apiserver; prints decisions per fault (~2 min)
+	$(BIN)/python -m tests.e2e.faults

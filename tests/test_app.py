@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
 from webhook.app import MAX_BODY, create_app
@@ -130,15 +131,42 @@ def test_dry_run_changes_nothing_observable(client):
     assert post(client, "/mutate", body).get_json() == first
 
 
+def sample(client, name, **labels):
+    """The value of one sample in /metrics (0 when absent). Metrics are process-wide: compare before/after."""
+    want = {k: str(v) for k, v in labels.items()}
+    for family in text_string_to_metric_families(client.get("/metrics").get_data(as_text=True)):
+        for s in family.samples:
+            if s.name == name and s.labels == want:
+                return s.value
+    return 0.0
+
+
 def test_health_readiness_and_metrics(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
+    denied = {"decision": "denied", "endpoint": "mutate", "kind": "Pod", "operation": "CREATE"}
+    violations = {"action": "denied", "policy": "default", "rule": "gpu-quantity"}
+    before = (sample(client, "gpugate_admission_requests_total", **denied),
+              sample(client, "gpugate_violations_total", **violations),
+              sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"))
     post(client, "/mutate", review(gpu_pod("500m")))
-    text = client.get("/metrics").get_data(as_text=True)
-    assert 'gpugate_admission_requests_total{decision="denied",endpoint="mutate",kind="Pod",operation="CREATE"}' in text
-    assert 'gpugate_violations_total{action="denied",policy="default",rule="gpu-quantity"}' in text
-    assert "gpugate_admission_duration_seconds_bucket" in text
-    assert "gpugate_policy_generation" in text
+    after = (sample(client, "gpugate_admission_requests_total", **denied),
+             sample(client, "gpugate_violations_total", **violations),
+             sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"))
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
+    assert sample(client, "gpugate_policy_generation") == 1
+    assert sample(client, "gpugate_policy_last_reload_ok") == 1
+
+
+def test_invented_kinds_do_not_become_label_values(client):
+    body = review(gpu_pod(1))
+    body["request"]["kind"]["kind"] = "Pod-" + "x" * 40
+    before = sample(client, "gpugate_admission_requests_total", decision="patched", endpoint="mutate",
+                    kind="other", operation="CREATE")
+    assert post(client, "/mutate", body).get_json()["response"]["allowed"]
+    assert sample(client, "gpugate_admission_requests_total", decision="patched", endpoint="mutate",
+                  kind="other", operation="CREATE") == before + 1
+    assert "xxxx" not in client.get("/metrics").get_data(as_text=True)
 
 
 def test_readyz_reports_a_missing_certificate(policy_dir):
@@ -147,18 +175,68 @@ def test_readyz_reports_a_missing_certificate(policy_dir):
     assert resp.status_code == 503 and b"certificate" in resp.data
 
 
+def test_readyz_reports_every_problem_the_certificate_first(policy_dir):
+    """A broken policy edit alone leaves the replica ready; it must not hide an unusable certificate."""
+    app = create_app(policies=PolicyStore(policy_dir, interval=0), tls_ready=lambda: False)
+    (policy_dir / "default.yaml").write_text("spec: [broken")
+    resp = app.test_client().get("/readyz")
+    assert resp.status_code == 503
+    text = resp.get_data(as_text=True)
+    assert text.startswith("not ready: the serving certificate")
+    assert "policy edit ignored" in text and "default.yaml" in text
+
+
+def test_a_broken_policy_edit_alone_leaves_the_replica_ready_and_says_so(client, policy_dir):
+    (policy_dir / "default.yaml").write_text("spec: [broken")
+    resp = client.get("/readyz")
+    assert resp.status_code == 200
+    assert resp.get_data(as_text=True).startswith("ok (policy edit ignored, the last good policies stay in force:")
+
+
 def test_a_policy_edit_is_picked_up_and_a_broken_edit_keeps_the_last_good_set(client, policy_dir):
     before = post(client, "/mutate", review(gpu_pod(1))).get_json()["response"]
     assert before["allowed"]
+    generation = sample(client, "gpugate_policy_generation")
     (policy_dir / "default.yaml").write_text(POLICY.replace("runtimeClassName: nvidia", "runtimeClassName: nvidia-cdi"))
     patch = json.loads(base64.b64decode(post(client, "/mutate", review(gpu_pod(1))).get_json()["response"]["patch"]))
     assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia-cdi"} in patch
+    assert sample(client, "gpugate_policy_generation") == generation + 1
+    errors = sample(client, "gpugate_policy_reload_errors_total")
     (policy_dir / "default.yaml").write_text("spec: [broken")
     patch = json.loads(base64.b64decode(post(client, "/mutate", review(gpu_pod(1))).get_json()["response"]["patch"]))
     assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia-cdi"} in patch
-    metrics = client.get("/metrics").get_data(as_text=True)
-    assert "gpugate_policy_reload_errors_total" in metrics
+    assert sample(client, "gpugate_policy_reload_errors_total") == errors + 1
+    assert sample(client, "gpugate_policy_last_reload_ok") == 0
+    assert sample(client, "gpugate_policy_generation") == generation + 1
     assert b"policy edit ignored" in client.get("/readyz").data
+    (policy_dir / "default.yaml").write_text(POLICY)
+    assert post(client, "/mutate", review(gpu_pod(1))).get_json()["response"]["allowed"]
+    assert sample(client, "gpugate_policy_last_reload_ok") == 1
+    assert sample(client, "gpugate_policy_reload_errors_total") == errors + 1
+
+
+def test_a_broken_edit_counts_once_however_many_workers_see_it(policy_dir):
+    """Each worker has its own store and notices the edit on its own; the counter counts the edit."""
+    workers = [create_app(policies=PolicyStore(policy_dir, interval=0)).test_client() for _ in range(3)]
+    errors = sample(workers[0], "gpugate_policy_reload_errors_total")
+    (policy_dir / "default.yaml").write_text("spec: [broken")
+    for worker in workers * 2:
+        assert worker.get("/readyz").status_code == 200
+    assert sample(workers[1], "gpugate_policy_reload_errors_total") == errors + 1
+    (policy_dir / "default.yaml").write_text("spec: [broken again")
+    for worker in workers:
+        worker.get("/readyz")
+    assert sample(workers[2], "gpugate_policy_reload_errors_total") == errors + 2
+
+
+def test_claims_are_exclusive_in_the_metrics_directory(tmp_path, monkeypatch):
+    from webhook import metrics
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert metrics.claim("edit-1") is True
+    assert metrics.claim("edit-1") is False
+    assert metrics.claim("edit-2") is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claim-edit-1", "claim-edit-2"]
 
 
 @pytest.mark.fuzzer_fixture
@@ -205,9 +283,12 @@ def test_namespace_cache_state_is_exported(policy_dir):
             return True
 
         def stats(self):
-            return {"relists": 2, "lookup_failures": 1}
+            return {"relists": 2, "lookup_failures": 1, "namespaces": 7}
 
     app = create_app(policies=PolicyStore(policy_dir), namespace_cache=Cache())
-    text = app.test_client().get("/metrics").get_data(as_text=True)
-    assert "gpugate_namespace_cache_synced 1.0" in text
-    assert 'gpugate_namespace_cache_events{event="relists"} 2.0' in text
+    client = app.test_client()
+    assert sample(client, "gpugate_namespace_cache_synced") == 1
+    assert sample(client, "gpugate_namespace_cache_events", event="relists") == 2
+    assert sample(client, "gpugate_namespace_cache_events", event="lookup_failures") == 1
+    assert sample(client, "gpugate_namespace_cache_namespaces") == 7
+    assert sample(client, "gpugate_namespace_cache_events", event="namespaces") == 0  # a size, not an event

@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from . import metrics
+from . import lastgood, metrics
 from .admission import Decision, Environment, errored, mutate, validate
+from .pods import BUILTIN_WORKLOADS
+from .policy.loader import PolicyError
+from .policy.model import PolicySet
 from .policy.store import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")
 
-# controller-runtime's webhook server caps bodies at 7 MiB: the apiserver's request limit is 3 MiB, and an
-# AdmissionReview carries the object twice on UPDATE plus overhead.
+# kube-apiserver refuses request bodies over 3 MiB (MaxRequestBodyBytes, k8s.io/apiserver pkg/server/config.go),
+# and an AdmissionReview carries the object at most twice (UPDATE) plus the request's own fields. So
+# controller-runtime (pkg/webhook/admission/http.go, maxRequestSize) reads at most 7 MiB and answers anything
+# larger with 413 "request entity is too large; limit is 7340032 bytes". gpugate does the same.
 MAX_BODY = 7 * 1024 * 1024
+# An oversized body is read and dropped, up to this much, before the 413 is sent: a client that is still
+# sending when the server closes gets a TCP reset (an SSLEOFError) instead of the answer. Beyond this the
+# connection is closed after the 413 -- reading gigabytes to be polite would be the attack.
+DRAIN_LIMIT = 4 * MAX_BODY
+# Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
+# gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
+REFRESH_INTERVAL = 1.0
+KNOWN_KINDS = frozenset(workload.kind for workload in BUILTIN_WORKLOADS)
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
@@ -43,23 +57,40 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     labels_of: NamespaceLabels = namespace_labels or (lambda _name: {})
-    seen_reload_errors = [policies.reload_errors]
-    metrics.POLICY_GENERATION.set(policies.generation)
-    metrics.POLICY_VALID.set(1)
+    counted: set[str] = set()
 
-    def environment() -> Environment:
+    def refresh() -> PolicySet:
+        """The policies in force; this worker's gauges brought up to date on the way."""
         current = policies.current()
         metrics.POLICY_GENERATION.set(policies.generation)
-        if policies.reload_errors != seen_reload_errors[0]:
-            metrics.POLICY_RELOAD_ERRORS.inc(policies.reload_errors - seen_reload_errors[0])
-            seen_reload_errors[0] = policies.reload_errors
+        error_id = policies.last_error_id
+        if error_id is not None and error_id not in counted:
+            counted.add(error_id)
+            if metrics.claim(f"policy-{error_id}"):  # every worker sees the edit; one counts it
+                metrics.POLICY_RELOAD_ERRORS.inc()
         metrics.POLICY_VALID.set(0 if policies.last_error else 1)
-        return Environment(policies=current, namespace_labels=labels_of)
+        if namespace_cache is not None:
+            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
+            stats = dict(namespace_cache.stats())
+            metrics.NAMESPACE_CACHE_SIZE.set(stats.pop("namespaces", 0))
+            for event, value in stats.items():
+                metrics.NAMESPACE_CACHE.labels(event).set(value)
+        return current
+
+    refresh()
+    app.extensions["gpugate.refresh"] = refresh
+
+    def environment() -> Environment:
+        return Environment(policies=refresh(), namespace_labels=labels_of)
 
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
         try:
-            review = parse_review(request.get_data())
+            review = parse_review(_body())
+        except RecursionError:
+            # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
+            metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
+            return _status(400, f"gpugate {endpoint}: request body is nested too deeply to be an AdmissionReview")
         except ReviewError as err:
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
             return _status(400, f"gpugate {endpoint}: {err}")
@@ -71,6 +102,9 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
         kind = req["kind"]["kind"]
         try:
             decision = decide(req, environment())
+        except RecursionError:  # parsed, but too deep to copy or diff: not an object any apiserver sends
+            decision = errored(f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
+                               code=400, reason="BadRequest")
         except Exception:  # a bug in a rule must never become a 500 page to the apiserver
             log.exception("gpugate failed on %s %s uid=%s", req.get("operation"), kind, req["uid"])
             decision = errored(f"gpugate failed to evaluate this {kind} (uid {req['uid']}); "
@@ -94,25 +128,22 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = []
+        problems = []  # what makes this replica unable to serve: the certificate first
         if tls_ready is not None and not tls_ready():
-            problems.append("serving certificate not loaded")
-        policies.current()
+            problems.append("the serving certificate is outside its validity period or not loaded")
+        refresh()
+        notes = []  # what a person should know, but leaves the replica ready
         if policies.last_error:
-            # Still ready: the last good policies are in force. Said here so a person can see it.
-            return Response(f"ok (policy edit ignored: {policies.last_error.splitlines()[0]})\n",
-                            mimetype="text/plain")
+            # The last good policies are in force, so this alone does not take the replica out of the Service.
+            error = " ".join(line.strip() for line in policies.last_error.splitlines())
+            notes.append(f"policy edit ignored, the last good policies stay in force: {error[:500]}")
         if problems:
-            return Response("not ready: " + "; ".join(problems) + "\n", status=503, mimetype="text/plain")
-        return Response("ok\n", mimetype="text/plain")
+            return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
+        return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
-        environment()
-        if namespace_cache is not None:
-            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
-            for event, value in namespace_cache.stats().items():
-                metrics.NAMESPACE_CACHE.labels(event).set(value)
+        refresh()
         body, content_type = metrics.render()
         return Response(body, content_type=content_type)
 
@@ -120,15 +151,53 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     def http_error(err: HTTPException) -> Response:
         code = err.code or 500
         if code == 413:
-            return _status(413, f"request body larger than {MAX_BODY} bytes")
+            answer = _status(413, f"request entity is too large; limit is {MAX_BODY} bytes "
+                                  "(kube-apiserver never sends an AdmissionReview this large)")
+            if not _drain(request.environ.get("wsgi.input"), limit=DRAIN_LIMIT):
+                answer.headers["Connection"] = "close"
+            return answer
         return _status(code, f"{err.name}: {request.method} {request.path}")
 
     return app
 
 
+def _body() -> bytes:
+    """The request body, at most MAX_BODY bytes (413 beyond), with or without a Content-Length."""
+    if request.content_length is not None:
+        return request.get_data()  # werkzeug refuses a Content-Length over MAX_CONTENT_LENGTH up front
+    # Chunked: read it ourselves, as werkzeug's bounded stream stops short of the limit on gunicorn's
+    # chunked reader and hands back a truncated body. kube-apiserver always sends a Content-Length.
+    stream = request.environ["wsgi.input"]
+    chunks, size = [], 0
+    while chunk := stream.read(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise RequestEntityTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _drain(stream: Any, *, limit: int) -> bool:
+    """Read and drop the rest of a request body, at most ``limit`` bytes; True when it was all read."""
+    if stream is None:
+        return True
+    read = 0
+    try:
+        while read <= limit:
+            chunk = stream.read(64 * 1024)
+            if not chunk:
+                return True
+            read += len(chunk)
+    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.tls)
+        pass
+    return False
+
+
 def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
     kind = req["kind"]["kind"]
-    metrics.REQUESTS.labels(endpoint, req.get("operation", ""), kind, decision.verdict).inc()
+    # A label value per kind any client cares to invent would grow the metrics without bound.
+    label = kind if kind in KNOWN_KINDS else "other"
+    metrics.REQUESTS.labels(endpoint, req.get("operation", ""), label, decision.verdict).inc()
     action = "denied" if not decision.allowed else ("warned" if decision.mode == "warn" else "audited")
     for violation in decision.violations:
         metrics.VIOLATIONS.labels(violation.rule, decision.policy, "denied" if violation.builtin else action).inc()
@@ -146,7 +215,7 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
     from . import kube
 
-    store = PolicyStore(policies_dir)
+    store = _policy_store(policies_dir)
     cache = kube.namespace_cache(kubeconfig)
     labels_of: NamespaceLabels | None = None
     if cache is not None:
@@ -155,4 +224,46 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     else:
         log.warning("no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
                     "empty, so namespaceSelector policies do not match and attribution uses defaults")
-    return create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    refresh = app.extensions["gpugate.refresh"]
+    copy = lastgood.location()
+    saved = [""]
+
+    def refresh_and_keep_a_copy() -> None:
+        current = refresh()
+        if (copy is not None and store.last_error is None and current.digest != saved[0]
+                and lastgood.save(policies_dir, current, into=copy)):
+            saved[0] = current.digest
+
+    refresh_and_keep_a_copy()
+    _every(REFRESH_INTERVAL, refresh_and_keep_a_copy, name="gpugate-refresh")
+    return app
+
+
+def _policy_store(policies_dir: str) -> PolicyStore:
+    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
+    try:
+        return PolicyStore(policies_dir)
+    except PolicyError:
+        copy = lastgood.location()
+        if copy is None:
+            raise
+        fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
+        log.error("the policies in %s are invalid; this worker starts with the last good copy (%s)",
+                  policies_dir, fallback.digest)
+        return PolicyStore(policies_dir, fallback=fallback)
+
+
+def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
+    """Run ``action`` every ``interval`` seconds in a daemon thread of this worker, for its whole life."""
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                action()
+            except Exception:  # keep refreshing; a failure here must not silence the metrics for good
+                log.exception("%s failed", name)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread

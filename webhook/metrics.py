@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -30,8 +31,7 @@ POLICY_GENERATION = Gauge(
 )
 POLICY_RELOAD_ERRORS = Counter(
     "gpugate_policy_reload_errors_total",
-    "Policy reloads refused because the edited policies were invalid (the last good set stays in force). "
-    "Every worker process reloads on its own, so one broken edit counts once per worker.",
+    "Broken policy edits refused (the last good set stays in force): one per edit, whichever worker saw it.",
 )
 POLICY_VALID = Gauge(
     "gpugate_policy_last_reload_ok",
@@ -39,18 +39,48 @@ POLICY_VALID = Gauge(
     multiprocess_mode="livemin",
 )
 
+# Every worker keeps its own namespace cache and refreshes these once a second (webhook.app), so a
+# scrape shows all workers whichever of them answers it.
 NAMESPACE_CACHE_SYNCED = Gauge(
     "gpugate_namespace_cache_synced",
     "1 when every worker's namespace-label cache has listed all namespaces (0 before; absent offline).",
     multiprocess_mode="livemin",
 )
+NAMESPACE_CACHE_SIZE = Gauge(
+    "gpugate_namespace_cache_namespaces",
+    "Namespaces in the namespace-label cache of the worker that knows the fewest.",
+    multiprocess_mode="livemin",
+)
 NAMESPACE_CACHE = Gauge(
     "gpugate_namespace_cache_events",
-    "Namespace cache activity since start, by kind: relists, watches, watch_errors, live_lookups, "
-    "lookup_failures, lookups_not_found, namespaces.",
+    "Namespace cache activity of the live workers, summed, by kind: relists, watches, watch_errors, "
+    "live_lookups, lookup_failures, lookups_not_found.",
     ["event"],
     multiprocess_mode="livesum",
 )
+
+_claimed: set[str] = set()
+_claim_lock = threading.Lock()
+
+
+def claim(key: str) -> bool:
+    """True for exactly one caller per ``key`` among all worker processes (and this process's threads).
+
+    What every worker observes on its own (a broken policy edit) is counted by the one that claims it
+    first: an O_EXCL file in the metrics directory, which `gpugate serve` empties at start.
+    """
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        with _claim_lock:
+            if key in _claimed:
+                return False
+            _claimed.add(key)
+            return True
+    try:
+        os.close(os.open(os.path.join(directory, f"claim-{key}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def render() -> tuple[bytes, str]:

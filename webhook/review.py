@@ -7,6 +7,7 @@ import json
 from typing import Any, NotRequired, TypedDict
 
 from .admission import Decision
+from .wiretypes import request_problems
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -76,6 +77,8 @@ def parse_review(body: bytes) -> Review:
             problems.append(f"{key} is not an object")
     if request.get("operation") in ("CREATE", "UPDATE") and not isinstance(request.get("object"), dict):
         problems.append(f"{request.get('operation')} request has no object")
+    if not problems:
+        problems = request_problems(request)
     if problems:
         raise RequestError("malformed AdmissionReview request: " + "; ".join(problems),
                            api_version=str(api_version), uid=uid)

@@ -17,6 +17,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
+from gunicorn.workers import gthread
 
 from webhook.tls import ReloadingCertificate, TLSConfigError, describe
 
@@ -36,6 +37,12 @@ GRACEFUL_TIMEOUT = 20
 LIMIT_REQUEST_LINE = 4094
 LIMIT_REQUEST_FIELDS = 32
 LIMIT_REQUEST_FIELD_SIZE = 8190
+
+# gunicorn's gthread worker waits in a pool thread for a new connection's first bytes
+# (DEFAULT_WORKER_DATA_TIMEOUT, 5 s in gunicorn/workers/gthread.py) before parking a silent connection
+# in its poller, so N connections that send nothing hold every thread for N / threads x 5 s.
+# kube-apiserver's ClientHello follows its TCP handshake at once.
+FIRST_BYTES_TIMEOUT = 0.5
 
 log = logging.getLogger("gpugate.server")
 
@@ -154,8 +161,11 @@ def prepare_metrics_dir() -> str | None:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
         for name in os.listdir(existing):
-            if name.endswith(".db"):
-                os.unlink(os.path.join(existing, name))
+            path = os.path.join(existing, name)
+            if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.metrics.claim
+                os.unlink(path)
+            elif name.startswith(("policies-", ".policies-", "last-good-policies", ".last-good-policies")):
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
@@ -253,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     options = gunicorn_options(args, certificate=certificate, metrics_dir=metrics_dir)
     server = Server(options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig,
                     certificate=certificate)
+    if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read at call time; workers inherit it on fork
+        gthread.DEFAULT_WORKER_DATA_TIMEOUT = FIRST_BYTES_TIMEOUT
     try:
         server.run()
     except SystemExit as exit_:

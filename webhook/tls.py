@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import os
 import ssl
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography import x509
 
@@ -23,6 +25,19 @@ ALPN = ["http/1.1"]
 # Kubernetes swaps a Secret volume's `..data` symlink; look at the files at most this often.
 CHECK_INTERVAL = 1.0
 _MISSING = ((-1, -1, -1, -1),)
+
+
+# gunicorn's gthread worker reads a request in one of its few threads, with blocking reads and no timeout
+# (it waits for a connection's first bytes in its poller, but not for the rest of the handshake or the
+# request), so a handful of clients that send a header line now and then (slowloris), or that finish the
+# TLS handshake and then say nothing, would hold every thread for good. Hence: a client gets
+# HANDSHAKE_TIMEOUT for the TLS handshake, REQUEST_READ_TIMEOUT for each request, and never more than
+# IDLE_TIMEOUT of silence within either. kube-apiserver sends a review in one go right after connecting
+# (or on a kept-alive connection, which waits in gunicorn's poller, not in a thread) and gives up on it
+# after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/).
+HANDSHAKE_TIMEOUT = 5.0
+REQUEST_READ_TIMEOUT = 10.0
+IDLE_TIMEOUT = 3.0
 
 
 class TLSConfigError(Exception):
@@ -55,6 +70,59 @@ def _no_password() -> bytes:
     raise _EncryptedKey
 
 
+class DeadlineSocket(ssl.SSLSocket):
+    """A server-side TLS socket whose handshake and each request must arrive within REQUEST_READ_TIMEOUT.
+
+    gunicorn switches a connection to blocking mode when a thread starts reading a request from it, and
+    back to non-blocking while it idles between requests: switching to blocking starts the clock.
+    """
+
+    _deadline: float | None = None
+
+    def setblocking(self, flag: bool) -> None:
+        super().setblocking(flag)
+        if flag:
+            self._deadline = time.monotonic() + REQUEST_READ_TIMEOUT
+
+    def do_handshake(self, block: bool = False) -> None:
+        if self.gettimeout() != 0.0:  # blocking: the handshake is a read like any other
+            self._deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+            self._arm()
+        try:
+            super().do_handshake(block)
+        except TimeoutError:
+            raise self._too_slow("the TLS handshake") from None
+
+    def read(self, len: int = 1024, buffer: Any = None) -> Any:  # ssl.SSLSocket.read's own names
+        armed = self._deadline is not None and self.gettimeout() != 0.0
+        if armed:
+            self._arm()
+        try:
+            return super().read(len, buffer)
+        except TimeoutError:
+            raise self._too_slow("the request") from None
+        finally:
+            if armed:  # writing the answer gets the whole timeout, not what the last read left over
+                self.settimeout(REQUEST_READ_TIMEOUT)
+
+    def _arm(self) -> None:
+        assert self._deadline is not None
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise self._too_slow("the request")
+        self.settimeout(min(left, IDLE_TIMEOUT))
+
+    def _too_slow(self, what: str) -> ConnectionResetError:
+        # ECONNRESET: gunicorn closes such a connection quietly instead of logging a traceback for each one.
+        try:
+            host, port = self.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except (OSError, TypeError):
+            peer = "a client"
+        log.warning("closed the connection from %s: %s did not arrive in time", peer, what)
+        return ConnectionResetError(errno.ECONNRESET, f"{what} did not arrive in time")
+
+
 def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.Certificate]:
     """A server SSLContext: TLS 1.2+, forward-secret AEAD ciphers, ALPN http/1.1, no client certs."""
     try:
@@ -69,6 +137,7 @@ def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.
     if not os.access(key_file, os.R_OK):
         raise TLSConfigError(f"cannot read private key {key_file}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.sslsocket_class = DeadlineSocket
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     context.set_ciphers(CIPHERS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -22,17 +23,27 @@ class PolicyStore:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, fallback: PolicySet | None = None) -> None:
+        """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise."""
         self.directory = Path(directory)
         self.interval = interval
         self._clock = clock
         self._lock = threading.Lock()
         self._fingerprint = self._stat()
-        self._policies = load_policies(self.directory)
         self._checked = clock()
         self.generation = 1
         self.reload_errors = 0
         self.last_error: str | None = None
+        #: Names the files behind ``last_error`` (a hash of their names, sizes, times and inodes): equal in
+        #: every process that read the same broken edit, so the edit can be counted once, not once per worker.
+        self.last_error_id: str | None = None
+        try:
+            self._policies = load_policies(self.directory)
+        except PolicyError as err:
+            if fallback is None:
+                raise
+            self._policies = fallback
+            self._failed(err, self._fingerprint)
 
     def _stat(self) -> tuple[tuple[str, int, int, int], ...]:
         try:
@@ -66,14 +77,17 @@ class PolicyStore:
         try:
             policies = load_policies(self.directory)
         except PolicyError as err:
-            self.reload_errors += 1
-            self.last_error = str(err)
-            log.error("policy reload failed; the last good policies (%s) stay in force\n%s",
-                      self._policies.digest, err)
+            self._failed(err, fingerprint)
             return
         if policies.digest != self._policies.digest:
             self._policies = policies
             self.generation += 1
             log.info("policies reloaded: generation %d, %d policies, digest %s",
                      self.generation, len(policies.policies), policies.digest)
-        self.last_error = None
+        self.last_error = self.last_error_id = None
+
+    def _failed(self, err: PolicyError, fingerprint: tuple[tuple[str, int, int, int], ...]) -> None:
+        self.reload_errors += 1
+        self.last_error = str(err)
+        self.last_error_id = hashlib.sha256(repr((str(self.directory), fingerprint)).encode()).hexdigest()[:16]
+        log.error("policy reload failed; the last good policies (%s) stay in force\n%s", self._policies.digest, err)

@@ -1,0 +1,150 @@
+"""The JSON types of every field gpugate reads in an admitted object, as kube-apiserver sends them.
+
+kube-apiserver decodes a request into its Go types before any admission plugin runs, then encodes
+the typed object into the AdmissionReview (k8s.io/apiserver pkg/admission/plugin/webhook/request
+admissionreview.go). So labels always arrive as a map of strings, containers as a list of objects,
+quantities as strings: anything else did not come from an apiserver. Such a review is refused with
+code 400 and the field path, instead of reaching a rule that would trip over it. Fields gpugate
+never reads are not looked at; ``null`` stands for an absent field, as in Go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .pods import dig, shapes_of
+
+# A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
+# gpugate reads), a one-element list [item schema], or MapOf(value schema).
+
+
+class MapOf:
+    """A JSON object whose keys are free and whose values all follow one schema."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+QUANTITY = "quantity"  # a resource.Quantity: the apiserver sends a string; a JSON number also decodes
+ANY_OBJECT = "object"  # read, but only its presence matters
+
+STRINGS = MapOf(str)
+QUANTITIES = MapOf(QUANTITY)
+SELECTOR_REQUIREMENT = {"key": str, "operator": str, "values": [str]}
+NODE_SELECTOR_TERM = {"matchExpressions": [SELECTOR_REQUIREMENT], "matchFields": [SELECTOR_REQUIREMENT]}
+OBJECT_META = {
+    "name": str,
+    "namespace": str,
+    "generateName": str,
+    "labels": STRINGS,
+    "annotations": STRINGS,
+    "ownerReferences": [{"apiVersion": str, "kind": str, "name": str, "controller": bool}],
+}
+CONTAINER = {
+    "name": str,
+    "image": str,
+    "restartPolicy": str,
+    "env": [{"name": str, "value": str, "valueFrom": ANY_OBJECT}],
+    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
+}
+POD_SPEC = {
+    "containers": [CONTAINER],
+    "initContainers": [CONTAINER],
+    "ephemeralContainers": [CONTAINER],
+    "runtimeClassName": str,
+    "nodeSelector": STRINGS,
+    "tolerations": [{"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]},
+        },
+    },
+    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
+}
+
+MAX_REPORTED = 10  # a hostile object can be wrong in thousands of places; the first few say enough
+_NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string",
+          ANY_OBJECT: "an object"}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else "null"
+
+
+def _check(value: Any, schema: Any, path: str, problems: list[str]) -> None:
+    if value is None:
+        return
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            problems.append(f"{path}: expected an object, got {_json_type(value)}")
+            return
+        for key, sub in schema.items():
+            if key in value:
+                _check(value[key], sub, f"{path}.{key}", problems)
+    elif isinstance(schema, list):
+        if not isinstance(value, list):
+            problems.append(f"{path}: expected a list, got {_json_type(value)}")
+            return
+        for index, item in enumerate(value):
+            _check(item, schema[0], f"{path}[{index}]", problems)
+    elif isinstance(schema, MapOf):
+        if not isinstance(value, dict):
+            problems.append(f"{path}: expected a map, got {_json_type(value)}")
+            return
+        for key, item in value.items():
+            _check(item, schema.value, f"{path}[{key}]", problems)
+    elif not _matches(value, schema):
+        problems.append(f"{path}: expected {_NAMES[schema]}, got {_json_type(value)}")
+
+
+def _matches(value: Any, schema: Any) -> bool:
+    if schema is QUANTITY:
+        return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    if schema is ANY_OBJECT:
+        return isinstance(value, dict)
+    if schema is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, schema)
+
+
+def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
+    """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send."""
+    problems: list[str] = []
+    for key in ("apiVersion", "kind"):
+        if key in obj and not isinstance(obj[key], str):
+            problems.append(f"{path}.{key}: expected a string, got {_json_type(obj[key])}")
+    if problems:
+        return problems
+    _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
+    if problems:
+        return problems  # finding the pod templates reads the metadata
+    for shape in shapes_of(obj) or ():  # kinds gpugate does not read are not looked into
+        if shape.template:
+            _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
+        _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
+    return problems
+
+
+def request_problems(request: Mapping[str, Any]) -> list[str]:
+    """Fields of an AdmissionRequest gpugate reads (besides uid, kind and operation) with a wrong JSON type."""
+    problems: list[str] = []
+    for key in ("namespace", "name", "subResource"):
+        if request.get(key) is not None and not isinstance(request[key], str):
+            problems.append(f"request.{key}: expected a string, got {_json_type(request[key])}")
+    if request.get("dryRun") is not None and not isinstance(request["dryRun"], bool):
+        problems.append(f"request.dryRun: expected a boolean, got {_json_type(request['dryRun'])}")
+    for key in ("object", "oldObject"):
+        if isinstance(request.get(key), dict):
+            problems += object_problems(request[key], path=f"request.{key}")
+    if len(problems) > MAX_REPORTED:
+        problems[MAX_REPORTED:] = [f"and {len(problems) - MAX_REPORTED} more"]
+    return problems
