@@ -1,0 +1,633 @@
+"""What gpugate adds to every pod create in a real kube-apiserver, beside a no-op webhook and in-process CEL.
+
+One control plane (etcd + kube-apiserver from tests/e2e/cluster.py), one run, these registrations in turn:
+
+  nothing   no admission webhook or policy of ours;
+  no-op     deploy/'s two webhook configurations pointed at bench/noop.py on gpugate's stack
+            (gunicorn, TLS, flask; parses the review, answers allowed);
+  gpugate   the same two webhook configurations pointed at `gpugate serve` with policies/;
+  CEL       bench/cel-equivalent.yaml: a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy inside
+            the apiserver, what a user could write instead of running a webhook.
+
+For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
+`POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
+the order reversed every other round, and every figure is the median over the rounds, so that load from
+other tenants of the machine falls on all four alike. CPU seconds of each process (from /proc/<pid>/stat;
+gunicorn's master plus its workers) are read around every cell.
+
+Run: .venv/bin/python bench/apiserver.py [--rounds 5] [--requests 300] [--write docs/performance.md]
+Needs the e2e binaries (tests/e2e/build.sh, `make tools`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.cluster import (  # noqa: E402
+    WEBHOOK_KINDS,
+    BinariesMissing,
+    ControlPlane,
+    GPUGate,
+    find_binaries,
+    point_at,
+    render_deploy,
+)
+
+REGISTRATIONS = ("nothing", "no-op", "gpugate", "CEL")
+PODS = ("GPU", "CPU")
+CLIENTS = (1, 8)
+CEL_FILE = REPO / "bench" / "cel-equivalent.yaml"
+PROBE_ANNOTATION = "bench.gpugate.io/deny"  # bench/noop.py refuses an object naming its endpoint here
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+
+# --------------------------------------------------------------------------------------------
+# A minimal HTTP/1.1 client: a request is one sendall of prepared bytes, a response is parsed just enough.
+
+
+class Connection:
+    """One keep-alive HTTPS connection to the apiserver, as client-go holds one (minus HTTP/2)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext) -> None:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
+        self.sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        self.buf = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(262144)
+        if not chunk:
+            raise ConnectionError("the apiserver closed the connection")
+        self.buf += chunk
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def _line(self) -> bytes:
+        while (i := self.buf.find(b"\r\n")) < 0:
+            self._fill()
+        return self._take(i + 2)[:-2]
+
+    def roundtrip(self, request: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(request)
+        while (end := self.buf.find(b"\r\n\r\n")) < 0:
+            self._fill()
+        head = self._take(end + 4).lower()
+        status = int(head[9:12])
+        if (at := head.find(b"\ncontent-length:")) >= 0:
+            return status, self._take(int(head[at + 16:head.index(b"\r\n", at)]))
+        if b"\ntransfer-encoding: chunked" not in head:
+            raise ConnectionError(f"response without a length: {head!r}")
+        body = bytearray()
+        while size := int(self._line().split(b";")[0], 16):
+            body += self._take(size)
+            self._take(2)
+        self._line()
+        return status, bytes(body)
+
+
+@dataclass
+class API:
+    """How to reach the apiserver: port, TLS context with the admin client certificate, the namespace."""
+
+    port: int
+    context: ssl.SSLContext
+    namespace: str
+
+    def create_request(self, pod: dict[str, Any]) -> bytes:
+        body = json.dumps(pod, separators=(",", ":")).encode()
+        return (f"POST /api/v1/namespaces/{self.namespace}/pods?dryRun=All HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{self.port}\r\nAccept: application/json\r\nContent-Type: application/json\r\n"
+                f"User-Agent: gpugate-bench\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+    def connect(self) -> Connection:
+        return Connection(self.port, self.context)
+
+    def create(self, pod: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        conn = self.connect()
+        try:
+            status, body = conn.roundtrip(self.create_request(pod))
+        finally:
+            conn.close()
+        return status, json.loads(body)
+
+
+def pod(name: str, *, gpus: int | None, annotations: dict[str, str] | None = None,
+        env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": IMAGE}
+    if gpus is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if env:
+        container["env"] = env
+    meta: dict[str, Any] = {"name": name, "labels": {"app": "bench"}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container]}}
+
+
+GPU_POD = pod("bench-gpu", gpus=1)
+CPU_POD = pod("bench-cpu", gpus=None)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU accounting from /proc
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (proc(5) fields 14 and 15)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a gunicorn master and its live workers."""
+    return _proc_cpu(pid) + sum(_proc_cpu(child) for child in _children(pid))
+
+
+def machine_busy() -> float:
+    """CPU seconds all processes of the machine spent, from the first line of /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Meters:
+    """Processes whose CPU is read around each cell."""
+
+    readers: dict[str, Callable[[], float]]
+
+    def read(self) -> dict[str, float]:
+        out = {name: read() for name, read in self.readers.items()}
+        out["machine"] = machine_busy()
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# One cell: a pod kind, a client count, one registration
+
+
+@dataclass
+class Cell:
+    p50: float
+    p99: float
+    rate: float
+    requests: int
+    cpu: dict[str, float]  # CPU seconds per request, by process; "others" is everything else on the machine
+
+
+def load(api: API, pod_: dict[str, Any], *, clients: int, requests: int, meters: Meters,
+         check: Callable[[int, dict[str, Any]], str | None]) -> Cell:
+    request = api.create_request(pod_)
+    conns = [api.connect() for _ in range(clients)]
+    try:
+        for conn in conns:  # warm up: TLS handshakes, the apiserver's connections to the webhooks
+            for _ in range(3):
+                status, body = conn.roundtrip(request)
+                problem = check(status, json.loads(body))
+                if problem:
+                    raise SystemExit(f"bench: unexpected answer: {problem}")
+        per_client = max(1, requests // clients)
+        latencies: list[list[float]] = [[] for _ in conns]
+        failures: list[str] = []
+        gate = threading.Barrier(clients + 1)
+
+        def run(index: int) -> None:
+            conn, mine = conns[index], latencies[index]
+            gate.wait()
+            try:
+                for _ in range(per_client):
+                    started = time.perf_counter()
+                    status, _body = conn.roundtrip(request)
+                    mine.append(time.perf_counter() - started)
+                    if status != 201:
+                        failures.append(f"HTTP {status}: {_body[:300]!r}")
+                        return
+            except OSError as err:
+                failures.append(repr(err))
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(clients)]
+        for t in threads:
+            t.start()
+        before = meters.read()
+        gate.wait()
+        started = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        after = meters.read()
+    finally:
+        for conn in conns:
+            conn.close()
+    if failures:
+        raise SystemExit(f"bench: {len(failures)} client(s) failed, first: {failures[0]}")
+    flat = sorted(x for mine in latencies for x in mine)
+    quantiles = statistics.quantiles(flat, n=100, method="inclusive")
+    used = {name: after[name] - before[name] for name in before}
+    ours = sum(v for k, v in used.items() if k != "machine")
+    used["others"] = max(0.0, used.pop("machine") - ours)
+    return Cell(p50=quantiles[49], p99=quantiles[98], rate=len(flat) / elapsed, requests=len(flat),
+                cpu={k: v / len(flat) for k, v in used.items()})
+
+
+def expectation(registration: str, kind: str) -> Callable[[int, dict[str, Any]], str | None]:
+    """What a dry-run create must answer under `registration`: the bench measures what it claims to."""
+
+    def check(status: int, obj: dict[str, Any]) -> str | None:
+        if status != 201:
+            return f"{registration}, {kind} pod: HTTP {status}: {json.dumps(obj)[:400]}"
+        spec, meta = obj["spec"], obj["metadata"]
+        annotations = meta.get("annotations") or {}
+        injected = spec.get("runtimeClassName") == "nvidia"
+        by_gpugate = "gpugate.io/policy" in annotations
+        want_injected = kind == "GPU" and registration in ("gpugate", "CEL")
+        if injected != want_injected or by_gpugate != (kind == "GPU" and registration == "gpugate"):
+            return (f"{registration}, {kind} pod: runtimeClassName={spec.get('runtimeClassName')!r}, "
+                    f"gpugate annotations={sorted(annotations)}")
+        if want_injected and (meta.get("labels") or {}).get("gpugate.io/team") != "ml":
+            return f"{registration}, {kind} pod: no team label from the namespace: {meta.get('labels')}"
+        return None
+
+    return check
+
+
+# --------------------------------------------------------------------------------------------
+# Registrations
+
+
+@dataclass
+class Registrar:
+    """Switches the apiserver between the registrations and waits until the switch is in force.
+
+    The apiserver picks up webhook configurations and admission policies through informers (and compiles
+    policies asynchronously), so each switch is confirmed by dry-run probes that only the intended
+    registration answers the way it does.
+    """
+
+    cp: ControlPlane
+    api: API
+    webhooks: dict[str, list[dict[str, Any]]]  # "no-op"/"gpugate" -> the two webhook configurations
+    cel: list[dict[str, Any]]
+    current: str | None = None
+    switches: list[float] = field(default_factory=list)
+
+    def observe(self) -> set[str]:
+        seen: set[str] = set()
+        status, obj = self.api.create(GPU_POD)
+        if status == 201:
+            annotations = obj["metadata"].get("annotations") or {}
+            if "gpugate.io/policy" in annotations:
+                seen.add("gpugate-mutate")
+            elif obj["spec"].get("runtimeClassName") == "nvidia":
+                seen.add("cel-mutate")
+        for endpoint in ("mutate", "validate"):
+            status, obj = self.api.create(pod("probe", gpus=1, annotations={PROBE_ANNOTATION: endpoint}))
+            if status != 201 and f"no-op {endpoint} probe" in obj.get("message", ""):
+                seen.add(f"noop-{endpoint}")
+        status, obj = self.api.create(pod("probe", gpus=None, env=[{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                                    "value": "all"}]))
+        if status != 201 and 'admission webhook "validate.gpugate.io"' in obj.get("message", ""):
+            seen.add("gpugate-validate")
+        status, obj = self.api.create(pod("probe", gpus=9))
+        if status != 201 and "bench-whole-gpus" in obj.get("message", ""):
+            seen.add("cel-validate")
+        return seen
+
+    EXPECTED = {
+        "nothing": set(),
+        "no-op": {"noop-mutate", "noop-validate"},
+        "gpugate": {"gpugate-mutate", "gpugate-validate"},
+        "CEL": {"cel-mutate", "cel-validate"},
+    }
+
+    def _apply(self, objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            self.cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
+
+    def _delete(self, objects: list[dict[str, Any]]) -> None:
+        for obj in reversed(objects):
+            self.cp.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false")
+
+    def switch(self, target: str, *, timeout: float = 90.0) -> None:
+        started = time.monotonic()
+        if target in self.webhooks:
+            self._apply(self.webhooks[target])  # same names: replaces the other server's clientConfig
+        elif self.current in self.webhooks:
+            self._delete(self.webhooks[self.current])
+        if target == "CEL":
+            self._apply(self.cel)
+        elif self.current == "CEL":
+            self._delete(self.cel)
+        deadline = time.monotonic() + timeout
+        while (seen := self.observe()) != self.EXPECTED[target]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench: {target} not in force after {timeout:.0f}s: the probes saw {sorted(seen)}, "
+                                 f"expected {sorted(self.EXPECTED[target])}")
+            time.sleep(0.2)
+        self.current = target
+        self.switches.append(time.monotonic() - started)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    machine: dict[str, str]
+    cells: dict[tuple[str, str, int], list[Cell]] = field(default_factory=dict)
+    duration: float = 0.0
+    load_before: str = ""
+    load_after: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def median(self, registration: str, kind: str, clients: int, attr: str) -> float:
+        return statistics.median(getattr(c, attr) for c in self.cells[(registration, kind, clients)])
+
+    def cpu(self, registration: str, kind: str, clients: int, process: str) -> float:
+        return statistics.median(c.cpu.get(process, 0.0) for c in self.cells[(registration, kind, clients)])
+
+    def spread(self, registration: str, kind: str, clients: int, attr: str) -> tuple[float, float]:
+        values = [getattr(c, attr) for c in self.cells[(registration, kind, clients)]]
+        return min(values), max(values)
+
+
+def describe_machine(bin_dir: Path) -> dict[str, str]:
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                 platform.machine())
+    meminfo = Path("/proc/meminfo").read_text()
+    mem_kb = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemTotal")))
+
+    def version(*argv: str) -> str:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+        except OSError as err:
+            return f"unknown ({err})"
+        return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+    commit = version("git", "-C", str(REPO), "rev-parse", "--short", "HEAD")
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    packages = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("flask", "werkzeug", "gunicorn"))
+    return {
+        "CPUs (nproc)": str(len(os.sched_getaffinity(0))),
+        "CPU model": model,
+        "memory": f"{mem_kb / 1024 / 1024:.1f} GiB",
+        "kernel": f"{platform.system()} {platform.release()}",
+        "Python": f"{platform.python_implementation()} {platform.python_version()}, OpenSSL "
+                  f"{ssl.OPENSSL_VERSION.split()[1]}",
+        "serving stack": packages,
+        "kube-apiserver": version(str(bin_dir / "kube-apiserver"), "--version"),
+        "etcd": version(str(bin_dir / "etcd"), "--version"),
+        "gpugate": f"commit {commit}{' with uncommitted changes' if dirty else ''}",
+    }
+
+
+@contextlib.contextmanager
+def control_plane(bin_dir: Path, work: Path) -> Iterator[ControlPlane]:
+    cp = ControlPlane(bin_dir, work / "cluster")
+    try:
+        cp.start()
+        yield cp
+    finally:
+        cp.stop()
+
+
+def start_server(work: Path, name: str, *, cp: ControlPlane, server_args: list[str],
+                 factory: str | None = None) -> GPUGate:
+    gate = GPUGate(work / name, REPO / "policies", kubeconfig=cp.kubeconfig)
+    gate.process.name = name
+    gate.process.log_path = gate.workdir / f"{name}.log"
+    gate.process.argv += server_args
+    if factory:
+        gate.process.argv += ["--app-factory", factory]
+        gate.process.env["PYTHONPATH"] = str(REPO)
+    gate.start()
+    return gate
+
+
+def measure(args: argparse.Namespace) -> Run:
+    try:
+        bin_dir = find_binaries()
+    except BinariesMissing as err:
+        raise SystemExit(f"bench: {err}; build them with tests/e2e/build.sh (or `make tools`)") from None
+    run = Run(args=args, machine=describe_machine(bin_dir))
+    run.load_before = Path("/proc/loadavg").read_text().strip()
+    started = time.monotonic()
+    server_args = args.server_args.split() if args.server_args else []
+    with tempfile.TemporaryDirectory(prefix="gpugate-bench-") as tmp, control_plane(bin_dir, Path(tmp)) as cp:
+        work = Path(tmp)
+        served = {r["resource"] for r in json.loads(cp.kubectl("get", "--raw",
+                                                                "/apis/admissionregistration.k8s.io/v1").stdout)
+                  ["resources"]}
+        if "mutatingadmissionpolicies" not in served:
+            raise SystemExit("bench: this kube-apiserver does not serve admissionregistration.k8s.io/v1 "
+                             "mutatingadmissionpolicies (GA and on by default from Kubernetes 1.36)")
+        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        cp.ensure_default_service_account("kube-system")
+        namespace = cp.create_namespace("bench", labels={"team": "ml"})
+        context = ssl.create_default_context(cafile=str(cp.ca.cert_path))
+        context.load_cert_chain(str(cp.admin.cert), str(cp.admin.key))
+        api = API(cp.apiserver_port, context, namespace)
+
+        noop = start_server(work, "noop", cp=cp, server_args=server_args, factory="bench.noop:build_app")
+        gate = start_server(work, "gpugate", cp=cp, server_args=server_args)
+        try:
+            deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
+            cel = [d for d in yaml.safe_load_all(CEL_FILE.read_text()) if d]
+            registrar = Registrar(cp, api, {"no-op": point_at(deploy, noop), "gpugate": point_at(deploy, gate)}, cel)
+            assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
+            assert noop.process.proc is not None and gate.process.proc is not None
+            pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}
+            meters = Meters({
+                "apiserver": lambda: _proc_cpu(pids["apiserver"]),
+                "etcd": lambda: _proc_cpu(pids["etcd"]),
+                "no-op server": lambda: tree_cpu(noop.process.proc.pid),  # type: ignore[union-attr]
+                "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
+                "client": self_cpu,
+            })
+            for round_ in range(args.rounds):
+                order = REGISTRATIONS if round_ % 2 == 0 else tuple(reversed(REGISTRATIONS))
+                for registration in order:
+                    registrar.switch(registration)
+                    for kind in PODS:
+                        for clients in CLIENTS:
+                            n = args.requests * (2 if clients > 1 else 1)
+                            cell = load(api, GPU_POD if kind == "GPU" else CPU_POD, clients=clients, requests=n,
+                                        meters=meters, check=expectation(registration, kind))
+                            run.cells.setdefault((registration, kind, clients), []).append(cell)
+                            print(f"round {round_ + 1}/{args.rounds}  {registration:8s} {kind} pod, {clients} "
+                                  f"client{'s' if clients > 1 else ' '}: p50 {cell.p50 * 1e3:6.2f} ms  p99 "
+                                  f"{cell.p99 * 1e3:6.2f} ms  {cell.rate:7.0f} pods/s", flush=True)
+            run.extra["switch_seconds"] = statistics.median(registrar.switches)
+            run.extra["rss_mb"] = {"gpugate": worker_rss(gate.process.proc.pid),
+                                   "no-op": worker_rss(noop.process.proc.pid)}
+        finally:
+            gate.stop()
+            noop.stop()
+    run.duration = time.monotonic() - started
+    run.load_after = Path("/proc/loadavg").read_text().strip()
+    return run
+
+
+def worker_rss(master: int) -> list[float]:
+    """Resident memory of each gunicorn worker, MB (VmRSS from /proc/<pid>/status)."""
+    out = []
+    for pid in _children(master):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out.append(int(line.split()[1]) / 1024)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def report(run: Run) -> str:
+    m = run.median
+    added = {r: m(r, "GPU", 1, "p50") - m("nothing", "GPU", 1, "p50") for r in REGISTRATIONS}
+    lines: list[str] = []
+    w = lines.append
+    target_p50 = added["gpugate"] / added["no-op"] if added["no-op"] > 0 else float("inf")
+    target_rate = m("gpugate", "GPU", 8, "rate") / m("no-op", "GPU", 8, "rate")
+    w("### Ratios (GPU pods; medians over the rounds)")
+    w("")
+    w("| ratio | measured | target |")
+    w("| --- | --- | --- |")
+    w(f"| gpugate's added p50 over nothing ÷ the no-op's added p50 (1 client) | {target_p50:.2f}× "
+      f"({ms(added['gpugate'])} ÷ {ms(added['no-op'])}) | ≤ 1.3× {'met' if target_p50 <= 1.3 else '**not met**'} |")
+    w(f"| gpugate's GPU pods/s ÷ the no-op's (8 clients) | {target_rate:.2f}× | ≥ 0.85× "
+      f"{'met' if target_rate >= 0.85 else '**not met**'} |")
+    w(f"| CEL's added p50 ÷ gpugate's added p50 (1 client) | {added['CEL'] / added['gpugate']:.2f}× | (comparison) |")
+    w(f"| CEL's GPU pods/s ÷ gpugate's (8 clients) | "
+      f"{m('CEL', 'GPU', 8, 'rate') / m('gpugate', 'GPU', 8, 'rate'):.2f}× | (comparison) |")
+    w(f"| gpugate's GPU pods/s ÷ nothing's (8 clients) | "
+      f"{m('gpugate', 'GPU', 8, 'rate') / m('nothing', 'GPU', 8, 'rate'):.2f}× | (comparison) |")
+    w("")
+    w("### CPU pods (the webhooks' `matchConditions` keep them away from the servers)")
+    w("")
+    w("| registered | CPU pod p50, 1 client | ÷ nothing | CPU pods/s, 8 clients | ÷ nothing | apiserver CPU / pod |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    for r in REGISTRATIONS:
+        w(f"| {r} | {ms(m(r, 'CPU', 1, 'p50'))} | {m(r, 'CPU', 1, 'p50') / m('nothing', 'CPU', 1, 'p50'):.2f}× | "
+          f"{m(r, 'CPU', 8, 'rate'):,.0f} | {m(r, 'CPU', 8, 'rate') / m('nothing', 'CPU', 8, 'rate'):.2f}× | "
+          f"{us(run.cpu(r, 'CPU', 8, 'apiserver'))} |")
+    w("")
+    for kind in PODS:
+        w(f"### {kind} pods")
+        w("")
+        w("| registered | p50, 1 client | p99, 1 client | pods/s, 1 client | p50, 8 clients | p99, 8 clients | "
+          "pods/s, 8 clients | p50 range over rounds (1 client) |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in REGISTRATIONS:
+            lo, hi = run.spread(r, kind, 1, "p50")
+            w(f"| {r} | {ms(m(r, kind, 1, 'p50'))} | {ms(m(r, kind, 1, 'p99'))} | {m(r, kind, 1, 'rate'):,.0f} | "
+              f"{ms(m(r, kind, 8, 'p50'))} | {ms(m(r, kind, 8, 'p99'))} | {m(r, kind, 8, 'rate'):,.0f} | "
+              f"{lo * 1e3:.2f}–{hi * 1e3:.2f} ms |")
+        w("")
+    w("### CPU per GPU pod, 8 clients (CPU seconds ÷ pods created)")
+    w("")
+    processes = ("apiserver", "etcd", "no-op server", "gpugate server", "client", "others")
+    w("| registered | " + " | ".join(processes) + " |")
+    w("| --- |" + " --- |" * len(processes))
+    for r in REGISTRATIONS:
+        w(f"| {r} | " + " | ".join(us(run.cpu(r, "GPU", 8, p)) for p in processes) + " |")
+    w("")
+    w(f"gpugate's server CPU per admitted GPU pod (a `/mutate` and a `/validate` call): "
+      f"{us(run.cpu('gpugate', 'GPU', 8, 'gpugate server'))} at 8 clients, "
+      f"{us(run.cpu('gpugate', 'GPU', 1, 'gpugate server'))} at 1 client; the no-op's: "
+      f"{us(run.cpu('no-op', 'GPU', 8, 'no-op server'))} and {us(run.cpu('no-op', 'GPU', 1, 'no-op server'))}.")
+    rss = run.extra.get("rss_mb", {})
+    if rss:
+        w(f"Worker RSS at the end: gpugate {', '.join(f'{v:.0f}' for v in rss['gpugate'])} MB; "
+          f"no-op {', '.join(f'{v:.0f}' for v in rss['no-op'])} MB.")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved repetitions (default 5)")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="pod creates per cell with 1 client; twice as many with 8 (default 300)")
+    parser.add_argument("--server-args", default="",
+                        help="extra `gpugate serve` options for both servers, e.g. '--workers 2 --threads 4'")
+    parser.add_argument("--write", metavar="FILE", help="write the report (docs/performance.md) there")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = measure(args)
+    text = report(run)
+    print()
+    print(text)
+    print(f"\n{run.args.rounds} rounds in {run.duration:.0f} s; load average before {run.load_before}, "
+          f"after {run.load_after}")
+    if args.write:
+        from bench import report as document
+
+        Path(args.write).write_text(document.render(run, text))
+        print(f"wrote {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
