@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
 from webhook.app import MAX_BODY, create_app
-from webhook.policy import PolicyStore
+from webhook.policy.store import PolicyStore
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 

@@ -6,7 +6,9 @@ import pytest
 
 from tests.support import env, gpu_pod, policies, request
 from webhook.admission import mutate
-from webhook.policy import BUILTIN, NamespaceLabelsUnavailable, PolicyError, PolicyStore, load_policies
+from webhook.policy.loader import PolicyError, load_policies
+from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable
+from webhook.policy.store import PolicyStore
 
 HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
 

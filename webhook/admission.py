@@ -9,7 +9,7 @@ from typing import Any
 
 from .patch import Operation, make_patch
 from .pods import PodShape, dig, requests_gpu, shape_of
-from .policy import BUILTIN, NamespaceLabelsUnavailable, Policy, PolicySet
+from .policy.model import BUILTIN, NamespaceLabelsUnavailable, Policy, PolicySet
 from .rules import (
     attribution,
     gpu_limits,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import container, gpu_pod, mutated, pod, standard, validated
-from webhook.policy import PolicySet
+from webhook.policy.model import PolicySet
 
 LIMITS = standard(limits={"maxPerContainer": 4, "maxPerPod": 6})
 

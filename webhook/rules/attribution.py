@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..policy import is_label_value
+from ..policy.model import is_label_value
 from .base import Change, PodContext, PodEditor, Violation
 
 RULE = "attribution"

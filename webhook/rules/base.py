@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..pods import PodShape, dig
-from ..policy import Policy
+from ..policy.model import Policy
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pods import gpu_resources_requested
-from ..policy import MODEL_LABEL, Models
+from ..policy.model import MODEL_LABEL, Models
 from .base import Change, PodContext, PodEditor, Violation
 
 RULE = "model-selection"
