@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.support import gpu_pod, request  # noqa: E402
 from webhook.admission import Environment, mutate, validate  # noqa: E402
-from webhook.policy import PolicyStore, load_policies  # noqa: E402
+from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.store import PolicyStore  # noqa: E402
 
 FALLBACK = (REPO / "policies" / "00-default.yaml").read_text()
 
@@ -124,10 +125,11 @@ def measure(count: int, *, seconds: float = 1.0, rss: bool = True) -> Scale:
         many_set = load_policies(many)
         result.load_seconds = time.perf_counter() - started
         one_set = load_policies(one)
+        middle = count // 2 - count // 2 % 12  # a namespace-glob policy with a podSelector
         cases = {
             "fallback (every policy passed over)": request(gpu_pod(1, namespace="default")),
-            f"policy {count // 2} of {count}": request(gpu_pod(1, namespace=f"team-{count // 2 - count // 2 % 3:04d}-x",
-                                                               labels={"app": f"app-{count // 2 - count // 2 % 3:04d}"})),
+            f"policy {middle} of {count}": request(gpu_pod(1, namespace=f"team-{middle:04d}-x",
+                                                           labels={"app": f"app-{middle:04d}"})),
         }
         for case, req in cases.items():
             env_one = Environment(policies=one_set, namespace_labels=labels_of)
