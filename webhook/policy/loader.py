@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,17 +15,24 @@ import yaml
 
 from .model import (
     API_VERSION,
-    DEFAULT_GPU_RESOURCES,
+    BUILTIN_DEVICE_RESOURCES,
+    DEFAULT_HOLDER_ANNOTATIONS,
     KIND,
     MODEL_LABEL,
+    WORKLOAD_KIND,
     AttributionLabel,
+    Device,
+    GPUHolders,
     LabelSelector,
     Limits,
     Match,
+    ModelClass,
     Models,
     Policy,
     PolicySet,
     Requirement,
+    WorkloadKind,
+    builtin_devices,
     is_dns_subdomain,
     is_label_key,
     is_label_value,
@@ -197,35 +205,151 @@ def _toleration(doc: _Doc, value: Any, path: str) -> dict[str, Any] | None:
     return out
 
 
-def _models(doc: _Doc, value: Any, path: str) -> Models | None:
+def _tolerations(doc: _Doc, value: Any, path: str) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        doc.fail(path, f"must be a list, got {_kind(value)}")
+        return ()
+    parsed = [_toleration(doc, t, f"{path}[{i}]") for i, t in enumerate(value)]
+    return tuple(t for t in parsed if t is not None)
+
+
+_DEVICE_FIELDS = ("resources", "auxiliaryResources", "runtimeClassName", "tolerations", "modelLabel",
+                  "modelAliases", "choiceAnnotations")
+
+
+def _devices(doc: _Doc, value: Any, path: str) -> dict[str, Device]:
+    """``spec.devices``: vendor profiles laid over the built-in ones (which inject nothing)."""
+    devices = builtin_devices()
+    for name, raw in doc.mapping(value, path, None).items():
+        dpath = f"{path}.{name}"
+        if not isinstance(name, str) or not is_label_value(name) or not name:
+            doc.fail(dpath, f"device name {name!r} must be a short name such as nvidia, amd or intel")
+            continue
+        d = doc.mapping(raw, dpath, _DEVICE_FIELDS)
+        base = devices.get(name)
+        resources = doc.strings(d.get("resources"), f"{dpath}.resources")
+        if resources == () or (resources is None and base is None):
+            doc.fail(f"{dpath}.resources", "must list the resources that count as this vendor's GPUs "
+                     "(e.g. [amd.com/gpu])")
+            continue
+        auxiliary = doc.strings(d.get("auxiliaryResources"), f"{dpath}.auxiliaryResources")
+        devices[name] = Device(
+            name=name,
+            resources=resources if resources is not None else base.resources,  # type: ignore[union-attr]
+            auxiliary_resources=auxiliary if auxiliary is not None else (base.auxiliary_resources if base else ()),
+            runtime_class_name=doc.string(d.get("runtimeClassName"), f"{dpath}.runtimeClassName",
+                                          check=is_dns_subdomain, what="RuntimeClass name"),
+            tolerations=_tolerations(doc, d.get("tolerations"), f"{dpath}.tolerations"),
+            model_label=doc.string(d.get("modelLabel"), f"{dpath}.modelLabel", check=is_label_key,
+                                   what="node label key"),
+            model_aliases=doc.strings(d.get("modelAliases"), f"{dpath}.modelAliases", check=is_label_key,
+                                      what="node label key") or (),
+            choice_annotations=doc.strings(d.get("choiceAnnotations"), f"{dpath}.choiceAnnotations",
+                                           check=is_label_key, what="annotation key") or (),
+        )
+    # Put the policy's own devices first: a resource both name (a legacy glob) belongs to the policy's.
+    own = [n for n in doc.mapping(value, path, None) if n in devices]
+    return {n: devices[n] for n in [*own, *(n for n in devices if n not in own)]}
+
+
+_CLASS_FIELDS = ("values", "resources", "device", "aliases")
+
+
+def _model_class(doc: _Doc, name: str, value: Any, path: str, devices: Mapping[str, Device],
+                 legacy: Device | None) -> ModelClass | None:
+    if isinstance(value, list):  # the 0.1 form: class -> node label values, on the one legacy device
+        vals = doc.strings(value, path, check=is_label_value, what="node label value")
+        if not vals:
+            doc.fail(path, "must list at least one node label value")
+            return None
+        if legacy is None:
+            doc.fail(path, "give the class as {values: [...], resources: [...]} (the list form needs the "
+                     "0.1 fields spec.models.nodeLabel / spec.runtimeClassName; see policies/README.md, "
+                     "\"Migrating policy files\")")
+            return None
+        return ModelClass(name, legacy.name, vals, legacy.resources)
+    c = doc.mapping(value, path, _CLASS_FIELDS)
+    if not c:
+        doc.fail(path, "must give values (node label values) and resources (what its nodes offer)")
+        return None
+    vals = doc.strings(c.get("values"), f"{path}.values", check=is_label_value, what="node label value")
+    if not vals:
+        doc.fail(f"{path}.values", "must list at least one node label value, exactly as the nodes carry it")
+    resources = doc.strings(c.get("resources"), f"{path}.resources")
+    if not resources:
+        doc.fail(f"{path}.resources", "must list the GPU resources this class's nodes offer "
+                 "(e.g. [nvidia.com/gpu] or [nvidia.com/mig-1g.10gb])")
+    device_name = doc.string(c.get("device"), f"{path}.device")
+    aliases: dict[str, tuple[str, ...]] = {}
+    for key, avals in doc.mapping(c.get("aliases"), f"{path}.aliases", None).items():
+        if not isinstance(key, str) or not is_label_key(key):
+            doc.fail(f"{path}.aliases", f"{key!r} is not a valid label or annotation key")
+            continue
+        got = doc.strings(avals, f"{path}.aliases[{key}]")
+        if got:
+            aliases[key] = got
+    if not vals or not resources:
+        return None
+    if device_name is not None:
+        device = devices.get(device_name)
+        if device is None:
+            doc.fail(f"{path}.device", f"{device_name!r} is not a device of this policy ({', '.join(devices)})")
+            return None
+    else:
+        owners = [d for d in devices.values() if all(d.counts(r) for r in resources)]
+        if len(owners) != 1:
+            doc.fail(f"{path}.resources", f"{', '.join(resources)} must all be GPU resources of exactly one device "
+                     f"(found {', '.join(d.name for d in owners) or 'none'}); set {path}.device")
+            return None
+        device = owners[0]
+    if device.model_label is None:
+        doc.fail(f"{path}", f"device {device.name!r} has no modelLabel to select class {name!r} by; set "
+                 f"spec.devices.{device.name}.modelLabel (e.g. nvidia.com/gpu.product)")
+        return None
+    return ModelClass(name, device.name, vals, resources, aliases)
+
+
+def _models(doc: _Doc, value: Any, path: str, devices: Mapping[str, Device],
+            legacy: Device | None) -> Models | None:
     if value is None:
         return None
     raw = doc.mapping(value, path, ("nodeLabel", "default", "classes"))
-    node_label = doc.string(raw.get("nodeLabel"), f"{path}.nodeLabel", check=is_label_key, what="node label key")
-    if raw and "nodeLabel" not in raw:
-        doc.fail(f"{path}.nodeLabel", "is required (e.g. nvidia.com/gpu.product)")
-    classes: dict[str, tuple[str, ...]] = {}
+    classes: dict[str, ModelClass] = {}
     raw_classes = raw.get("classes")
     if not isinstance(raw_classes, dict) or not raw_classes:
-        doc.fail(f"{path}.classes", "must map at least one class name to a list of node label values")
+        doc.fail(f"{path}.classes", "must map at least one class name to its node label values and resources")
     else:
-        for name, values in raw_classes.items():
+        for name, spec in raw_classes.items():
             cpath = f"{path}.classes.{name}"
             if not isinstance(name, str) or not is_label_value(name) or not name:
                 doc.fail(cpath, f"class name {name!r} must be a valid label value (pods name it in {MODEL_LABEL})")
                 continue
-            vals = doc.strings(values, cpath, check=is_label_value, what="node label value")
-            if not vals:
-                if vals is not None or values is None:
-                    doc.fail(cpath, "must list at least one node label value")
-                continue
-            classes[name] = vals
-    default = doc.string(raw.get("default"), f"{path}.default")
-    if default is not None and classes and default not in classes:
-        doc.fail(f"{path}.default", f"{default!r} is not one of the classes ({', '.join(classes)})")
-    if node_label is None or not classes:
+            found = _model_class(doc, name, spec, cpath, devices, legacy)
+            if found is not None:
+                classes[name] = found
+    default = raw.get("default")
+    defaults = (doc.strings([default], f"{path}.default") if isinstance(default, str)
+                else doc.strings(default, f"{path}.default")) or ()
+    for d in defaults:
+        if classes and d not in classes:
+            doc.fail(f"{path}.default", f"{d!r} is not one of the classes ({', '.join(classes)})")
+    if not classes:
         return None
-    return Models(node_label=node_label, classes=classes, default=default)
+    return Models(classes=classes, defaults=defaults)
+
+
+def _holders(doc: _Doc, value: Any, path: str) -> GPUHolders:
+    raw = doc.mapping(value, path, ("resourceClaims", "annotations"))
+    claims = raw.get("resourceClaims", True)
+    if not isinstance(claims, bool):
+        doc.fail(f"{path}.resourceClaims", f"must be true or false, got {claims!r}")
+        claims = True
+    annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key,
+                              what="annotation key")
+    return GPUHolders(resource_claims=claims,
+                      annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS)
 
 
 def _attribution(doc: _Doc, value: Any, path: str) -> tuple[AttributionLabel, ...]:
@@ -253,8 +377,39 @@ def _attribution(doc: _Doc, value: Any, path: str) -> tuple[AttributionLabel, ..
     return tuple(out)
 
 
-_SPEC_FIELDS = ("priority", "mode", "match", "gpuResources", "limits", "runtimeClassName", "tolerations",
-                "models", "attribution", "nonGPUPods", "mutateTemplates")
+_SPEC_FIELDS = ("priority", "mode", "match", "devices", "limits", "models", "gpuHolders", "attribution",
+                "nonGPUPods", "initOnlyGPUs", "mutateTemplates",
+                # the 0.1 format, still read: one device's fields at the top (policies/README.md, "Migrating")
+                "gpuResources", "runtimeClassName", "tolerations")
+_LEGACY_FIELDS = ("gpuResources", "runtimeClassName", "tolerations")
+
+
+def _legacy_device(doc: _Doc, spec: Mapping[str, Any], models: Any) -> Device | None:
+    """The 0.1 format's one device: ``gpuResources``, ``runtimeClassName``, ``tolerations`` and
+    ``models.nodeLabel`` at the top of the spec. Without ``gpuResources`` it is NVIDIA's."""
+    node_label = models.get("nodeLabel") if isinstance(models, dict) else None
+    if not any(f in spec for f in _LEGACY_FIELDS) and node_label is None:
+        return None
+    if "devices" in spec:
+        for f in (*_LEGACY_FIELDS, "models.nodeLabel"):
+            if f in spec or (f == "models.nodeLabel" and node_label is not None):
+                doc.fail(f"spec.{f}", "cannot be combined with spec.devices: move it into "
+                         "spec.devices.<vendor> (see policies/README.md, \"Migrating policy files\")")
+        return None
+    resources = doc.strings(spec.get("gpuResources"), "spec.gpuResources")
+    if resources == ():
+        doc.fail("spec.gpuResources", "must not be empty (omit it for the defaults)")
+    nvidia_resources, nvidia_auxiliary = BUILTIN_DEVICE_RESOURCES["nvidia"]
+    return Device(
+        name="nvidia" if not resources else "gpu",
+        resources=resources or nvidia_resources,
+        auxiliary_resources=nvidia_auxiliary if not resources else tuple(
+            a for _, aux in BUILTIN_DEVICE_RESOURCES.values() for a in aux),
+        runtime_class_name=doc.string(spec.get("runtimeClassName"), "spec.runtimeClassName",
+                                      check=is_dns_subdomain, what="RuntimeClass name"),
+        tolerations=_tolerations(doc, spec.get("tolerations"), "spec.tolerations"),
+        model_label=doc.string(node_label, "spec.models.nodeLabel", check=is_label_key, what="node label key"),
+    )
 
 
 def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIssue]) -> Policy | None:
@@ -267,7 +422,7 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
     if top.get("apiVersion") != API_VERSION:
         doc.fail("apiVersion", f"must be {API_VERSION}, got {top.get('apiVersion')!r}")
     if top.get("kind") != KIND:
-        doc.fail("kind", f"must be {KIND}, got {top.get('kind')!r}")
+        doc.fail("kind", f"must be {KIND} or {WORKLOAD_KIND}, got {top.get('kind')!r}")
     meta = doc.mapping(top.get("metadata"), "metadata", ("name", "labels", "annotations"))
     name = doc.string(meta.get("name"), "metadata.name", check=is_dns_subdomain, what="name (lower-case DNS subdomain)")
     if "name" not in meta:
@@ -284,27 +439,25 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         namespace_selector=doc.selector(m.get("namespaceSelector"), "spec.match.namespaceSelector"),
         pod_selector=doc.selector(m.get("podSelector"), "spec.match.podSelector"),
     )
-    gpu_resources = doc.strings(spec.get("gpuResources"), "spec.gpuResources")
-    if gpu_resources == ():
-        doc.fail("spec.gpuResources", "must not be empty (omit it for the defaults)")
+    legacy = _legacy_device(doc, spec, spec.get("models"))
+    if legacy is not None and "gpuResources" in spec:
+        devices = {legacy.name: legacy}  # 0.1: exactly what gpuResources lists counts as a GPU
+    else:
+        devices = _devices(doc, spec.get("devices"), "spec.devices")
+        if legacy is not None:
+            devices = {legacy.name: legacy, **{n: d for n, d in devices.items() if n != legacy.name}}
     lim = doc.mapping(spec.get("limits"), "spec.limits", ("maxPerContainer", "maxPerPod"))
     limits = Limits(doc.positive_int(lim.get("maxPerContainer"), "spec.limits.maxPerContainer"),
                     doc.positive_int(lim.get("maxPerPod"), "spec.limits.maxPerPod"))
-    runtime_class = doc.string(spec.get("runtimeClassName"), "spec.runtimeClassName",
-                               check=is_dns_subdomain, what="RuntimeClass name")
-    raw_tolerations = spec.get("tolerations") or []
-    if not isinstance(raw_tolerations, list):
-        doc.fail("spec.tolerations", f"must be a list, got {_kind(raw_tolerations)}")
-        raw_tolerations = []
-    parsed = [_toleration(doc, t, f"spec.tolerations[{i}]") for i, t in enumerate(raw_tolerations)]
-    tolerations = tuple(t for t in parsed if t is not None)
-    models = _models(doc, spec.get("models"), "spec.models")
+    models = _models(doc, spec.get("models"), "spec.models", devices, legacy)
+    holders = _holders(doc, spec.get("gpuHolders"), "spec.gpuHolders")
     attribution = _attribution(doc, spec.get("attribution"), "spec.attribution")
     non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations", "gpuRuntimeClass"))
     non_gpu_runtime_class = doc.choice(non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass",
                                        ("deny", "allow"), "deny")
     non_gpu_tolerations = doc.choice(non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations",
                                      ("deny", "strip", "allow"), "deny")
+    init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
     if not isinstance(mutate_templates, bool):
         doc.fail("spec.mutateTemplates", f"must be true or false, got {mutate_templates!r}")
@@ -313,11 +466,44 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         return None
     return Policy(
         name=name, source=f"{file}#{index}", priority=priority, mode=mode,  # type: ignore[arg-type]
-        match=match, gpu_resources=gpu_resources or DEFAULT_GPU_RESOURCES, limits=limits,
-        runtime_class_name=runtime_class, tolerations=tolerations, models=models, attribution=attribution,
+        match=match, devices=devices, limits=limits, models=models, holders=holders, attribution=attribution,
         non_gpu_tolerations=non_gpu_tolerations, mutate_templates=mutate_templates,  # type: ignore[arg-type]
-        non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
+        non_gpu_runtime_class=non_gpu_runtime_class, init_only_gpus=init_only,  # type: ignore[arg-type]
     )
+
+
+_TEMPLATE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\*\])?(\.([A-Za-z_][A-Za-z0-9_]*(\[\*\])?|\*))*")
+
+
+def parse_workload_kind(document: Mapping[str, Any], *, file: str, index: int,
+                        issues: list[PolicyIssue]) -> WorkloadKind | None:
+    """A ``GPUWorkloadKind`` document: a kind (usually a CRD) and the paths of its pod templates."""
+    doc = _Doc(file, index, issues)
+    before = len(issues)
+    top = doc.mapping(document, "", ("apiVersion", "kind", "metadata", "spec"))
+    if top.get("apiVersion") != API_VERSION:
+        doc.fail("apiVersion", f"must be {API_VERSION}, got {top.get('apiVersion')!r}")
+    meta = doc.mapping(top.get("metadata"), "metadata", ("name", "labels", "annotations"))
+    doc.string(meta.get("name"), "metadata.name", check=is_dns_subdomain, what="name (lower-case DNS subdomain)")
+    spec = doc.mapping(top.get("spec"), "spec", ("group", "kind", "plural", "versions", "podTemplates"))
+    group = doc.string(spec.get("group"), "spec.group", check=is_dns_subdomain, what="API group")
+    kind = doc.string(spec.get("kind"), "spec.kind")
+    plural = doc.string(spec.get("plural"), "spec.plural", check=is_dns_subdomain, what="resource name") or ""
+    versions = doc.strings(spec.get("versions"), "spec.versions") or ()
+    templates = doc.strings(spec.get("podTemplates"), "spec.podTemplates") or ()
+    for i, t in enumerate(templates):
+        if not _TEMPLATE_PATH.fullmatch(t):
+            doc.fail(f"spec.podTemplates[{i}]", f"{t!r} is not a template path; write dotted field names, "
+                     "[*] after a list field, * for every value of a map (spec.workerGroupSpecs[*].template)")
+    for fld, got in (("group", group), ("kind", kind)):
+        if got is None:
+            doc.fail(f"spec.{fld}", "is required")
+    if not templates:
+        doc.fail("spec.podTemplates", "must list at least one path to a pod template")
+    if len(issues) > before or group is None or kind is None:
+        return None
+    return WorkloadKind(group=group, kind=kind, templates=templates, plural=plural, versions=versions,
+                        source=f"{file}#{index}")
 
 
 def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -327,16 +513,41 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
                   if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
 
 
+def _yaml_error(err: yaml.YAMLError) -> str:
+    """Where a YAML error is, as a person reads the file. PyYAML marks where it noticed the problem, which
+    is often the line after the mistake (an unclosed bracket is noticed at the next key); say both."""
+    problem = getattr(err, "problem", None) or str(err)
+    mark = getattr(err, "problem_mark", None)
+    context = getattr(err, "context_mark", None)
+    if mark is None:
+        return f"is not valid YAML: {problem}"
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    if context is not None and context.line != mark.line:
+        where = f"line {context.line + 1} to {mark.line + 1}"
+        problem = f"{getattr(err, 'context', '') or 'in this block'}: {problem}"
+    elif mark.column == 0 and mark.line > 0:
+        where = f"line {mark.line} or {mark.line + 1}"
+    return f"is not valid YAML ({where}): {problem}"
+
+
 def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     """Load and validate every policy in ``directory`` as a whole; raise :class:`PolicyError` if any is wrong."""
     root = Path(directory)
+    if not root.exists():
+        raise PolicyError([PolicyIssue(str(root), None, "", "does not exist")])
     if not root.is_dir():
-        raise PolicyError([PolicyIssue(str(root), None, "", "is not a directory")])
+        raise PolicyError([PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds "
+                                       "the policy files)")])
     issues: list[PolicyIssue] = []
     policies: list[Policy] = []
+    workloads: list[WorkloadKind] = []
     seen: dict[str, str] = {}
     digest = hashlib.sha256()
-    for path in policy_files(root):
+    files = policy_files(root)
+    if not files:
+        raise PolicyError([PolicyIssue(str(root), None, "", "holds no policy files (*.yaml, *.yml); without a "
+                                       "policy gpugate injects nothing (policies/README.md)")])
+    for path in files:
         try:
             text = path.read_bytes()
         except OSError as err:
@@ -346,12 +557,15 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
         try:
             documents = list(yaml.safe_load_all(text))
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            issues.append(PolicyIssue(path.name, None, "", f"is not valid YAML{where}: {getattr(err, 'problem', err)}"))
+            issues.append(PolicyIssue(path.name, None, "", _yaml_error(err)))
             continue
         for index, document in enumerate(documents):
             if document is None:
+                continue
+            if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
+                workload = parse_workload_kind(document, file=path.name, index=index, issues=issues)
+                if workload is not None:
+                    workloads.append(workload)
                 continue
             policy = parse_policy(document, file=path.name, index=index, issues=issues)
             if policy is None:
@@ -364,4 +578,4 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             policies.append(policy)
     if issues:
         raise PolicyError(issues)
-    return PolicySet.of(policies, digest.hexdigest()[:12])
+    return PolicySet.of(policies, digest.hexdigest()[:12], workloads)

@@ -10,15 +10,26 @@ from typing import Any, Literal
 
 API_VERSION = "gpugate.io/v1"
 KIND = "GPUPolicy"
+WORKLOAD_KIND = "GPUWorkloadKind"
 
-#: What counts as a GPU when a policy names no ``gpuResources`` (PRODUCT.md §2).
-DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
-    "nvidia.com/gpu",
-    "nvidia.com/gpu.shared",
-    "nvidia.com/mig-*",
-    "amd.com/gpu",
-    "gpu.intel.com/*",
-)
+#: GPU count resources of the vendors gpugate knows, and their auxiliary resources (which make a pod a GPU
+#: pod but are never counted as GPUs). Sources: NVIDIA k8s-device-plugin (``nvidia.com/gpu``, renamed
+#: time-sliced ``nvidia.com/gpu.shared``, MIG mixed ``nvidia.com/mig-<profile>``); ROCm/k8s-device-plugin
+#: (``amd.com/gpu``); intel/intel-device-plugins-for-kubernetes (``gpu.intel.com/i915`` and ``xe``, with
+#: ``millicores``, ``memory.max`` and ``tiles`` for GPU-aware scheduling); HAMi (``nvidia.com/gpumem``,
+#: ``gpumem-percentage``, ``gpucores`` beside a real ``nvidia.com/gpu`` count).
+BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
+               ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")),
+    "amd": (("amd.com/gpu",), ()),
+    "intel": (("gpu.intel.com/i915", "gpu.intel.com/xe"),
+              ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles")),
+}
+#: What counts as a GPU when a policy names no devices or ``gpuResources``.
+DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
+#: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
+#: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
+DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
 
 #: The pod label through which a pod names its GPU model class.
 MODEL_LABEL = "gpugate.io/model"
@@ -95,11 +106,78 @@ class Limits:
     max_per_pod: int | None = None
 
 
+def _matches_any(resource: str, globs: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(resource, glob) for glob in globs)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A vendor's device profile: which resources are its GPUs, and what a pod that requests them needs."""
+
+    name: str
+    #: GPU count resources: exact names, or globs such as ``nvidia.com/mig-*``.
+    resources: tuple[str, ...]
+    #: Make a pod a GPU pod of this vendor, never counted as GPUs (Intel millicores, HAMi gpumem).
+    auxiliary_resources: tuple[str, ...] = ()
+    runtime_class_name: str | None = None
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    #: The node label that names the GPU model (NVIDIA GFD: ``nvidia.com/gpu.product``).
+    model_label: str | None = None
+    #: Other node labels a pod may choose its hardware with (``cloud.google.com/gke-accelerator``).
+    model_aliases: tuple[str, ...] = ()
+    #: Scheduler annotations that choose the hardware (HAMi ``nvidia.com/use-gputype``).
+    choice_annotations: tuple[str, ...] = ()
+
+    def counts(self, resource: str) -> bool:
+        return _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)
+
+    def owns(self, resource: str) -> bool:
+        return _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources)
+
+
+@dataclass(frozen=True)
+class ModelClass:
+    """A GPU model class: node label values exactly as its nodes carry them, and the resources they offer."""
+
+    name: str
+    device: str
+    values: tuple[str, ...]
+    #: Resources the class's nodes offer (globs allowed); a pod is only steered here if all it requests is.
+    resources: tuple[str, ...]
+    #: Alias label or annotation key -> values that mean this class (``cloud.google.com/gke-accelerator``).
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def offers(self, resources: Iterable[str]) -> bool:
+        return all(_matches_any(r, self.resources) for r in resources)
+
+
 @dataclass(frozen=True)
 class Models:
-    node_label: str
-    classes: Mapping[str, tuple[str, ...]]
-    default: str | None = None
+    classes: Mapping[str, ModelClass]
+    #: Classes tried in order when a pod names none; the first that offers what the pod requests wins.
+    defaults: tuple[str, ...] = ()
+
+    def offering(self, device: str, resources: Iterable[str]) -> list[ModelClass]:
+        wanted = tuple(resources)
+        return [c for c in self.classes.values() if c.device == device and c.offers(wanted)]
+
+    def default_for(self, device: str, resources: Iterable[str]) -> ModelClass | None:
+        """The class a pod that names none gets: the first listed default that can serve it, else the only
+        class that can; None when none or several can."""
+        candidates = self.offering(device, resources)
+        for name in self.defaults:
+            for c in candidates:
+                if c.name == name:
+                    return c
+        return candidates[0] if len(candidates) == 1 else None
+
+
+@dataclass(frozen=True)
+class GPUHolders:
+    """Other ways a pod holds a GPU than a GPU resource: DRA resource claims, fractional-GPU annotations."""
+
+    resource_claims: bool = True
+    annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
 
 
 @dataclass(frozen=True)
@@ -112,25 +190,49 @@ class AttributionLabel:
     value: str | None = None
 
 
-@dataclass(frozen=True)
+def builtin_devices() -> dict[str, Device]:
+    return {name: Device(name, res, aux) for name, (res, aux) in BUILTIN_DEVICE_RESOURCES.items()}
+
+
+@dataclass(frozen=True, eq=False)  # a policy is itself: compared and hashed by identity
 class Policy:
     name: str
     source: str = "<inline>"
     priority: int = 0
     mode: Mode = "enforce"
     match: Match = field(default_factory=Match)
-    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    #: Vendor name -> device profile; the built-in vendors are always present (nothing injected for them).
+    devices: Mapping[str, Device] = field(default_factory=builtin_devices)
     limits: Limits = field(default_factory=Limits)
-    runtime_class_name: str | None = None
-    tolerations: tuple[Mapping[str, Any], ...] = ()
     models: Models | None = None
+    holders: GPUHolders = field(default_factory=GPUHolders)
     attribution: tuple[AttributionLabel, ...] = ()
     non_gpu_tolerations: NonGPUTolerations = "deny"
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
+    init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
 
     def counts_as_gpu(self, resource: str) -> bool:
-        return any(fnmatch.fnmatchcase(resource, glob) for glob in self.gpu_resources)
+        return any(d.counts(resource) for d in self.devices.values())
+
+    def device_of(self, resource: str) -> Device | None:
+        """The device whose GPU or auxiliary resource this is (the first, in policy order)."""
+        for device in self.devices.values():
+            if device.owns(resource):
+                return device
+        return None
+
+    @property
+    def gpu_resources(self) -> tuple[str, ...]:
+        return tuple(r for d in self.devices.values() for r in d.resources)
+
+    @property
+    def gpu_tolerations(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(t for d in self.devices.values() for t in d.tolerations)
+
+    @property
+    def gpu_runtime_classes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.runtime_class_name for d in self.devices.values() if d.runtime_class_name))
 
     @property
     def uses_namespace_labels(self) -> bool:
@@ -140,7 +242,8 @@ class Policy:
 
 
 #: The policy that stands in when none matches: built-in checks only, nothing injected.
-BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow", non_gpu_runtime_class="allow")
+BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow", non_gpu_runtime_class="allow",
+                 init_only_gpus="allow")
 
 
 class NamespaceLabelsUnavailable(Exception):
@@ -152,15 +255,32 @@ class NamespaceLabelsUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class WorkloadKind:
+    """A kind whose objects carry pod templates, and where: ``spec.workerGroupSpecs[*].template``."""
+
+    group: str
+    kind: str
+    #: Dotted paths to each PodTemplateSpec; ``[*]`` walks a list, ``*`` every value of a map.
+    templates: tuple[str, ...]
+    plural: str = ""
+    versions: tuple[str, ...] = ()
+    source: str = "built-in"
+
+
+@dataclass(frozen=True)
 class PolicySet:
-    """Every loaded policy, highest priority first (ties broken by name)."""
+    """Every loaded policy, highest priority first (ties broken by name), and the workload kinds the
+    policy directory adds to the built-in ones."""
 
     policies: tuple[Policy, ...] = ()
     digest: str = ""
+    workloads: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
 
     @staticmethod
-    def of(policies: Iterable[Policy], digest: str = "") -> PolicySet:
-        return PolicySet(tuple(sorted(policies, key=lambda p: (-p.priority, p.name))), digest)
+    def of(policies: Iterable[Policy], digest: str = "",
+           workloads: Iterable[WorkloadKind] = ()) -> PolicySet:
+        return PolicySet(tuple(sorted(policies, key=lambda p: (-p.priority, p.name))), digest,
+                         {(w.group, w.kind): w for w in workloads})
 
     def governing(
         self,
