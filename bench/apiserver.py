@@ -642,6 +642,10 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
         "",
         measured,
         "",
+        "### What the numbers say",
+        "",
+        *findings(run, decisions),
+        "",
     ]
     if decisions:
         out += ["## The decision alone", "", "`bench/decisions.py`, in this run: CPU time per call, no HTTP; "
@@ -662,6 +666,52 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
             f"after {' '.join(run.load_after.split()[:3])} |", ""]
     out += ["## Noise", "", NOISE_NOTE.format(rounds=run.args.rounds), ""]
     return "\n".join(out)
+
+
+def findings(run: Run, decisions: dict[str, dict[str, float]] | None) -> list[str]:
+    """The answers the tables hold, in words, computed from the same medians."""
+    m, cpu = run.median, run.cpu
+    out = []
+    # CPU pods: the matchConditions keep them from both servers; what remains is the apiserver's CEL.
+    cells = run.cells[("nothing", "CPU", 1)]
+    spread = max(c.p50 for c in cells) / min(c.p50 for c in cells)
+    slower = {r: m(r, "CPU", 1, "p50") / m("nothing", "CPU", 1, "p50") for r in ("no-op", "gpugate")}
+    fewer = {r: m(r, "CPU", 8, "rate") / m("nothing", "CPU", 8, "rate") for r in ("no-op", "gpugate")}
+    extra = cpu("gpugate", "CPU", 8, "apiserver") - cpu("nothing", "CPU", 8, "apiserver")
+    verdict = ("slower" if slower["gpugate"] > spread and fewer["gpugate"] < 1 / spread
+               else "not measurably slower (the difference is within the round-to-round spread of nothing)")
+    out.append(
+        f"- **CPU pods with gpugate registered are {verdict}**: p50 {slower['gpugate']:.2f}× and "
+        f"{fewer['gpugate']:.2f}× the pods/s of nothing, as with the no-op registered ({slower['no-op']:.2f}×, "
+        f"{fewer['no-op']:.2f}×): the two registrations are the same webhook configurations, and neither "
+        f"server is called for a CPU pod (gpugate's server CPU per CPU pod: "
+        f"{us(cpu('gpugate', 'CPU', 8, 'gpugate server'))}). What a CPU pod pays is the apiserver evaluating "
+        f"both webhooks' `matchConditions` (CEL): {us(extra)} of apiserver CPU per pod over nothing. "
+        f"Round-to-round spread of nothing's CPU-pod p50: {spread:.2f}×.")
+    floor = cpu("no-op", "GPU", 8, "no-op server")
+    ours = cpu("gpugate", "GPU", 8, "gpugate server")
+    line = (f"- **Where gpugate's time goes**: its server spends {us(ours)} of CPU per GPU pod (a `/mutate` and a "
+            f"`/validate` call) where the no-op on the same stack spends {us(floor)}; the no-op's share is what "
+            f"gunicorn, TLS, flask and JSON cost (the floor).")
+    if decisions:
+        small = decisions["small GPU pod"]
+        line += (f" The decision itself, measured alone on the same machine in this run, is "
+                 f"{us(small['mutate'] + small['validate'])} for this pod (mutate + validate).")
+    out.append(line)
+    apiserver_cost = {r: cpu(r, "GPU", 8, "apiserver") - cpu("nothing", "GPU", 8, "apiserver")
+                      for r in ("no-op", "gpugate", "CEL")}
+    out.append(
+        f"- **What the apiserver itself spends**: over nothing, per GPU pod, {us(apiserver_cost['no-op'])} of "
+        f"apiserver CPU to call the no-op's two webhooks, {us(apiserver_cost['gpugate'])} to call gpugate's, "
+        f"{us(apiserver_cost['CEL'])} to run the CEL policies. A webhook costs the apiserver an HTTPS round "
+        f"trip with the object encoded and decoded twice; the CEL policies cost it evaluation and, for the "
+        f"mutation, re-encoding the object.")
+    out.append(
+        "- **What the webhook buys over CEL**: bench/cel-equivalent.yaml covers one default policy (runtime "
+        "class, toleration, one model selector, the team label) and whole GPUs; gpugate's policies select by "
+        "namespace glob and label, pick model classes by what the pod requests, check limits, shapes, holders "
+        "and workload templates, and answer with messages that name the policy and the fix.")
+    return out
 
 
 SCALE_NOTE = ("1,000 policies selecting namespaces by glob, exact name and namespaceSelector, some also by "
