@@ -491,7 +491,7 @@ def measure(args: argparse.Namespace) -> Run:
         gate = start_server(work, "gpugate", cp=cp, server_args=server_args)
         try:
             deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
-            cel = [d for d in yaml.safe_load_all(CEL_FILE.read_text()) if d]
+            cel = [d for d in yaml.safe_load_all(Path(args.cel_file).read_text()) if d]
             registrar = Registrar(cp, api, {"no-op": point_at(deploy, noop), "gpugate": point_at(deploy, gate)}, cel,
                                   gate)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
@@ -741,6 +741,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="extra `gpugate serve` options for both servers, e.g. '--workers 2 --threads 4'")
     parser.add_argument("--registrations", default=",".join(REGISTRATIONS),
                         help="comma-separated subset to measure, for experiments (the report needs all four)")
+    parser.add_argument("--cel-file", default=str(CEL_FILE), help=f"the CEL equivalent (default {CEL_FILE.name})")
     parser.add_argument("--pods", default=",".join(PODS), help="comma-separated subset of GPU,CPU, for experiments")
     parser.add_argument("--quick", action="store_true",
                         help="1 round of 20 requests, no decision or scale benchmark: checks that it all works")
