@@ -706,6 +706,16 @@ def findings(run: Run, decisions: dict[str, dict[str, float]] | None) -> list[st
         f"{us(apiserver_cost['CEL'])} to run the CEL policies. A webhook costs the apiserver an HTTPS round "
         f"trip with the object encoded and decoded twice; the CEL policies cost it evaluation and, for the "
         f"mutation, re-encoding the object.")
+    total = {r: sum(cpu(r, "GPU", 8, p) for p in ("apiserver", "etcd", "no-op server", "gpugate server", "client"))
+             for r in REGISTRATIONS}
+    out.append(
+        "- **The CPU budget per GPU pod** (apiserver + etcd + webhook server + client, 8 clients): "
+        + ", ".join(f"{r} {us(total[r])}" for r in REGISTRATIONS)
+        + f". With the cores saturated, pods/s go as the inverse: gpugate's budget is "
+        f"{total['no-op'] / total['gpugate']:.2f}× the no-op's inverse. Of gpugate's excess over the no-op, "
+        f"{us(apiserver_cost['gpugate'] - apiserver_cost['no-op'])} is the apiserver's (decoding and applying "
+        f"gpugate's JSON patch: the no-op answers without one) and "
+        f"{us(ours - floor)} gpugate's own.")
     out.append(
         "- **What the webhook buys over CEL**: bench/cel-equivalent.yaml covers one default policy (runtime "
         "class, toleration, one model selector, the team label) and whole GPUs; gpugate's policies select by "
