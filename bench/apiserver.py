@@ -450,8 +450,8 @@ def control_plane(bin_dir: Path, work: Path) -> Iterator[ControlPlane]:
 
 
 def start_server(work: Path, name: str, *, cp: ControlPlane, server_args: list[str],
-                 factory: str | None = None) -> GPUGate:
-    gate = GPUGate(work / name, REPO / "policies", kubeconfig=cp.kubeconfig)
+                 factory: str | None = None, policies: Path = REPO / "policies") -> GPUGate:
+    gate = GPUGate(work / name, policies, kubeconfig=cp.kubeconfig)
     gate.process.name = name
     gate.process.log_path = gate.workdir / f"{name}.log"
     gate.process.argv += server_args
@@ -520,12 +520,33 @@ def measure(args: argparse.Namespace) -> Run:
             run.extra["switch_seconds"] = statistics.median(registrar.switches)
             run.extra["rss_mb"] = {"gpugate": worker_rss(gate.process.proc.pid),
                                    "no-op": worker_rss(noop.process.proc.pid)}
+            if args.write:
+                run.extra["rss_1000"] = rss_with_policies(work, cp=cp, server_args=server_args, count=1000)
         finally:
             gate.stop()
             noop.stop()
     run.duration = time.monotonic() - started
     run.load_after = Path("/proc/loadavg").read_text().strip()
     return run
+
+
+def rss_with_policies(work: Path, *, cp: ControlPlane, server_args: list[str], count: int) -> list[float]:
+    """Worker RSS of a gpugate with `count` policies (bench/scale.py's) and its namespace cache, after 400
+    admission reviews."""
+    from bench import scale as scale_bench
+    from bench.serving import load as serve
+
+    policies = work / f"policies-{count}"
+    policies.mkdir()
+    scale_bench.write_policies(policies, count)
+    gate = start_server(work, f"gpugate-{count}", cp=cp, server_args=server_args, policies=policies)
+    try:
+        body = (REPO / "policies" / "examples" / "review-gpu-pod.json").read_bytes()
+        serve(gate.port, gate.cert_dir, body, requests=400, clients=4)
+        assert gate.process.proc is not None
+        return worker_rss(gate.process.proc.pid)
+    finally:
+        gate.stop()
 
 
 def worker_rss(master: int) -> list[float]:
@@ -784,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import scale as scale_bench
 
         decided = decisions_bench.measure()
-        scaled = scale_bench.report(scale_bench.measure(1000))
+        scaled = scale_bench.report(scale_bench.measure(1000, rss=False), rss=run.extra.get("rss_1000"))
         Path(args.write).write_text(document(run, text, decisions=decided, scale=scaled) + "\n")
         print(f"wrote {args.write}")
     return 0
