@@ -42,8 +42,9 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             return False
         if conn.is_http2 or conn.sock.pending():
             return super().handle(conn)
-        readable, _, _ = select.select([conn.sock], [], [], FIRST_REQUEST_WAIT)
-        if readable:
+        poll = select.poll()  # not select.select: descriptors past 1024 are common in a busy worker
+        poll.register(conn.sock.fileno(), select.POLLIN)
+        if poll.poll(FIRST_REQUEST_WAIT * 1000):
             return super().handle(conn)
         conn.data_ready = False  # set again by the poller when the request arrives
         return _DEFER
