@@ -633,7 +633,7 @@ def report(run: Run) -> str:
 
 
 def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] | None,
-             scale: str | None) -> str:
+             scale: str | None, parts: list[tuple[str, float]] | None = None) -> str:
     """docs/performance.md: the targets first, then the machine, the tables and how noise was handled."""
     argv = " ".join(["bench/apiserver.py", *run.argv])
     out = [
@@ -678,6 +678,11 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
             if name == "every-field pod":
                 target = f"≤ 150 µs {'met' if total <= 150e-6 else '**not met**'}"
             out.append(f"| {name} | {us(calls['mutate'])} | {us(calls['validate'])} | {us(total)} | {target} |")
+        out.append("")
+    if parts:
+        out += ["Where the every-field pod's mutate + validate goes (`bench/decisions.py`, each part timed by a "
+                "wrapper, CPU time):", "", "| part | per mutate + validate |", "| --- | --- |"]
+        out += [f"| {name} | {seconds * 1e6:.1f} µs |" for name, seconds in parts]
         out.append("")
     if scale:
         out += ["## Scale: 1,000 policies", "", "`bench/scale.py`, in this run (" + SCALE_NOTE + ").", "", scale, ""]
@@ -841,8 +846,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench import scale as scale_bench
 
         decided = decisions_bench.measure()
+        parts = decisions_bench.breakdown(decisions_bench.every_field_pod())
         scaled = scale_bench.report(scale_bench.measure(1000, rss=False), rss=run.extra.get("rss_1000"))
-        Path(args.write).write_text(document(run, text, decisions=decided, scale=scaled) + "\n")
+        Path(args.write).write_text(document(run, text, decisions=decided, scale=scaled, parts=parts) + "\n")
         print(f"wrote {args.write}")
     return 0
 
