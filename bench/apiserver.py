@@ -783,8 +783,8 @@ TUNING_NOTE = """\
   back to gthread's poller, and a thread is taken only when the request arrives
   (tests/test_server_idle_connections.py: one worker with one thread keeps answering beside three idle
   connections). Both servers in this benchmark run with it.
-- **Workers and threads** stay at 2 × 4 (`gpugate serve` defaults) on 2 cores: `--server-args` with 2 × 2,
-  2 × 16, 1 × 16 and 4 × 2 moved the no-op's and gpugate's 8-client figures by less than the round-to-round
+- **Workers and threads** stay at 2 × 4 (`gpugate serve` defaults) on 2 cores: `--server-args` with 2 × 1, 2 × 2,
+  2 × 16, 1 × 16, 3 × 2 and 4 × 2 moved the no-op's and gpugate's 8-client figures by less than the round-to-round
   spread on this shared machine. One worker per core is what lets the decision use both cores (the GIL); the
   threads only overlap the waits of a request on its socket.
 - **JSON**: the stdlib codec (C accelerated) is kept. `json.loads` of the review costs about 7 µs for a 1 KB
