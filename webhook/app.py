@@ -146,7 +146,7 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
     from . import kube
 
-    store = PolicyStore(policies_dir)
+    store = PolicyStore(policies_dir, background=True)  # a reload never holds up a request
     cache = kube.namespace_cache(kubeconfig)
     labels_of: NamespaceLabels | None = None
     if cache is not None:
