@@ -798,7 +798,7 @@ TUNING_NOTE = """\
 - **1,000 policies**: the governing policy came from a scan of every policy, matching namespace globs on
   each request; `PolicySet` now indexes the candidates by namespace name and by namespace labels (bounded,
   per policy set; tests/test_policy_scale.py holds the index to the scan's answer with Hypothesis). Policy
-  files are parsed with libyaml (PyYAML's CSafeLoader, same documents; about 6 s → 0.25 s of CPU for 1,000
+  files are parsed with libyaml (PyYAML's CSafeLoader, same documents; 1.65 s → 0.25 s of CPU for 1,000
   policies here, most of the rest is PyYAML's object construction), and `gpugate serve` reloads them in a
   background thread, so no request waits for a reload (before: the request that noticed the edit did it).
 - **Workers and threads** stay at 2 × 4 (`gpugate serve` defaults) on 2 cores: `--server-args` with 2 × 1, 2 × 2,
