@@ -8,13 +8,18 @@ lookups on the parsed review, invisible next to the parse).
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
 
 PROBE_ANNOTATION = "bench.gpugate.io/deny"
+# A JSON patch for /mutate to answer with (bench/apiserver.py --noop-patch): what the apiserver's side of a
+# mutation costs, without gpugate's decision.
+PATCH = os.environ.get("BENCH_NOOP_PATCH", "")
 
 
 def build_app(policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None,
@@ -26,6 +31,8 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Ca
         req = review["request"]
         response: dict[str, Any] = {"uid": req["uid"], "allowed": True}
         annotations = ((req.get("object") or {}).get("metadata") or {}).get("annotations") or {}
+        if PATCH and endpoint == "mutate" and PROBE_ANNOTATION not in annotations:
+            response.update(patchType="JSONPatch", patch=base64.b64encode(PATCH.encode()).decode())
         if annotations.get(PROBE_ANNOTATION) == endpoint:
             response = {"uid": req["uid"], "allowed": False,
                         "status": {"code": 403, "message": f"no-op {endpoint} probe"}}

@@ -46,6 +46,7 @@ def test_each_registration_expects_its_own_injections() -> None:
     assert apiserver.expectation("CEL", "GPU")(201, by_cel) is None
     assert apiserver.expectation("CEL", "GPU")(201, injected) is not None
     assert apiserver.expectation("no-op", "GPU")(201, plain) is None
+    assert apiserver.expectation("no-op + patch", "GPU")(201, injected) is None
     assert apiserver.expectation("gpugate", "GPU")(201, plain) is not None
     assert apiserver.expectation("gpugate", "CPU")(201, plain) is None
     assert apiserver.expectation("nothing", "GPU")(500, plain) is not None
@@ -63,8 +64,8 @@ def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:
 
 def test_the_report_computes_the_targets_from_the_medians() -> None:
     run = apiserver.Run(args=argparse.Namespace(rounds=3, requests=10), machine={})
-    p50 = {"nothing": 1.0e-3, "no-op": 3.0e-3, "gpugate": 5.0e-3, "CEL": 2.0e-3}
-    rate = {"nothing": 1000.0, "no-op": 400.0, "gpugate": 300.0, "CEL": 800.0}
+    p50 = {"nothing": 1.0e-3, "no-op": 3.0e-3, "no-op + patch": 4.0e-3, "gpugate": 5.0e-3, "CEL": 2.0e-3}
+    rate = {"nothing": 1000.0, "no-op": 400.0, "no-op + patch": 350.0, "gpugate": 300.0, "CEL": 800.0}
     for registration in apiserver.REGISTRATIONS:
         for kind in apiserver.PODS:
             for clients in apiserver.CLIENTS:
@@ -77,6 +78,7 @@ def test_the_report_computes_the_targets_from_the_medians() -> None:
     text = apiserver.report(run)
     assert "| 2.00× (4.00 ms ÷ 2.00 ms) | ≤ 1.3× **not met** |" in text  # (5 - 1) / (3 - 1)
     assert "| gpugate's GPU pods/s ÷ the no-op's (8 clients) | 0.75× | ≥ 0.85× **not met** |" in text
+    assert "| 1.33× and 0.86× |" in text  # against the patching no-op: (5 - 1) / (4 - 1), 300 / 350
     doc = apiserver.document(run, text, decisions=None, scale=None)
     # CPU pods: 5x nothing, but nothing itself spreads 18x over the rounds: within the noise, and said so.
     assert "**CPU pods with gpugate registered are slower**" not in doc
