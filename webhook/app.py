@@ -243,7 +243,7 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
 def _policy_store(policies_dir: str) -> PolicyStore:
     """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
     try:
-        return PolicyStore(policies_dir)
+        return PolicyStore(policies_dir, background=True)  # a reload never holds up a request
     except PolicyError:
         copy = lastgood.location()
         if copy is None:
@@ -251,7 +251,7 @@ def _policy_store(policies_dir: str) -> PolicyStore:
         fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
         log.error("the policies in %s are invalid; this worker starts with the last good copy (%s)",
                   policies_dir, fallback.digest)
-        return PolicyStore(policies_dir, fallback=fallback)
+        return PolicyStore(policies_dir, background=True, fallback=fallback)
 
 
 def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:

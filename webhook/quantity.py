@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -24,9 +25,20 @@ def parse_quantity(raw: object) -> Fraction:
 
     Quantities arrive as JSON strings from the apiserver; YAML manifests read offline may hold numbers.
     """
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+    if isinstance(raw, str):
+        return _parse_short(raw) if len(raw) <= 32 else _parse_text(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise QuantityError(f"{raw!r} is not a quantity")
-    text = raw if isinstance(raw, str) else repr(raw)
+    return _parse_text(repr(raw))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_short(text: str) -> Fraction:
+    """The same few spellings ("1", "2", "500m") arrive on every request; only short ones are kept."""
+    return _parse_text(text)
+
+
+def _parse_text(text: str) -> Fraction:
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
         raise QuantityError(f"{text!r} is not a quantity (expected e.g. 1, 2, 500m, 1e3)")

@@ -20,6 +20,7 @@ from gunicorn.glogging import Logger
 from gunicorn.workers import gthread
 
 from webhook.tls import ReloadingCertificate, TLSConfigError, describe
+from webhook.worker import ThreadWorker
 
 APP_FACTORY = "webhook.app:build_app"
 DEFAULT_BIND = "0.0.0.0:8443"
@@ -215,7 +216,7 @@ def gunicorn_options(args: argparse.Namespace, *, certificate: ReloadingCertific
         # gthread keeps connections alive; sync closes each one after a request, so every
         # admission call would pay a TCP + TLS handshake (6-7x the CPU in review; here a new
         # TLS connection per /healthz cost ~1.0 ms of server CPU against ~0.3 ms kept alive).
-        "worker_class": "gthread",
+        "worker_class": ThreadWorker,  # gthread, minus threads pinned by idle connections (webhook.worker)
         "threads": args.threads,
         "keepalive": KEEPALIVE,
         "timeout": WORKER_TIMEOUT,

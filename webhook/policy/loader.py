@@ -517,6 +517,20 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
                   if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
 
 
+#: libyaml's parser under PyYAML's own safe constructor: the same documents as yaml.safe_load_all, about ten
+#: times faster (a reload of 1,000 policies is parsing, mostly). PyYAML wheels ship libyaml; without it the
+#: pure-Python loader is used.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_all(text: bytes) -> list[Any]:
+    try:
+        return list(yaml.load_all(text, Loader=_FAST_LOADER))
+    except yaml.YAMLError:
+        # Report the error as the pure-Python parser words and places it (see _yaml_error).
+        return list(yaml.safe_load_all(text))
+
+
 def _yaml_error(err: yaml.YAMLError) -> str:
     """Where a YAML error is, as a person reads the file. PyYAML marks where it noticed the problem, which
     is often the line after the mistake (an unclosed bracket is noticed at the next key); say both."""
@@ -559,7 +573,7 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             continue
         digest.update(path.name.encode() + b"\0" + text + b"\0")
         try:
-            documents = list(yaml.safe_load_all(text))
+            documents = _load_all(text)
         except yaml.YAMLError as err:
             issues.append(PolicyIssue(path.name, None, "", _yaml_error(err)))
             continue

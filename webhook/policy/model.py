@@ -294,6 +294,11 @@ class WorkloadKind:
     source: str = "built-in"
 
 
+#: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the
+#: memory starts again, so a cluster with more namespaces costs a rescan now and then, never unbounded memory.
+INDEX_LIMIT = 8192
+
+
 @dataclass(frozen=True)
 class PolicySet:
     """Every loaded policy, highest priority first (ties broken by name), and the workload kinds the
@@ -302,6 +307,12 @@ class PolicySet:
     policies: tuple[Policy, ...] = ()
     digest: str = ""
     workloads: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
+    # The index behind governing(): namespace -> candidates, (namespace, labels) -> candidates. Derived
+    # from ``policies`` alone, so it is no part of the set's identity.
+    _by_namespace: dict[str, tuple[tuple[Policy, ...], bool]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _by_labels: dict[tuple[str, frozenset[tuple[str, str]]], tuple[Policy, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @staticmethod
     def of(policies: Iterable[Policy], digest: str = "",
@@ -318,21 +329,66 @@ class PolicySet:
     ) -> Policy:
         """The highest-priority policy whose every selector matches, or :data:`BUILTIN`.
 
-        ``namespace_labels`` is called only when a candidate policy selects by namespace labels; when it
-        returns None the answer cannot be known and :class:`NamespaceLabelsUnavailable` is raised, rather
-        than silently letting the pod fall through to a weaker policy.
+        ``namespace_labels`` is called when a policy that the namespace's name admits selects by namespace
+        labels. When it returns None and the answer depends on them, :class:`NamespaceLabelsUnavailable` is
+        raised, rather than silently letting the pod fall through to a weaker policy.
+
+        The same answer as a scan of every policy in order (a property test holds the two together), from
+        an index: the policies whose namespace globs admit a namespace are worked out once per namespace,
+        and of those, the ones whose namespace selectors admit its labels once per label set, so a decision
+        only checks pod selectors, whatever the number of policies.
         """
-        for policy in self.policies:
-            m = policy.match
-            if m.namespaces and not any(fnmatch.fnmatchcase(namespace, g) for g in m.namespaces):
-                continue
-            if m.pod_selector is not None and not m.pod_selector.matches(pod_labels):
-                continue
-            if m.namespace_selector is not None:
-                labels = namespace_labels()
-                if labels is None:
-                    raise NamespaceLabelsUnavailable(namespace)
-                if not m.namespace_selector.matches(labels):
-                    continue
-            return policy
+        candidates, selects_by_labels = self._for_namespace(namespace)
+        if selects_by_labels:
+            labels = namespace_labels()
+            if labels is None:  # the scan decides whether the labels were needed at all
+                return _scan(candidates, namespace=namespace, pod_labels=pod_labels,
+                             namespace_labels=namespace_labels)
+            candidates = self._for_labels(namespace, candidates, labels)
+        for policy in candidates:
+            selector = policy.match.pod_selector
+            if selector is None or selector.matches(pod_labels):
+                return policy
         return BUILTIN
+
+    def _for_namespace(self, namespace: str) -> tuple[tuple[Policy, ...], bool]:
+        found = self._by_namespace.get(namespace)
+        if found is None:
+            candidates = tuple(p for p in self.policies if not p.match.namespaces
+                               or any(fnmatch.fnmatchcase(namespace, g) for g in p.match.namespaces))
+            found = candidates, any(p.match.namespace_selector is not None for p in candidates)
+            if len(self._by_namespace) >= INDEX_LIMIT:
+                self._by_namespace.clear()
+            self._by_namespace[namespace] = found
+        return found
+
+    def _for_labels(self, namespace: str, candidates: tuple[Policy, ...],
+                    labels: Mapping[str, str]) -> tuple[Policy, ...]:
+        key = (namespace, frozenset(labels.items()))
+        found = self._by_labels.get(key)
+        if found is None:
+            found = tuple(p for p in candidates
+                          if p.match.namespace_selector is None or p.match.namespace_selector.matches(labels))
+            if len(self._by_labels) >= INDEX_LIMIT:
+                self._by_labels.clear()
+            self._by_labels[key] = found
+        return found
+
+
+def _scan(policies: Iterable[Policy], *, namespace: str, pod_labels: Mapping[str, str],
+          namespace_labels: Callable[[], Mapping[str, str] | None]) -> Policy:
+    """The first policy, in order, whose every selector matches: the definition governing() indexes."""
+    for policy in policies:
+        m = policy.match
+        if m.namespaces and not any(fnmatch.fnmatchcase(namespace, g) for g in m.namespaces):
+            continue
+        if m.pod_selector is not None and not m.pod_selector.matches(pod_labels):
+            continue
+        if m.namespace_selector is not None:
+            labels = namespace_labels()
+            if labels is None:
+                raise NamespaceLabelsUnavailable(namespace)
+            if not m.namespace_selector.matches(labels):
+                continue
+        return policy
+    return BUILTIN

@@ -19,14 +19,19 @@ log = logging.getLogger("gpugate.policy")
 class PolicyStore:
     """The policy set in force, reloaded when the directory changes; a broken edit keeps the last good set.
 
-    Checks are lazy (on access, at most every ``interval`` seconds), so no thread is needed per worker.
+    Checks are lazy (on access, at most every ``interval`` seconds), so no thread is needed per worker
+    while nothing changes. With ``background``, the check and any reload run in a short-lived thread and
+    ``current()`` answers with the set in force meanwhile, so no request waits for a reload (1,000 policies
+    take a good part of a second to parse); without it, the call that notices the change does the reload.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, fallback: PolicySet | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, background: bool = False,
+                 fallback: PolicySet | None = None) -> None:
         """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise."""
         self.directory = Path(directory)
         self.interval = interval
+        self.background = background
         self._clock = clock
         self._lock = threading.Lock()
         self._fingerprint = self._stat()
@@ -62,12 +67,21 @@ class PolicyStore:
     def current(self) -> PolicySet:
         now = self._clock()
         if now - self._checked >= self.interval and self._lock.acquire(blocking=False):
-            try:
-                self._checked = now
-                self._reload_if_changed()
-            finally:
-                self._lock.release()
+            self._checked = now
+            if self.background:
+                threading.Thread(target=self._check, name="gpugate-policy-reload", daemon=True).start()
+            else:
+                self._check()
         return self._policies
+
+    def _check(self) -> None:
+        """Reload if the files changed; called with ``_lock`` held, which it releases."""
+        try:
+            self._reload_if_changed()
+        except Exception:  # never let a reload bug take the thread's lock with it
+            log.exception("policy reload check failed; the policies in force stay")
+        finally:
+            self._lock.release()
 
     def _reload_if_changed(self) -> None:
         fingerprint = self._stat()

@@ -1,0 +1,94 @@
+"""The benchmark commands' own logic (bench/): the HTTP client's parsing, the checks of each answer, the
+report's arithmetic, and the decision and scale benchmarks on a small scale. No timing is asserted."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import apiserver, decisions, scale
+
+
+def connection_over(data: bytes) -> tuple[apiserver.Connection, socket.socket]:
+    """A Connection whose peer has already sent ``data`` (a socketpair stands in for TLS)."""
+    ours, theirs = socket.socketpair()
+    conn = object.__new__(apiserver.Connection)
+    conn.sock, conn.buf = ours, bytearray()  # type: ignore[assignment]
+    threading.Thread(target=theirs.sendall, args=(data,), daemon=True).start()
+    return conn, theirs
+
+
+def test_the_client_reads_length_and_chunked_responses_back_to_back() -> None:
+    first = b'HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}'
+    second = (b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"4\r\n{\"b\"\r\n3\r\n:2}\r\n0\r\n\r\n")
+    conn, peer = connection_over(first + second)
+    try:
+        assert conn.roundtrip(b"") == (201, b'{"a":1}')
+        assert conn.roundtrip(b"") == (403, b'{"b":2}')
+        assert conn.buf == b""
+    finally:
+        conn.close()
+        peer.close()
+
+
+def test_each_registration_expects_its_own_injections() -> None:
+    injected = {"metadata": {"labels": {"gpugate.io/team": "ml"}, "annotations": {"gpugate.io/policy": "default"}},
+                "spec": {"runtimeClassName": "nvidia"}}
+    by_cel = {"metadata": {"labels": {"gpugate.io/team": "ml"}}, "spec": {"runtimeClassName": "nvidia"}}
+    plain: dict[str, Any] = {"metadata": {}, "spec": {}}
+    assert apiserver.expectation("gpugate", "GPU")(201, injected) is None
+    assert apiserver.expectation("CEL", "GPU")(201, by_cel) is None
+    assert apiserver.expectation("CEL", "GPU")(201, injected) is not None
+    assert apiserver.expectation("no-op", "GPU")(201, plain) is None
+    assert apiserver.expectation("no-op + patch", "GPU")(201, injected) is None
+    assert apiserver.expectation("gpugate", "GPU")(201, plain) is not None
+    assert apiserver.expectation("gpugate", "CPU")(201, plain) is None
+    assert apiserver.expectation("nothing", "GPU")(500, plain) is not None
+
+
+def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:
+    docs = list(yaml.safe_load_all(apiserver.CEL_FILE.read_text()))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert all(d["apiVersion"] == "admissionregistration.k8s.io/v1" for d in docs)
+    # The probe that confirms the ValidatingAdmissionPolicy is in force looks for its name.
+    assert docs[2]["metadata"]["name"] == "bench-whole-gpus"
+
+
+def test_the_report_computes_the_targets_from_the_medians() -> None:
+    run = apiserver.Run(args=argparse.Namespace(rounds=3, requests=10), machine={})
+    p50 = {"nothing": 1.0e-3, "no-op": 3.0e-3, "no-op + patch": 4.0e-3, "gpugate": 5.0e-3, "CEL": 2.0e-3}
+    rate = {"nothing": 1000.0, "no-op": 400.0, "no-op + patch": 350.0, "gpugate": 300.0, "CEL": 800.0}
+    for registration in apiserver.REGISTRATIONS:
+        for kind in apiserver.PODS:
+            for clients in apiserver.CLIENTS:
+                # Three rounds; the middle one is the median, the others are outliers either way.
+                run.cells[(registration, kind, clients)] = [
+                    apiserver.Cell(p50=p50[registration] * f, p99=0.01, rate=rate[registration] / f, requests=10,
+                                   cpu={"apiserver": 1e-3})
+                    for f in (0.5, 1.0, 9.0)
+                ]
+    text = apiserver.report(run)
+    assert "| 2.00× (4.00 ms ÷ 2.00 ms) | ≤ 1.3× **not met** |" in text  # (5 - 1) / (3 - 1)
+    assert "| gpugate's GPU pods/s ÷ the no-op's (8 clients) | 0.75× | ≥ 0.85× **not met** |" in text
+    assert "| 1.33× and 0.86× |" in text  # against the patching no-op: (5 - 1) / (4 - 1), 300 / 350
+    doc = apiserver.document(run, text, decisions=None, scale=None)
+    # CPU pods: 5x nothing, but nothing itself spreads 18x over the rounds: within the noise, and said so.
+    assert "**CPU pods with gpugate registered are slower**" not in doc
+    assert "not measurably slower" in doc and doc.startswith("# Performance")
+
+
+@pytest.mark.fuzzer_fixture  # the every-field pod's placeholder values satisfy no schema
+def test_the_decision_and_scale_benchmarks_run() -> None:
+    measured = decisions.measure(calls=14)
+    assert set(measured) == {"small GPU pod", "every-field pod"}
+    result = scale.measure(24, seconds=0.01, rss=False)
+    assert result.governing == {"fallback (every policy passed over)": "default", "policy 12 of 24": "team-0012"}
+    assert "1 policy" in scale.report(result)
