@@ -8,7 +8,8 @@ BIND   ?= 127.0.0.1:8443
 .PHONY: help venv dev-certs run tools lint test check check-examples
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
+	    | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
 
