@@ -26,7 +26,7 @@ DEFAULT_BIND = "0.0.0.0:8443"
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 4
 # kube-apiserver keeps idle webhook connections for 90 s (Go's http.Transport IdleConnTimeout,
-# apiserver-contract.md §1.1). Closing earlier than the client makes it race a request against
+# docs/admission-contract.md §1). Closing earlier than the client makes it race a request against
 # our FIN; a longer keepalive lets the client close first.
 KEEPALIVE = 120
 # Admission requests carry `?timeout=10s` at most 30 s; a worker silent for longer is stuck.

@@ -1,6 +1,6 @@
-"""GPU shapes the apiserver accepts silently but a GPU fleet must not (PRODUCT.md §1, §3): a zero
+"""GPU shapes the apiserver accepts silently but a GPU fleet must not (docs/admission-contract.md §5): a zero
 GPU limit, GPUs only in an init container, whole GPUs mixed with MIG slices in one pod, more GPUs
-than the policy allows; and time-sliced GPUs steered to the -SHARED product labels (§2)."""
+than the policy allows; and time-sliced GPUs steered to the -SHARED product labels (policies/README.md)."""
 
 from __future__ import annotations
 
