@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools lint test check check-examples
+.PHONY: help venv dev-certs run tools lint test check check-examples image chart-sync
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
@@ -46,3 +46,13 @@ check: lint test ## what CI runs: lint and the whole test suite
 check-examples: venv ## offline verdict for every shipped example manifest
 	@for f in policies/examples/*.yaml; do [ "$$(basename $$f)" = expected.yaml ] && continue; \
 	    echo "== $$f"; $(BIN)/gpugate check --policies policies -f $$f -o none; done; true
+
+image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs/operations.md: push with skopeo)
+	./scripts/build-image
+
+chart-sync: ## copy deploy/'s policies, webhooks, backstop and recording rules into charts/gpugate/files
+	rm -f charts/gpugate/files/policies/*.yaml
+	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
+	cp deploy/base/policies/*.yaml charts/gpugate/files/policies/
+	cp deploy/base/webhooks.yaml deploy/base/admission-policy.yaml charts/gpugate/files/base/
+	cp deploy/monitoring/gpugate-attribution.rules.yaml charts/gpugate/files/
