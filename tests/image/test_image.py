@@ -191,7 +191,7 @@ def test_metrics_name_the_release(running: tuple[str, Path, Process]) -> None:
     url, ca, _ = running
     status, text = https_get(f"{url}/metrics", ca=ca)
     assert status == 200
-    assert f'gpugate_build_info{{python="3.11' in text and f'version="{VERSION}"' in text
+    assert 'gpugate_build_info{python="3.11' in text and f'version="{VERSION}"' in text
 
 
 def test_server_processes_run_as_uid_65532(running: tuple[str, Path, Process]) -> None:
