@@ -12,7 +12,8 @@ import jsonpatch
 import kubernetes_validate
 
 from webhook.admission import Decision, Environment, mutate, validate
-from webhook.policy import PolicyIssue, PolicySet, parse_policy
+from webhook.policy.loader import PolicyIssue, parse_policy
+from webhook.policy.model import PolicySet
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "kubernetes-api"  # vendored, provenance in SOURCE.md

@@ -6,7 +6,9 @@ import pytest
 
 from tests.support import env, gpu_pod, policies, request
 from webhook.admission import mutate
-from webhook.policy import BUILTIN, NamespaceLabelsUnavailable, PolicyError, PolicyStore, load_policies
+from webhook.policy.loader import PolicyError, load_policies
+from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable
+from webhook.policy.store import PolicyStore
 
 HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
 
@@ -21,7 +23,7 @@ HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
     ("spec: {tolerations: [{operator: Equal}]}", "spec.tolerations[0].key: is required unless operator is Exists"),
     ("spec: {models: {nodeLabel: nvidia.com/gpu.product, default: a100, classes: {l4: [NVIDIA-L4]}}}", "spec.models.default: 'a100' is not one of the classes (l4)"),
     ("spec: {models: {nodeLabel: nvidia.com/gpu.product, classes: {}}}", "spec.models.classes: must map at least one class name"),
-    ("spec: {models: {classes: {l4: [NVIDIA-L4]}}}", "spec.models.nodeLabel: is required"),
+    ("spec: {models: {classes: {l4: [NVIDIA-L4]}}}", "spec.models.classes.l4: give the class as {values: [...], resources: [...]}"),
     ("spec: {attribution: {labels: {gpugate.io/team: {value: 'has space'}}}}", "spec.attribution.labels[gpugate.io/team].value: 'has space' is not a valid label value"),
     ("spec: {attribution: {labels: {'bad key!': {value: x}}}}", "spec.attribution.labels[bad key!]: 'bad key!' is not a valid label key"),
     ("spec: {attribution: {labels: {gpugate.io/team: {value: x, fromNamespaceLabel: team}}}}", "spec.attribution.labels[gpugate.io/team]: give exactly one of fromNamespaceLabel or value"),
@@ -61,7 +63,7 @@ def test_only_yaml_files_at_the_top_level_are_loaded(tmp_path):
 
 
 def test_a_missing_directory_is_an_error(tmp_path):
-    with pytest.raises(PolicyError, match="is not a directory"):
+    with pytest.raises(PolicyError, match="nope: does not exist"):
         load_policies(tmp_path / "nope")
 
 

@@ -30,13 +30,6 @@ OUTSIDE = re.compile(
     r"|(?<![\w.])/root/(?!\.cache\b)"
 )
 
-# References in files another change is rewriting right now; each entry must still be needed (the test
-# fails when one is fixed, so the list only shrinks). Remove an entry together with its reference.
-PENDING: dict[str, str] = {
-    "webhook/admission.py": "PRODUCT.md",
-    "webhook/policy.py": "PRODUCT.md",
-}
-
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 
 
@@ -71,12 +64,8 @@ def test_no_file_refers_to_a_path_outside_the_repository() -> None:
         for number, line in enumerate(text.splitlines(), 1):
             for match in OUTSIDE.finditer(line):
                 found.setdefault(name, []).append(f"{name}:{number}: {match.group(0)!r} in {line.strip()[:120]}")
-    pending = {name for name in found if name in PENDING}
-    unexpected = [hit for name, hits in found.items() if name not in PENDING for hit in hits]
-    assert not unexpected, "files that refer outside the repository; move the facts into docs/:\n" + "\n".join(
-        unexpected)
-    fixed = sorted(set(PENDING) - pending)
-    assert not fixed, f"no outside reference left in {fixed}: remove them from PENDING in {THIS.name}"
+    hits = [hit for name_hits in found.values() for hit in name_hits]
+    assert not hits, "files that refer outside the repository; move the facts into docs/:\n" + "\n".join(hits)
 
 
 @pytest.mark.parametrize("pattern", ["../shared/fixtures", "PRODUCT.md §2", "see apiserver-contract.md",

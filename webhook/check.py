@@ -12,7 +12,7 @@ import jsonpatch
 from .admission import Decision, Environment, mutate, validate
 from .patch import Operation
 from .pods import group_of
-from .policy import PolicySet
+from .policy.model import PolicySet
 
 
 class ManifestError(ValueError):

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from .check import ManifestError, check_objects, objects_of
-from .policy import PolicyError, load_policies
+from .policy.loader import PolicyError, load_policies
 from .version import describe
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2

@@ -9,19 +9,22 @@ allocated. A user-set value (``all``, a device index or UUID) reaches GPUs the p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..pods import container_label, containers
-from .base import PodContext, Violation
+from .base import PodContext, PodView, Violation
+from .registry import validator
 
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 HARMLESS = frozenset({"void", "none"})
 
 
-def forbid_visible_devices_override(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+# Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Its violations
+# still follow a governing policy's mode (warn, audit).
+@validator(RULE, pods="any", builtin=True)
+def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Violation]:
     violations = []
-    for fld, index, container in containers(spec):
+    for fld, index, container in containers(pod.spec):
         for e, env in enumerate(container.get("env") or []):
             if not isinstance(env, Mapping) or env.get("name") != VARIABLE:
                 continue
