@@ -363,7 +363,7 @@ def test_inline_policies(helm: Path, tmp_path: Path) -> None:
 def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A control plane of its own, the chart installed into it with `webhooks.url` pointing at gpugate on
     loopback, and that gpugate serving the chart's generated certificate and the chart's policy ConfigMap."""
-    from tests.e2e.cluster import BinariesMissing, ControlPlane, GPUGate, find_binaries, wait_until_in_force
+    from tests.e2e.cluster import BinariesMissing, ControlPlane, GPUGate, eventually, find_binaries, wait_until_in_force
 
     try:
         bin_dir = find_binaries()
@@ -396,12 +396,28 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         manifest = run_helm(helm, "get", "manifest", "gpugate", "--namespace", "gpugate",
                             kubeconfig=cp.kubeconfig).stdout
         objects = [d for d in yaml.safe_load_all(manifest) if d]
-        wait_until_in_force(cp, objects)
+        # The mutating webhook and the backstop with the e2e suite's probes; the validating webhook by
+        # gpugate's own count of /validate calls, which does not depend on what the policies refuse.
+        wait_until_in_force(cp, [o for o in objects if o["kind"] != "ValidatingWebhookConfiguration"])
+        probe_ns = cp.create_namespace("chart-probe")
+
+        def validated() -> bool:
+            before = validate_calls(gate)
+            cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=_gpu_pod(probe_ns, "probe"), check=False)
+            return validate_calls(gate) > before
+
+        assert eventually(validated, timeout=60), "the validating webhook did not take effect within 60s"
         yield {"cluster": cp, "gate": gate, "secret": secret, "values": values, "objects": objects}
     finally:
         if gate is not None:
             gate.stop()
         cp.stop()
+
+
+def validate_calls(gate: Any) -> float:
+    """gpugate's gpugate_admission_requests_total summed over every label set of endpoint="validate"."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in gate.metrics().splitlines()
+               if line.startswith("gpugate_admission_requests_total{") and 'endpoint="validate"' in line)
 
 
 def _gpu_pod(namespace: str, name: str, quantity: str = "1") -> dict[str, Any]:
@@ -414,7 +430,7 @@ def _gpu_pod(namespace: str, name: str, quantity: str = "1") -> dict[str, Any]:
 def test_installed_webhooks_mutate_a_gpu_pod_dry_run(installed: dict[str, Any]) -> None:
     cp = installed["cluster"]
     namespace = cp.create_namespace("chart-gpu", labels={"team": "vision"})
-    before = installed["gate"].admission_requests()
+    before, validations = installed["gate"].admission_requests(), validate_calls(installed["gate"])
     dry = cp.kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=_gpu_pod(namespace, "train"))
     pod = dry.json()
     assert pod["spec"]["runtimeClassName"] == "nvidia"
@@ -422,6 +438,7 @@ def test_installed_webhooks_mutate_a_gpu_pod_dry_run(installed: dict[str, Any]) 
     assert pod["metadata"]["annotations"]["gpugate.io/policy"] == "default"
     assert pod["metadata"]["labels"]["gpugate.io/team"] == "vision"
     assert installed["gate"].admission_requests() >= before + 2  # /mutate and /validate both answered
+    assert validate_calls(installed["gate"]) >= validations + 1
 
 
 @pytest.mark.e2e
