@@ -205,7 +205,9 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
         return _labels_unavailable(err)
     if not subjects or not isinstance(obj, Mapping):
         return allowed()
-    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True)]
+    # What the apiserver would refuse anyway is refused here, where it is seen first (its own checks run
+    # only after mutating webhooks); everything else is the validating call's to judge.
+    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True) if v.builtin]
     if builtin:
         return _verdict(subjects, builtin, warnings=[])
     policy = subjects[0].policy.name
@@ -266,11 +268,13 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
 
 
 def _where(subject: _Subject) -> str:
-    """How a warning names a pod template: the object, and the template when it has several."""
+    """How a warning names a pod template: the object, and which template when its kind has several."""
     shape = subject.shape
-    base = shape.describe()
-    path = shape.meta_path.removesuffix(".metadata")
-    return base if path in ("", "template", "spec.template", "spec.jobTemplate.spec.template") else f"{base} {path}"
+    template = shape.meta_path.removesuffix("metadata").removesuffix(".")
+    if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
+        return shape.describe()
+    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    return f"{shape.describe()} {short}"
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:

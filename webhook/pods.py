@@ -260,7 +260,11 @@ def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) ->
         holders.append("spec.resourceClaims")
     annotations = meta.get("annotations") or {}
     if isinstance(annotations, Mapping):
-        holders += [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
+        by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
+        holders += by_annotation
+        device = policy.devices.get(policy.holders.annotation_device or "")
+        if by_annotation and device is not None:
+            vendors.setdefault(device.name, device)
     order = list(policy.devices)
     devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
     return GPUUse(frozenset(counted), devices, tuple(holders))

@@ -341,14 +341,18 @@ def _models(doc: _Doc, value: Any, path: str, devices: Mapping[str, Device],
 
 
 def _holders(doc: _Doc, value: Any, path: str) -> GPUHolders:
-    raw = doc.mapping(value, path, ("resourceClaims", "annotations"))
+    raw = doc.mapping(value, path, ("resourceClaims", "annotations", "annotationDevice"))
     claims = raw.get("resourceClaims", True)
     if not isinstance(claims, bool):
         doc.fail(f"{path}.resourceClaims", f"must be true or false, got {claims!r}")
         claims = True
     annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key,
                               what="annotation key")
-    return GPUHolders(resource_claims=claims,
+    device = raw.get("annotationDevice", "nvidia")
+    if device is not None and (not isinstance(device, str) or not is_label_value(device)):
+        doc.fail(f"{path}.annotationDevice", f"must be a device name such as nvidia, or null, got {device!r}")
+        device = "nvidia"
+    return GPUHolders(resource_claims=claims, annotation_device=device,
                       annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS)
 
 

@@ -30,6 +30,10 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RE
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
 #: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
 DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+#: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into
+#: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
+#: init containers.
+KAI_SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 
 #: The pod label through which a pod names its GPU model class.
 MODEL_LABEL = "gpugate.io/model"
@@ -110,6 +114,20 @@ def _matches_any(resource: str, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(resource, glob) for glob in globs)
 
 
+_CACHE_LIMIT = 512  # resource names come from tenants: remember only so many answers per policy
+
+
+def _remember(cache: dict[Any, Any], key: Any, compute: Callable[[], Any]) -> Any:
+    """A policy's answer for ``key``, computed once while the cache is small (the decision's hot path
+    matches resource names against globs for every container of every request)."""
+    if key in cache:
+        return cache[key]
+    value = compute()
+    if len(cache) < _CACHE_LIMIT:
+        cache[key] = value
+    return value
+
+
 @dataclass(frozen=True)
 class Device:
     """A vendor's device profile: which resources are its GPUs, and what a pod that requests them needs."""
@@ -127,12 +145,15 @@ class Device:
     model_aliases: tuple[str, ...] = ()
     #: Scheduler annotations that choose the hardware (HAMi ``nvidia.com/use-gputype``).
     choice_annotations: tuple[str, ...] = ()
+    _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self, resource: str) -> bool:
-        return _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)
+        return bool(_remember(self._cache, ("counts", resource), lambda: _matches_any(
+            resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)))
 
     def owns(self, resource: str) -> bool:
-        return _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources)
+        return bool(_remember(self._cache, ("owns", resource), lambda: _matches_any(
+            resource, self.resources) or _matches_any(resource, self.auxiliary_resources)))
 
 
 @dataclass(frozen=True)
@@ -146,9 +167,11 @@ class ModelClass:
     resources: tuple[str, ...]
     #: Alias label or annotation key -> values that mean this class (``cloud.google.com/gke-accelerator``).
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def offers(self, resources: Iterable[str]) -> bool:
-        return all(_matches_any(r, self.resources) for r in resources)
+        wanted = tuple(resources)
+        return bool(_remember(self._cache, wanted, lambda: all(_matches_any(r, self.resources) for r in wanted)))
 
 
 @dataclass(frozen=True)
@@ -178,6 +201,9 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
+    #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
+    annotation_device: str | None = "nvidia"
 
 
 @dataclass(frozen=True)
@@ -211,16 +237,17 @@ class Policy:
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def counts_as_gpu(self, resource: str) -> bool:
-        return any(d.counts(resource) for d in self.devices.values())
+        return bool(_remember(self._cache, ("counts", resource),
+                              lambda: any(d.counts(resource) for d in self.devices.values())))
 
     def device_of(self, resource: str) -> Device | None:
         """The device whose GPU or auxiliary resource this is (the first, in policy order)."""
-        for device in self.devices.values():
-            if device.owns(resource):
-                return device
-        return None
+        found: Device | None = _remember(self._cache, ("device", resource), lambda: next(
+            (d for d in self.devices.values() if d.owns(resource)), None))
+        return found
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

@@ -114,30 +114,33 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                 RULE, path, "pod", f'GPU model class "{named}" cannot serve {wanted}: its nodes offer '
                 f"{', '.join(found.resources)}", able_fix)])
         return Choice(found, violations=_outside_class(pod, ctx, found, device))
+    if pod.spec.get("nodeName"):
+        return Choice(own=True)  # bound to a node already (e.g. by an operator): a selector could only break it
     choices = _own_choices(pod, device)
     if choices:
         violations = []
         for key, path, values in choices:
+            meta = path.startswith("metadata.")
+            where = ctx.meta_field(path.removeprefix("metadata.")) if meta else ctx.spec_field(path)
+            unmapped = []
             for value in values:
                 mapped = _class_of(models, device, key, value)
                 if mapped is None and key == device.model_label:
                     violations.append(Violation(
-                        RULE, ctx.spec_field(path), "pod",
+                        RULE, where, "pod",
                         f"selects {key}={value}, outside every GPU model class of policy \"{ctx.policy.name}\"",
                         f"remove the selector (gpugate adds one) or {able_fix}"))
                 elif mapped is None:
-                    violations.append(Violation(
-                        RULE, ctx.spec_field(path) if not path.startswith("metadata") else ctx.meta_field(
-                            path.removeprefix("metadata.")), "pod",
-                        f"chooses {key}={value}, which no GPU model class of policy \"{ctx.policy.name}\" "
-                        "names; left as chosen", f"or name a class with label {MODEL_LABEL} ({_names(able)})",
-                        advisory=True))
+                    unmapped.append(value)
                 elif mapped not in able:
                     violations.append(Violation(
-                        RULE, ctx.spec_field(path) if not path.startswith("metadata") else ctx.meta_field(
-                            path.removeprefix("metadata.")), "pod",
-                        f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}',
-                        able_fix))
+                        RULE, where, "pod",
+                        f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}', able_fix))
+            if unmapped:
+                violations.append(Violation(
+                    RULE, where, "pod", f"{key}={','.join(unmapped)} left as chosen: no class of policy "
+                    f'"{ctx.policy.name}" names it', f"or name a class with label {MODEL_LABEL} ({_names(able)})",
+                    advisory=True))
         return Choice(own=True, violations=violations)
     default = models.default_for(device.name, requested)
     if default is None:
@@ -145,8 +148,9 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                 else f"names no GPU model class, and several offer {wanted}")
         offers = "; ".join(f"{c.name}: {', '.join(c.resources)}" for c in models.classes.values()
                            if c.device == device.name)
-        fix = (f"request what a class offers ({offers})" if not able
-               else f"label the pod {MODEL_LABEL} with one of: {_names(able)}")
+        fix = (f"label the pod {MODEL_LABEL} with one of: {_names(able)}" if able
+               else f"request what a class offers ({offers})" if offers
+               else f"run it where a policy has {device.name} GPU classes (this one has {', '.join(models.classes)})")
         return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
     return Choice(default, violations=_outside_class(pod, ctx, default, device))
 
