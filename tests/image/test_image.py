@@ -98,6 +98,48 @@ def test_oci_archive_is_a_pushable_oci_layout(built: tuple[str, Path]) -> None:
         assert json.loads(done.stdout)["config"]["User"] == f"{UID}:{GID}"
 
 
+def test_skopeo_pushes_the_archive_to_a_registry(built: tuple[str, Path], tmp_path: Path) -> None:
+    """The documented push, `skopeo copy oci-archive:… docker://…`, into a real registry (Debian's
+    docker-registry, the CNCF distribution registry) on loopback; the registry then serves the same manifest."""
+    if shutil.which("skopeo") is None:
+        _unavailable("skopeo is not installed (run scripts/install-tools)")
+    tools = Path(os.environ.get("GPUGATE_TOOLS_CACHE", Path.home() / ".cache" / "gpugate-tools"))
+    found = sorted(tools.glob("docker-registry-*/docker-registry"))
+    if not found:
+        _unavailable(f"docker-registry is not in {tools} (run scripts/install-tools)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(yaml.safe_dump({
+        "version": 0.1, "log": {"level": "warn"},
+        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }))
+    registry = Process("docker-registry", [str(found[-1]), "serve", str(config)], tmp_path)
+    registry.start()
+    try:
+        reference = f"docker://127.0.0.1:{port}/platform/gpugate:{VERSION}"
+        for _ in range(100):  # until it listens
+            probe = subprocess.run(["skopeo", "list-tags", "--tls-verify=false", f"docker://127.0.0.1:{port}/x"],
+                                   capture_output=True, text=True, check=False, timeout=30)
+            if "connection refused" not in probe.stderr:
+                break
+            assert registry.running, registry.log_tail()
+        # Plain HTTP on loopback: the registry has no certificate here, hence --dest-tls-verify=false.
+        pushed = subprocess.run(["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{built[1]}", reference],
+                                capture_output=True, text=True, check=False, timeout=300)
+        assert pushed.returncode == 0, pushed.stderr + registry.log_tail()
+        inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", reference], capture_output=True,
+                                   text=True, check=False, timeout=120)
+        assert inspected.returncode == 0, inspected.stderr
+        served = json.loads(inspected.stdout)
+        with tarfile.open(built[1]) as archive:
+            [manifest] = json.load(archive.extractfile("index.json"))["manifests"]  # type: ignore[arg-type]
+        assert served["Digest"] == manifest["digest"]  # the very manifest of the archive
+        assert served["Architecture"] == "amd64" and served["Os"] == "linux"
+    finally:
+        registry.stop()
+
+
 def _mount_path(volume: str) -> str:
     [mount] = [m for m in CONTAINER["volumeMounts"] if m["name"] == volume]
     return str(mount["mountPath"])
