@@ -321,6 +321,17 @@ def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> Non
     assert hooks["mutate.gpugate.io"] == webhooks(default)[0] | {"clientConfig": hooks["mutate.gpugate.io"]["clientConfig"]}
 
 
+def test_workload_crd_rules_are_the_kinds_gpugate_reads() -> None:
+    """The chart's default CRD rules name exactly the built-in workload kinds outside core, apps and batch."""
+    from webhook.pods import BUILTIN_WORKLOADS
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    ours = sorted((g, r, tuple(rule["apiVersions"])) for rule in values["workloadCRDs"]["rules"]
+                  for g in rule["apiGroups"] for r in rule["resources"])
+    builtin = sorted((w.group, w.plural, w.versions) for w in BUILTIN_WORKLOADS if w.group not in ("", "apps", "batch"))
+    assert ours == builtin
+
+
 def test_backstop_off(helm: Path) -> None:
     kinds = {o["kind"] for o in template(helm, *VARIANTS["no backstop"])}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
