@@ -51,8 +51,8 @@ image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs
 	./scripts/build-image
 
 chart-sync: ## copy deploy/'s policies, webhooks, backstop and recording rules into charts/gpugate/files
-	rm -f charts/gpugate/files/policies/*.yaml
+	rm -f charts/gpugate/files/policies/*
 	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
-	cp deploy/base/policies/*.yaml charts/gpugate/files/policies/
+	cp deploy/base/policies/* charts/gpugate/files/policies/
 	cp deploy/base/webhooks.yaml deploy/base/admission-policy.yaml charts/gpugate/files/base/
 	cp deploy/monitoring/gpugate-attribution.rules.yaml charts/gpugate/files/
