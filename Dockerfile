@@ -2,6 +2,7 @@
 # gpugate's image: build a wheel, install it with its dependencies into a virtualenv, and copy
 # only that virtualenv into a slim runtime (no compilers, no pip cache, no sources).
 #   docker build -t gpugate:0.1.0 .
+#   make image   (buildah; PYTHON_IMAGE from Debian packages when unset: docs/operations.md)
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools lint test check check-examples mutation faults
+.PHONY: help venv dev-certs run tools lint test check check-examples mutation faults image chart-sync
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
+	    | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
 
@@ -54,3 +55,13 @@ mutation: venv ## mutation testing of webhook/rules and webhook/admission (mutmu
 
 faults: venv tools ## fault-injection run through a real apiserver; prints decisions per fault (~2 min)
 	$(BIN)/python -m tests.e2e.faults
+
+image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs/operations.md: push with skopeo)
+	./scripts/build-image
+
+chart-sync: ## copy deploy/'s policies, webhooks, backstop and recording rules into charts/gpugate/files
+	rm -f charts/gpugate/files/policies/*
+	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
+	cp deploy/base/policies/* charts/gpugate/files/policies/
+	cp deploy/base/webhooks.yaml deploy/base/admission-policy.yaml charts/gpugate/files/base/
+	cp deploy/monitoring/gpugate-attribution.rules.yaml charts/gpugate/files/

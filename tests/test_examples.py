@@ -51,6 +51,9 @@ def test_example_verdict(case):
     assert proc.returncode == {"allowed": 0, "denied": 1, "skipped": 0}[case["verdict"]], proc.stderr
     for text in case.get("contains", []):
         assert text in proc.stderr
+    if case["verdict"] == "denied":
+        assert proc.stdout == ""  # a refused object is never printed: `| kubectl apply -f -` must not apply it
+        return
     stored = json.loads(proc.stdout)
     for obj in stored.get("items", [stored]) if stored.get("kind") == "List" else [stored]:
         if case["verdict"] == "allowed" and obj.get("apiVersion") in ("v1", "apps/v1", "batch/v1"):

@@ -13,6 +13,7 @@ import yaml
 from .check import ManifestError, check_objects, objects_of
 from .policy.loader import PolicyError, load_policies
 from .policy.schema import policy_schema
+from .version import describe
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -41,6 +42,10 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         namespace_labels = _parse_namespace_labels(args.namespace_labels)
+    except ValueError as err:  # the flag's fault, not the manifest's: say so
+        print(f"gpugate check: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
         if args.filename == "-":
             documents = list(yaml.safe_load_all(sys.stdin))
         else:
@@ -49,6 +54,10 @@ def _check(args: argparse.Namespace) -> int:
         objects = objects_of(documents)
     except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
         print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not objects:  # an empty file is a mistake (wrong path, failed render), never "all allowed"
+        print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     results = check_objects(objects, policies=policies, namespace_labels=namespace_labels,
                             namespace=args.namespace)
@@ -69,13 +78,16 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  Warning: {warning}", file=sys.stderr)
         for key, value in decision.audit_annotations.items():
             print(f"  audit {key}: {value}", file=sys.stderr)
-        outputs.append(result.patch if args.output == "patch" else result.mutated)
-    if args.output == "json":
+        if args.output == "patch":
+            outputs.append(result.patch)
+        elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
+            outputs.append(result.mutated)
+    if outputs and args.output == "json":
         print(json.dumps(outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs},
                          indent=2))
-    elif args.output == "patch":
+    elif outputs and args.output == "patch":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
-    elif args.output == "yaml":
+    elif outputs and args.output == "yaml":
         print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
     return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
 
@@ -100,6 +112,7 @@ def parser() -> argparse.ArgumentParser:
     from . import certs, server
 
     top = argparse.ArgumentParser(prog="gpugate", description="Admission webhook that forms GPU pods correctly.")
+    top.add_argument("--version", action="version", version=describe())
     sub = top.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the admission server (gunicorn, TLS)")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import platform
 import threading
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+from .version import gpugate_version
 
 REQUESTS = Counter(
     "gpugate_admission_requests_total",
@@ -81,6 +84,15 @@ def claim(key: str) -> bool:
     except FileExistsError:
         return False
     return True
+# The usual *_build_info pattern (a constant 1 whose labels carry the version), so a dashboard can
+# tell which release answers; every worker sets the same value.
+BUILD_INFO = Gauge(
+    "gpugate_build_info",
+    "Always 1; the version label is the running gpugate release, python the interpreter's version.",
+    ["version", "python"],
+    multiprocess_mode="livemax",
+)
+BUILD_INFO.labels(version=gpugate_version(), python=platform.python_version()).set(1)
 
 
 def render() -> tuple[bytes, str]:

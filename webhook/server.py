@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ DEFAULT_BIND = "0.0.0.0:8443"
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 4
 # kube-apiserver keeps idle webhook connections for 90 s (Go's http.Transport IdleConnTimeout,
-# apiserver-contract.md §1.1). Closing earlier than the client makes it race a request against
+# docs/admission-contract.md §1). Closing earlier than the client makes it race a request against
 # our FIN; a longer keepalive lets the client close first.
 KEEPALIVE = 120
 # Admission requests carry `?timeout=10s` at most 30 s; a worker silent for longer is stuck.
@@ -110,6 +111,28 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--bind {bind!r} is not HOST:PORT (e.g. 0.0.0.0:8443 or [::]:8443)")
     return host.strip("[]"), int(port)
+
+
+def check_bind_free(bind: str) -> None:
+    """Bind the address once before gunicorn does, so that a busy port stops `serve` with one line.
+
+    gunicorn itself retries a busy address five times, a second apart, logging each attempt, and
+    then exits 1 (gunicorn/sock.py create_sockets). SO_REUSEADDR as gunicorn sets it, so a port
+    left in TIME_WAIT by a previous run is not reported busy.
+    """
+    host, port = parse_bind(bind)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise ValueError(f"--bind {bind}: cannot resolve {host!r}: {err}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ValueError(f"--bind {bind}: {err.strerror or err} (another process listens there? "
+                             "stop it or pick another --bind)") from None
 
 
 def check_factory(spec: str) -> str:
@@ -248,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.workers < 1 or args.threads < 1:
             raise ValueError("--workers and --threads must be at least 1")
-        parse_bind(args.bind)
+        check_bind_free(args.bind)
         metrics_dir = prepare_metrics_dir()
         check_policies(args.policies, required=args.app_factory == APP_FACTORY)
         certificate = ReloadingCertificate(args.cert, args.key)

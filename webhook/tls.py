@@ -20,7 +20,7 @@ log = logging.getLogger("gpugate.tls")
 # TLS 1.2 suites with forward secrecy and AEAD only (what Go's crypto/tls, and so kube-apiserver,
 # prefers); TLS 1.3 suites are OpenSSL's defaults, which are all modern.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
-# The apiserver offers only http/1.1 (apiserver-contract.md §1.1); gunicorn serves HTTP/1.1.
+# The apiserver offers only http/1.1 (docs/admission-contract.md §1); gunicorn serves HTTP/1.1.
 ALPN = ["http/1.1"]
 # Kubernetes swaps a Secret volume's `..data` symlink; look at the files at most this often.
 CHECK_INTERVAL = 1.0

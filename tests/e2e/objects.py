@@ -16,7 +16,7 @@ GPU = "nvidia.com/gpu"
 NODE_LABEL = "nvidia.com/gpu.product"
 H100_VALUES = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
 
-# One policy governing every namespace, plus one for the hot-reload scenario.
+# The policy format of policies/README.md: one policy governing every namespace, plus one for the hot-reload scenario.
 BASE_POLICY = textwrap.dedent(
     """\
     apiVersion: gpugate.io/v1

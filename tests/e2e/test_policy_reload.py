@@ -72,7 +72,7 @@ def test_broken_policy_edit_keeps_the_last_good_set(stack: Stack, cluster: Contr
 
 def test_reload_status_metric_follows_the_policy_files(stack: Stack, cluster: ControlPlane) -> None:
     """gpugate_policy_last_reload_ok: 1 when the files on disk are in force, 0 while a broken
-    edit is ignored, 1 again once it is fixed. (Reload errors are exposed in metrics.)"""
+    edit is ignored, 1 again once it is fixed. (policies/README.md: reload errors are exposed in metrics.)"""
     ns = cluster.create_namespace("reload")
     policy_file = stack.policy_dir / "reload.yaml"
 

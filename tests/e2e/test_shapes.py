@@ -1,4 +1,4 @@
-"""GPU shapes the apiserver accepts silently but a GPU fleet must not: a zero
+"""GPU shapes the apiserver accepts silently but a GPU fleet must not (docs/admission-contract.md §5): a zero
 GPU limit, GPUs only in an init container, whole GPUs mixed with MIG slices in one pod, more GPUs
 than the policy allows; and renamed time-sliced GPUs (nvidia.com/gpu.shared) steered to the plain product:
 GPU Feature Discovery appends -SHARED only when the shared resource is not renamed (the t4 and a10g classes
