@@ -1,0 +1,455 @@
+"""The report's figures from dcgm-exporter and kube-state-metrics series, integrated step by step (pure: no I/O).
+
+Every evaluation time ``t`` of a range query stands for the interval ``(t - step, t]``. At each step the
+GPUs a pod holds are joined to the pod's attribution labels *at that step*, so a pod that ended or was
+renamed mid-window is billed for the steps it held GPUs, not for the window. docs/report.md explains
+each rule and where it comes from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .prometheus import Labels, Series
+
+DEFAULT_THRESHOLD = 10.0  # percent; a GPU busy less than this during a step is idle for that step
+UNLABELLED = "unlabelled"
+GROUPS = ("team", "cost-center", "workload", "namespace")
+
+SOURCE_PROF = "GR_ENGINE_ACTIVE"
+SOURCE_DEV = "GPU_UTIL"
+
+# kube-state-metrics names an extended resource by replacing every character outside [a-zA-Z0-9_]
+# with "_" (internal/store/utils.go SanitizeLabelName): nvidia.com/gpu -> nvidia_com_gpu,
+# nvidia.com/gpu.shared -> nvidia_com_gpu_shared, nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
+WHOLE = "nvidia_com_gpu"
+SHARED = "nvidia_com_gpu_shared"
+MIG_PREFIX = "nvidia_com_mig_"
+_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
+_SLICES = re.compile(r"^(\d+)g\.")
+
+# The per-pod label keys on kube_pod_labels (kube-state-metrics: "label_" + sanitised key) and on DCGM
+# series (dcgm-exporter --kubernetes-enable-pod-labels: sanitised key, no prefix).
+ATTRIBUTION_KEYS = ("team", "cost_center", "workload_kind", "workload_name")
+
+
+def ksm_label(key: str) -> str:
+    return f"label_gpugate_io_{key}"
+
+
+def dcgm_label(key: str) -> str:
+    return f"gpugate_io_{key}"
+
+
+def mig_fraction(profile: str, *, model: str = "") -> float:
+    """The share of the physical GPU a MIG profile holds: ``<g>g.*`` is g of 7 compute slices (A100,
+    H100, H200, B200), g of 4 on an A30. NVIDIA's MIG user guide lists the profiles per GPU."""
+    match = _SLICES.match(profile)
+    if not match:
+        return 1.0
+    return min(1.0, int(match.group(1)) / (4 if "A30" in model else 7))
+
+
+def mig_profile_of(resource: str) -> str:
+    """``nvidia_com_mig_1g_10gb`` -> ``1g.10gb`` (``_me`` suffixes come back as ``+me``)."""
+    parts = resource[len(MIG_PREFIX):].split("_")
+    return ".".join(parts[:2]) + "".join(f"+{p}" for p in parts[2:])
+
+
+@dataclass(frozen=True)
+class Prices:
+    """GPU prices per hour, keyed by dcgm-exporter's ``modelName``, a MIG profile (per slice-hour), or
+    ``<modelName>/<profile>``; ``default`` prices whatever else, including GPU-hours without telemetry."""
+
+    per_hour: Mapping[str, float]
+    currency: str = "USD"
+
+    def device(self, *, model: str, profile: str, fraction: float) -> float | None:
+        """Price of one hour of one device (a whole GPU, or one MIG instance)."""
+        if profile:
+            for key in (f"{model}/{profile}", profile):
+                if key in self.per_hour:
+                    return self.per_hour[key]
+        whole = self.per_hour.get(model, self.per_hour.get("default"))
+        return None if whole is None else whole * fraction
+
+    def unknown(self, *, fraction: float) -> float | None:
+        default = self.per_hour.get("default")
+        return None if default is None else default * fraction
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the report is computed from; :mod:`webhook.report.queries` fetches it."""
+
+    steps: Sequence[float]  # evaluation times, ascending; each stands for (t - step, t]
+    step: float  # seconds
+    requests: Sequence[Series]  # {namespace, pod, resource}: units requested by a Pending/Running bound pod
+    pod_labels: Sequence[Series]  # kube_pod_labels {namespace, pod, label_gpugate_io_*}
+    engine_active: Sequence[Series]  # DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio 0..1) {UUID, GPU_I_ID, ..., pod}
+    gpu_util: Sequence[Series]  # DCGM_FI_DEV_GPU_UTIL (percent)
+    memory_peak: Sequence[Series] = ()  # max DCGM_FI_DEV_FB_USED (MiB) over the window, per device and pod
+
+
+@dataclass
+class Row:
+    """The figures of one group (or of the whole fleet)."""
+
+    group: str
+    whole_gpus: int = 0  # most whole GPUs held at once
+    mig_slices: dict[str, int] = field(default_factory=dict)  # most MIG instances held at once, per profile
+    shared: int = 0  # most time-sliced replicas held at once
+    allocated_hours: float = 0.0  # GPU-hours (a MIG slice counts as its share of the GPU)
+    busy_hours: float = 0.0
+    idle_hours: float = 0.0
+    no_telemetry_hours: float = 0.0
+    avg_utilisation: float | None = None
+    p95_utilisation: float | None = None
+    peak_memory_mib: float | None = None
+    cost: float | None = None
+    idle_cost: float | None = None
+    unpriced_hours: float = 0.0
+    source: str = "none"
+
+    @property
+    def telemetry_hours(self) -> float:
+        return self.busy_hours + self.idle_hours
+
+    @property
+    def idle_share(self) -> float:
+        """Idle GPU-hours over the GPU-hours that had telemetry (hours without it are never idle)."""
+        return self.idle_hours / self.telemetry_hours if self.telemetry_hours else 0.0
+
+    @property
+    def telemetry_share(self) -> float:
+        return self.telemetry_hours / self.allocated_hours if self.allocated_hours else 0.0
+
+
+@dataclass
+class Workload:
+    """One workload (gpugate's workload-kind/-name, else the bare pod) and what it left idle."""
+
+    namespace: str
+    kind: str
+    name: str
+    team: str
+    cost_center: str
+    allocated_hours: float = 0.0
+    idle_hours: float = 0.0
+    telemetry_hours: float = 0.0
+    utilisation_hours: float = 0.0  # sum of utilisation x GPU-hours, for the mean
+
+    @property
+    def avg_utilisation(self) -> float | None:
+        return self.utilisation_hours / self.telemetry_hours if self.telemetry_hours else None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+@dataclass
+class Timeline:
+    """Per step, for the charts: GPU-equivalents allocated, and their mean utilisation where known."""
+
+    times: list[float]
+    allocated: dict[str, list[float]]
+    utilisation: dict[str, list[float | None]]
+
+
+@dataclass
+class Report:
+    start: float
+    end: float
+    step: float
+    group_by: str
+    threshold: float
+    rows: list[Row]
+    total: Row
+    workloads: list[Workload]
+    timeline: Timeline
+    currency: str | None
+    notes: list[str]
+
+
+@dataclass
+class _Device:
+    profile: str
+    model: str
+    prof: float | None = None
+    dev: float | None = None
+    pods: set[tuple[str, str]] = field(default_factory=set)
+
+
+class _Accumulator:
+    """Sums for one group; the histogram (0.1 % bins) gives the weighted p95 in bounded memory."""
+
+    def __init__(self, name: str, steps: int) -> None:
+        self.row = Row(group=name)
+        self.histogram = [0.0] * 1001
+        self.utilisation_hours = 0.0
+        self.prof_hours = 0.0
+        self.dev_hours = 0.0
+        self.cost = 0.0
+        self.idle_cost = 0.0
+        self.allocated = [0.0] * steps
+        self.util_hours = [0.0] * steps
+        self.tele = [0.0] * steps
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, *, index: int, hours: float, utilisation: float | None, source: str,
+            threshold: float, price: float | None, price_hours: float) -> None:
+        row = self.row
+        row.allocated_hours += hours
+        self.allocated[index] += hours
+        cost = None if price is None else price * price_hours
+        if cost is None:
+            row.unpriced_hours += hours
+        else:
+            self.cost += cost
+        if utilisation is None:
+            row.no_telemetry_hours += hours
+            return
+        utilisation = min(100.0, max(0.0, utilisation))
+        self.tele[index] += hours
+        self.util_hours[index] += utilisation * hours
+        self.utilisation_hours += utilisation * hours
+        self.histogram[round(utilisation * 10)] += hours
+        if source == SOURCE_PROF:
+            self.prof_hours += hours
+        else:
+            self.dev_hours += hours
+        if utilisation < threshold:
+            row.idle_hours += hours
+            if cost is not None:
+                self.idle_cost += cost
+        else:
+            row.busy_hours += hours
+
+    def close_step(self) -> None:
+        row = self.row
+        for kind, count in self.counts.items():
+            if kind == "whole":
+                row.whole_gpus = max(row.whole_gpus, count)
+            elif kind == "shared":
+                row.shared = max(row.shared, count)
+            else:
+                row.mig_slices[kind] = max(row.mig_slices.get(kind, 0), count)
+        self.counts.clear()
+
+    def finish(self, *, priced: bool) -> Row:
+        row = self.row
+        telemetry = row.telemetry_hours
+        if telemetry:
+            row.avg_utilisation = self.utilisation_hours / telemetry
+            row.p95_utilisation = _weighted_percentile(self.histogram, 0.95)
+            if self.prof_hours and self.dev_hours:
+                row.source = f"mixed ({100 * self.prof_hours / telemetry:.0f}% {SOURCE_PROF})"
+            else:
+                row.source = SOURCE_PROF if self.prof_hours else SOURCE_DEV
+        if priced:
+            row.cost, row.idle_cost = self.cost, self.idle_cost
+        return row
+
+
+def _weighted_percentile(histogram: Sequence[float], quantile: float) -> float:
+    total = sum(histogram)
+    running = 0.0
+    for index, weight in enumerate(histogram):
+        running += weight
+        if running >= quantile * total - 1e-12:
+            return index / 10
+    return 100.0
+
+
+def _index(series: Iterable[Series], steps: Mapping[float, int]) -> list[list[tuple[Labels, float]]]:
+    """Samples regrouped by step index (Prometheus returns them per series)."""
+    out: list[list[tuple[Labels, float]]] = [[] for _ in steps]
+    for one in series:
+        for t, value in one.samples.items():
+            index = steps.get(t)
+            if index is not None and not math.isnan(value):
+                out[index].append((one.labels, value))
+    return out
+
+
+def _device_key(labels: Labels) -> tuple[str, str]:
+    # dcgm-exporter names the GPU's UUID label "UUID" ("uuid" with --use-old-namespace); a MIG
+    # instance is the pair (parent UUID, GPU_I_ID) (internal/pkg/rendermetrics/render_metrics.go).
+    return labels.get("UUID") or labels.get("uuid") or "", labels.get("GPU_I_ID", "")
+
+
+def _attribution(ksm: Labels | None, dcgm: Labels | None) -> dict[str, str]:
+    """The pod's gpugate labels: kube_pod_labels first, else the copies dcgm-exporter put on its series."""
+    for source, name in ((ksm, ksm_label), (dcgm, dcgm_label)):
+        if source and source.get(name("team")):
+            return {key: source.get(name(key), "") for key in ATTRIBUTION_KEYS}
+    return {}
+
+
+def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float = DEFAULT_THRESHOLD,
+                   prices: Prices | None = None, top: int = 10) -> Report:
+    """The report: one row per group, the fleet total, the top idle workloads, and a timeline."""
+    if group_by not in GROUPS:
+        raise ValueError(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}")
+    steps = list(inputs.steps)
+    step_index = {t: i for i, t in enumerate(steps)}
+    step_hours = inputs.step / 3600.0
+    requests = _index(inputs.requests, step_index)
+    labels = _index(inputs.pod_labels, step_index)
+    engine = _index(inputs.engine_active, step_index)
+    util = _index(inputs.gpu_util, step_index)
+    notes: list[str] = []
+
+    groups: dict[str, _Accumulator] = {}
+    total = _Accumulator("total", len(steps))
+    workloads: dict[str, Workload] = {}
+    last_group: dict[tuple[str, str], tuple[str, Workload]] = {}
+
+    def accumulator(name: str) -> _Accumulator:
+        if name not in groups:
+            groups[name] = _Accumulator(name, len(steps))
+        return groups[name]
+
+    for i in range(len(steps)):
+        devices: dict[tuple[str, str], _Device] = {}
+        dcgm_labels: dict[tuple[str, str], Labels] = {}
+        for samples, source in ((engine[i], SOURCE_PROF), (util[i], SOURCE_DEV)):
+            for series_labels, value in samples:
+                key = _device_key(series_labels)
+                device = devices.get(key)
+                if device is None:
+                    device = devices[key] = _Device(profile=series_labels.get("GPU_I_PROFILE", ""),
+                                                    model=series_labels.get("modelName", ""))
+                # Virtual-GPU mode copies each field to every pod sharing the GPU (and keeps a device-level
+                # series); the copies carry the same value, so the device's value is their maximum.
+                if source == SOURCE_PROF:
+                    device.prof = max(device.prof or 0.0, value * 100)
+                else:
+                    device.dev = max(device.dev or 0.0, value)
+                pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
+                if pod[1]:
+                    device.pods.add(pod)
+                    if series_labels.get(dcgm_label("team")):
+                        dcgm_labels[pod] = series_labels
+
+        pod_devices: dict[tuple[str, str], list[tuple[tuple[str, str], _Device]]] = defaultdict(list)
+        for key, device in sorted(devices.items()):
+            for pod in device.pods:
+                pod_devices[pod].append((key, device))
+        pod_requests: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for series_labels, value in requests[i]:
+            pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
+            resource = series_labels.get("resource", "")
+            pod_requests[pod][resource] = pod_requests[pod].get(resource, 0) + round(value)
+        ksm_labels: dict[tuple[str, str], Labels] = {}
+        for series_labels, _ in labels[i]:
+            pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
+            # A labelled series wins over an unlabelled one (a kube-state-metrics replica without the
+            # allowlist during a rollout), as in deploy/monitoring's namespace_pod:gpugate_attribution:info.
+            if pod not in ksm_labels or series_labels.get(ksm_label("team")):
+                ksm_labels[pod] = series_labels
+
+        for pod in sorted(set(pod_requests) | set(pod_devices)):
+            attribution = _attribution(ksm_labels.get(pod), dcgm_labels.get(pod))
+            team = attribution.get("team") or UNLABELLED
+            cost_center = attribution.get("cost_center") or UNLABELLED
+            kind = attribution.get("workload_kind") or "Pod"
+            name = attribution.get("workload_name") or pod[1]
+            workload_key = f"{pod[0]}/{kind}/{name}"
+            workload = workloads.get(workload_key)
+            if workload is None:
+                workload = workloads[workload_key] = Workload(pod[0], kind, name, team, cost_center)
+            group = {"team": team, "cost-center": cost_center, "namespace": pod[0], "workload": workload_key}[group_by]
+            last_group[pod] = (group, workload)
+            targets = (accumulator(group), total)
+
+            # The units the pod requested, one entry per unit; devices seen in telemetry use them up.
+            units: list[str] = [resource for resource, count in sorted(pod_requests.get(pod, {}).items())
+                                for _ in range(count)]
+            for _key, device in pod_devices.get(pod, []):
+                sharers = len(device.pods)
+                fraction = mig_fraction(device.profile, model=device.model) if device.profile else 1.0
+                if device.profile:
+                    wanted = [MIG_PREFIX + _SANITIZE.sub("_", device.profile), WHOLE]  # mixed, then single strategy
+                    kind_of = device.profile
+                else:
+                    wanted = [WHOLE, SHARED] if sharers == 1 else [SHARED, WHOLE]
+                    kind_of = "whole"
+                for resource in wanted:
+                    if resource in units:
+                        units.remove(resource)
+                        if resource == SHARED:
+                            kind_of = "shared"
+                        break
+                if sharers > 1 and not device.profile:
+                    kind_of = "shared"
+                # A device is counted once: pods that share it (time-slicing) split its hours evenly.
+                hours = fraction * step_hours / sharers
+                utilisation = device.prof if device.prof is not None else device.dev
+                source = SOURCE_PROF if device.prof is not None else SOURCE_DEV
+                price = prices.device(model=device.model, profile=device.profile, fraction=fraction) if prices else None
+                for target in targets:
+                    target.counts[kind_of] += 1
+                    target.add(index=i, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
+                               price=price, price_hours=step_hours / sharers)
+                workload.allocated_hours += hours
+                if utilisation is not None:
+                    workload.telemetry_hours += hours
+                    workload.utilisation_hours += utilisation * hours
+                    if utilisation < threshold:
+                        workload.idle_hours += hours
+            # Requested units no telemetry accounts for: allocated, but neither busy nor idle.
+            for resource in units:
+                fraction = mig_fraction(mig_profile_of(resource)) if resource.startswith(MIG_PREFIX) else 1.0
+                kind_of = mig_profile_of(resource) if resource.startswith(MIG_PREFIX) else (
+                    "shared" if resource == SHARED else "whole")
+                price = prices.unknown(fraction=fraction) if prices else None
+                hours = fraction * step_hours
+                for target in targets:
+                    target.counts[kind_of] += 1
+                    target.add(index=i, hours=hours, utilisation=None, source="", threshold=threshold,
+                               price=price, price_hours=step_hours)
+                workload.allocated_hours += hours
+        for target in (*groups.values(), total):
+            target.close_step()
+
+    for series in inputs.memory_peak:
+        pod = (series.labels.get("namespace", ""), series.labels.get("pod", ""))
+        if pod not in last_group or not series.samples:
+            continue
+        value = max(series.samples.values())
+        for row in (groups[last_group[pod][0]].row, total.row):
+            row.peak_memory_mib = max(row.peak_memory_mib or 0.0, value)
+
+    priced = prices is not None
+    rows = sorted((acc.finish(priced=priced) for acc in groups.values()),
+                  key=lambda row: (-row.idle_hours, -row.allocated_hours, row.group))
+    total_row = total.finish(priced=priced)
+    if total_row.allocated_hours and total_row.telemetry_share < 0.9:
+        notes.append(f"only {100 * total_row.telemetry_share:.0f}% of allocated GPU-hours had telemetry; "
+                     "hours without it are neither busy nor idle")
+    if priced and total_row.unpriced_hours:
+        notes.append(f"{total_row.unpriced_hours:.1f} GPU-hours have no price (add their model, profile or "
+                     "'default' to the price table)")
+    top_workloads = sorted((w for w in workloads.values() if w.idle_hours > 0),
+                           key=lambda w: (-w.idle_hours, w.key))[:top]
+    shown = [row.group for row in rows]
+    timeline = Timeline(
+        times=steps,
+        allocated={name: groups[name].allocated for name in shown} | {"total": total.allocated},
+        utilisation={name: _mean_series(acc.util_hours, acc.tele) for name, acc in
+                     [*((n, groups[n]) for n in shown), ("total", total)]},
+    )
+    return Report(start=steps[0] - inputs.step if steps else 0.0, end=steps[-1] if steps else 0.0,
+                  step=inputs.step, group_by=group_by, threshold=threshold, rows=rows, total=total_row,
+                  workloads=top_workloads, timeline=timeline, currency=prices.currency if prices else None,
+                  notes=notes)
+
+
+def _mean_series(weighted: Sequence[float], weights: Sequence[float]) -> list[float | None]:
+    return [w / h if h else None for w, h in zip(weighted, weights, strict=True)]
