@@ -185,6 +185,31 @@ class _Device:
     pods: set[tuple[str, str]] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One allocated unit as billed: its kind, its share of a physical GPU, and its price per device-hour."""
+
+    kind: str  # "whole", "shared", or a MIG profile
+    share: float  # of a physical GPU, after splitting among the pods that share it
+    price: float | None
+    price_share: float  # of the device's hour that this pod pays for
+
+
+def _account(unit: _Unit, targets: Sequence[_Accumulator], workload: Workload, *, index: int, step_hours: float,
+             utilisation: float | None, source: str, threshold: float) -> None:
+    hours = unit.share * step_hours
+    for target in targets:
+        target.counts[unit.kind] += 1
+        target.add(index=index, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
+                   price=unit.price, price_hours=step_hours * unit.price_share)
+    workload.allocated_hours += hours
+    if utilisation is not None:
+        workload.telemetry_hours += hours
+        workload.utilisation_hours += utilisation * hours
+        if utilisation < threshold:
+            workload.idle_hours += hours
+
+
 class _Accumulator:
     """Sums for one group; the histogram (0.1 % bins) gives the weighted p95 in bounded memory."""
 
@@ -309,6 +334,7 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
     total = _Accumulator("total", len(steps))
     workloads: dict[str, Workload] = {}
     last_group: dict[tuple[str, str], tuple[str, Workload]] = {}
+    known_units: dict[tuple[str, str], list[_Unit]] = {}
 
     def accumulator(name: str) -> _Accumulator:
         if name not in groups:
@@ -371,6 +397,7 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
             # The units the pod requested, one entry per unit; devices seen in telemetry use them up.
             units: list[str] = [resource for resource, count in sorted(pod_requests.get(pod, {}).items())
                                 for _ in range(count)]
+            seen: list[_Unit] = []
             for _key, device in pod_devices.get(pod, []):
                 sharers = len(device.pods)
                 fraction = mig_fraction(device.profile, model=device.model) if device.profile else 1.0
@@ -389,32 +416,31 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                 if sharers > 1 and not device.profile:
                     kind_of = "shared"
                 # A device is counted once: pods that share it (time-slicing) split its hours evenly.
-                hours = fraction * step_hours / sharers
+                price = prices.device(model=device.model, profile=device.profile, fraction=fraction) if prices else None
+                unit = _Unit(kind=kind_of, share=fraction / sharers, price=price, price_share=1 / sharers)
+                seen.append(unit)
                 utilisation = device.prof if device.prof is not None else device.dev
                 source = SOURCE_PROF if device.prof is not None else SOURCE_DEV
-                price = prices.device(model=device.model, profile=device.profile, fraction=fraction) if prices else None
-                for target in targets:
-                    target.counts[kind_of] += 1
-                    target.add(index=i, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
-                               price=price, price_hours=step_hours / sharers)
-                workload.allocated_hours += hours
-                if utilisation is not None:
-                    workload.telemetry_hours += hours
-                    workload.utilisation_hours += utilisation * hours
-                    if utilisation < threshold:
-                        workload.idle_hours += hours
-            # Requested units no telemetry accounts for: allocated, but neither busy nor idle.
-            for resource in units:
-                fraction = mig_fraction(mig_profile_of(resource)) if resource.startswith(MIG_PREFIX) else 1.0
-                kind_of = mig_profile_of(resource) if resource.startswith(MIG_PREFIX) else (
-                    "shared" if resource == SHARED else "whole")
-                price = prices.unknown(fraction=fraction) if prices else None
-                hours = fraction * step_hours
-                for target in targets:
-                    target.counts[kind_of] += 1
-                    target.add(index=i, hours=hours, utilisation=None, source="", threshold=threshold,
-                               price=price, price_hours=step_hours)
-                workload.allocated_hours += hours
+                _account(unit, targets, workload, index=i, step_hours=step_hours, utilisation=utilisation,
+                         source=source, threshold=threshold)
+            if seen:
+                known_units[pod] = seen
+            # Requested units no telemetry accounts for: allocated, but neither busy nor idle. What the pod's
+            # devices were when last seen says what they are (a MIG slice under the single strategy is
+            # requested as nvidia.com/gpu), else the resource name does.
+            remembered = known_units.get(pod, [])[len(seen):]
+            for n, resource in enumerate(units):
+                if n < len(remembered):
+                    unit = remembered[n]
+                elif resource.startswith(MIG_PREFIX):
+                    fraction = mig_fraction(mig_profile_of(resource))
+                    unit = _Unit(kind=mig_profile_of(resource), share=fraction,
+                                 price=prices.unknown(fraction=fraction) if prices else None, price_share=1.0)
+                else:
+                    unit = _Unit(kind="shared" if resource == SHARED else "whole", share=1.0,
+                                 price=prices.unknown(fraction=1.0) if prices else None, price_share=1.0)
+                _account(unit, targets, workload, index=i, step_hours=step_hours, utilisation=None, source="",
+                         threshold=threshold)
         for target in (*groups.values(), total):
             target.close_step()
 

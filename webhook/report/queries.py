@@ -76,7 +76,7 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def chunks(first: int, last: int, step: int, *, points: int = CHUNK_POINTS) -> list[tuple[int, int]]:
+def chunks(first: int, last: int, step: int, *, points: int) -> list[tuple[int, int]]:
     """[first, last] split into ranges of at most ``points`` evaluation times each."""
     out = []
     start = first
@@ -141,7 +141,7 @@ def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
         raise ReportError(f"--window is shorter than --step ({step} s): nothing to report")
     plan = [("requests", requests_query(step)), ("labels", labels_query(step)),
             ("engine", device_query(ENGINE_ACTIVE, step)), ("util", device_query(GPU_UTIL, step))]
-    parts = chunks(first, steps[-1], step)
+    parts = chunks(first, steps[-1], step, points=CHUNK_POINTS)
     results: dict[str, list[Series]] = {name: [] for name, _ in plan}
     done, total = 0, len(plan) * len(parts) + 1
     for name, promql in plan:
