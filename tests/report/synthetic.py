@@ -15,7 +15,6 @@ out-of-order samples within a 2-hour block without a word.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime

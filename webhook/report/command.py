@@ -56,8 +56,12 @@ def load_prices(path: str) -> Prices:
     try:
         with open(path, encoding="utf-8") as stream:
             document = yaml.safe_load(stream)
-    except (OSError, yaml.YAMLError) as err:
-        raise ReportError(f"--prices {path}: {err}") from None
+    except OSError as err:
+        raise ReportError(f"--prices {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ReportError(f"--prices {path}: not YAML: {where}{getattr(err, 'problem', None) or err}") from None
     if not isinstance(document, dict) or not isinstance(document.get("perHour"), dict):
         raise ReportError(f"--prices {path}: expected a mapping with 'perHour: {{<GPU model or MIG profile>: "
                           "<price per hour>}}' (and optionally 'currency: USD')")
