@@ -16,7 +16,8 @@ FORMATS = ("table", "csv", "json", "html")
 
 # Colours for busy / idle / no telemetry, and for the utilisation lines (colour-blind-safe, Okabe-Ito).
 BUSY, IDLE, UNKNOWN = "#0072b2", "#d55e00", "#bbbbbb"
-LINES = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000")
+# IDLE is not among the line colours: the dashed threshold line wears it.
+LINES = ("#0072b2", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999933")
 
 
 def _time(t: float) -> str:
@@ -169,6 +170,7 @@ _CSS = "".join((
     '.card span{color:#555;font-size:12px}',
     'table{border-collapse:collapse;font-size:12.5px;margin-top:6px}',
     'th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}',
+    'td{white-space:nowrap}',
     'th{background:#f5f5f5}',
     'td:first-child,th:first-child{text-align:left}',
     '.legend span{display:inline-block;margin-right:14px;font-size:12px}',
@@ -187,7 +189,7 @@ def _bars(rows: Sequence[Row], *, width: int = 1100) -> str:
     """Stacked horizontal bars: busy, idle and no-telemetry GPU-hours per group."""
     label_width, bar_height, gap = 220, 22, 8
     scale_max = max((row.allocated_hours for row in rows), default=0.0) or 1.0
-    plot = width - label_width - 90
+    plot = width - label_width - 230
     height = len(rows) * (bar_height + gap) + 10
     parts = [f'<svg id="idle-by-group" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
              'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU-hours by group">']
@@ -206,6 +208,18 @@ def _bars(rows: Sequence[Row], *, width: int = 1100) -> str:
                      f"{row.allocated_hours:,.0f} GPU-h</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _ticks(t0: float, t1: float) -> list[tuple[float, str]]:
+    """Midnights (UTC) for windows of two days or more, else seven even ticks."""
+    day = 86400
+    if t1 - t0 >= 2 * day:
+        every = day * max(1, round((t1 - t0) / day / 10))
+        first = (int(t0) // day + 1) * day
+        return [(float(t), datetime.fromtimestamp(t, UTC).strftime("%a %b %d"))
+                for t in range(first, int(t1) + 1, every)]
+    return [(t0 + (t1 - t0) * k / 7, datetime.fromtimestamp(t0 + (t1 - t0) * k / 7, UTC).strftime("%b %d %H:%M"))
+            for k in range(8)]
 
 
 def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
@@ -228,12 +242,11 @@ def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
         y = top + plot_h * (1 - pct / 100)
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
                      f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{pct}%</text>')
-    ticks = 7
-    for k in range(ticks + 1):
-        t = t0 + span * k / ticks
-        x = left + plot_w * k / ticks
-        parts.append(f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">'
-                     f"{datetime.fromtimestamp(t, UTC).strftime('%b %d %H:%M')}</text>")
+    for t, label in _ticks(t0, t1):
+        x = left + plot_w * (t - t0) / span
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#eee"/>'
+                     f'<text x="{x:.1f}" y="{height - 10}" '
+                     f'text-anchor="{"end" if x > left + plot_w - 40 else "middle"}">{label}</text>')
     y = top + plot_h * (1 - report.threshold / 100)
     parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{IDLE}" '
                  'stroke-dasharray="5,4"/>')
@@ -262,7 +275,7 @@ def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
 def _offenders(workloads: Sequence[Workload], *, width: int = 1100) -> str:
     label_width, bar_height, gap = 360, 18, 6
     scale_max = max((w.allocated_hours for w in workloads), default=0.0) or 1.0
-    plot = width - label_width - 160
+    plot = width - label_width - 260
     height = max(1, len(workloads)) * (bar_height + gap) + 10
     parts = [f'<svg id="top-offenders" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
              'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="top idle workloads">']
