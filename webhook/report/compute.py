@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .prometheus import Labels, Series
+from .series import Labels, Series
 
 DEFAULT_THRESHOLD = 10.0  # percent; a GPU busy less than this during a step is idle for that step
 UNLABELLED = "unlabelled"

@@ -6,14 +6,15 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
+
+from .series import Labels, Series
+
+__all__ = ["MAX_POINTS_PER_SERIES", "Labels", "Prometheus", "PrometheusError", "Series", "TooManySamples"]
 
 # Prometheus refuses a range query whose result would hold more than 11,000 points per series
 # (web/api/v1/api.go: "exceeded maximum resolution of 11,000 points per timeseries").
 MAX_POINTS_PER_SERIES = 11_000
-
-Labels = dict[str, str]
 
 
 class PrometheusError(Exception):
@@ -22,14 +23,6 @@ class PrometheusError(Exception):
 
 class TooManySamples(PrometheusError):
     """The query would load more samples than the server's --query.max-samples; a shorter range may pass."""
-
-
-@dataclass(frozen=True)
-class Series:
-    """One time series of a query result: its labels and its samples (unix seconds -> value)."""
-
-    labels: Labels
-    samples: dict[float, float]
 
 
 class Prometheus:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from .compute import ATTRIBUTION_KEYS, Inputs, dcgm_label, ksm_label
-from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, Series, TooManySamples
+from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, TooManySamples
+from .series import Series
 
 REQUESTS = "kube_pod_container_resource_requests"
 PHASE = "kube_pod_status_phase"
