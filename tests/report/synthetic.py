@@ -49,7 +49,8 @@ class Fleet:
         self.series.append(SeriesSpec(name, labels, fn, begin, end, interval))
 
     def pod(self, namespace: str, pod: str, *, node: str, resources: dict[str, int], attribution: dict[str, str] | None,
-            phase: str = "Running", begin: int = 0, end: int = WEEK, interval: int = 60) -> None:
+            phase: str = "Running", begin: int = 0, end: int = WEEK, interval: int = 60,
+            phases: tuple[str, ...] = PHASES) -> None:
         """kube-state-metrics' series for one pod with one container."""
         for resource, count in resources.items():
             self.add("kube_pod_container_resource_requests",
@@ -57,7 +58,7 @@ class Fleet:
                       "resource": re.sub(r"[^a-zA-Z0-9_]", "_", resource),
                       "unit": "core" if resource == "cpu" else "integer"},
                      count, begin=begin, end=end, interval=interval)
-        for one in PHASES:
+        for one in phases:
             self.add("kube_pod_status_phase", {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": one},
                      1.0 if one == phase else 0.0, begin=begin, end=end, interval=interval)
         labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
@@ -65,8 +66,8 @@ class Fleet:
             labels[f"label_gpugate_io_{key}"] = value
         self.add("kube_pod_labels", labels, 1.0, begin=begin, end=end, interval=interval)
 
-    def write(self, stream: TextIO) -> int:
-        """OpenMetrics text; returns the number of samples."""
+    def write(self, stream: TextIO, *, since: int = 0, until: int = WEEK) -> int:
+        """OpenMetrics text of the samples in [since, until) (seconds since START); returns their number."""
         count = 0
         by_family: dict[str, list[SeriesSpec]] = {}
         for spec in self.series:
@@ -74,10 +75,13 @@ class Fleet:
         for name, specs in by_family.items():
             stream.write(f"# TYPE {name} gauge\n")
             for spec in specs:
+                if spec.end <= since or spec.begin >= until:
+                    continue
                 label_text = ",".join(f'{k}="{v}"' for k, v in spec.labels.items())
                 prefix = f"{name}{{{label_text}}} "
                 lines = []
-                for t in range(spec.begin, spec.end, spec.interval):
+                first = spec.begin if spec.begin >= since else spec.begin + -(-(since - spec.begin) // spec.interval) * spec.interval
+                for t in range(first, min(spec.end, until), spec.interval):
                     value = spec.value(t)
                     if value is not None:
                         lines.append(f"{prefix}{value:g} {START + t}\n")
