@@ -25,8 +25,7 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "
 
 def parse_duration(text: str, *, flag: str) -> int:
     """A Prometheus duration (``5m``, ``1h30m``, ``7d``) in whole seconds, at least one."""
-    if not text or _DURATION.sub("", text) or not _DURATION.fullmatch(
-            "".join(m.group(0) for m in _DURATION.finditer(text))):
+    if not re.fullmatch(r"(?:\d+(?:ms|s|m|h|d|w|y))+", text):
         raise ReportError(f"{flag} {text!r}: expected a duration such as 30s, 5m, 1h30m or 7d")
     seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION.findall(text))
     if seconds < 1:
