@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         start = end - (window // step) * step
         prometheus = Prometheus(args.prometheus, timeout=args.timeout)
         notes = preflight(prometheus, start=start, end=end)
-        inputs = fetch_inputs(prometheus, start=start, end=end, step=step, progress=progress)
+        inputs = fetch_inputs(prometheus, start=start, end=end, step=step, progress=progress, notes=notes)
         report = compute_report(inputs, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top)
         report.notes[:0] = notes
         text = render(report, output=args.output)

@@ -134,8 +134,9 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
 
 
 def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
-                 progress: Progress | None = None) -> Inputs:
-    """Every series the report needs, for evaluation times start+step, start+2*step, ..., end."""
+                 progress: Progress | None = None, notes: list[str] | None = None) -> Inputs:
+    """Every series the report needs, for evaluation times start+step, start+2*step, ..., end; what could
+    not be fetched but is not essential goes to ``notes``."""
     first = start + step
     steps = list(range(first, end + 1, step))
     if not steps:
@@ -157,6 +158,9 @@ def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
         memory = prometheus.query(memory_query(end - start), at=end)
     except TooManySamples:
         memory = []
+        if notes is not None:
+            notes.append(f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
+                         "--query.max-samples; use a shorter --window")
     if progress:
         progress(total, total, "done")
     if not results["requests"] and not any(s.labels.get("pod") for s in results["engine"] + results["util"]):
