@@ -113,3 +113,23 @@ def test_a_gpu_nobody_holds_is_left_out() -> None:
     report = compute_report(Inputs(steps=[300], step=300, requests=[], pod_labels=[], engine_active=engine,
                                    gpu_util=[]))
     assert report.rows == [] and report.total.allocated_hours == 0
+
+
+def test_a_hand_over_within_one_step_splits_the_hour_and_holds_one_gpu() -> None:
+    # job-1 ends and job-2 starts on the same GPU inside step 600: the step sees both, neither is sharing.
+    requests = [Series({"namespace": "ns", "pod": "job-1", "resource": "nvidia_com_gpu"}, {300: 1.0, 600: 1.0}),
+                Series({"namespace": "ns", "pod": "job-2", "resource": "nvidia_com_gpu"}, {600: 1.0, 900: 1.0})]
+    engine = [Series(device("job-1", 0.5), {300: 0.5, 600: 0.5}), Series(device("job-2", 0.5), {600: 0.5, 900: 0.5})]
+    report = compute_report(Inputs(steps=[300, 600, 900], step=300, requests=requests, pod_labels=[],
+                                   engine_active=engine, gpu_util=[]))
+    assert (report.total.whole_gpus, report.total.shared) == (1, 0)
+    assert report.total.allocated_hours == pytest.approx(900 / 3600)
+
+
+def test_a_time_sliced_gpu_in_virtual_gpu_mode_is_shared() -> None:
+    requests = [Series({"namespace": "ns", "pod": pod, "resource": "nvidia_com_gpu"}, {300: 1.0}) for pod in "ab"]
+    engine = [Series(device(pod, 0.5, vgpu=str(n)), {300: 0.5}) for n, pod in enumerate("ab")]
+    report = compute_report(Inputs(steps=[300], step=300, requests=requests, pod_labels=[], engine_active=engine,
+                                   gpu_util=[]))
+    assert (report.total.whole_gpus, report.total.shared) == (0, 2)
+    assert report.total.allocated_hours == pytest.approx(300 / 3600)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .series import Labels, Series
@@ -176,15 +176,6 @@ class Report:
     notes: list[str]
 
 
-@dataclass
-class _Device:
-    profile: str
-    model: str
-    prof: float | None = None
-    dev: float | None = None
-    pods: set[tuple[str, str]] = field(default_factory=set)
-
-
 @dataclass(frozen=True)
 class _Unit:
     """One allocated unit as billed: its kind, its share of a physical GPU, and its price per device-hour."""
@@ -195,13 +186,13 @@ class _Unit:
     price_share: float  # of the device's hour that this pod pays for
 
 
-def _account(unit: _Unit, targets: Sequence[_Accumulator], workload: Workload, *, index: int, step_hours: float,
-             utilisation: float | None, source: str, threshold: float) -> None:
+def _account(unit: _Unit, target: _Accumulator, workload: Workload, *, held: Hashable, index: int,
+             step_hours: float, utilisation: float | None, source: str, threshold: float) -> None:
     hours = unit.share * step_hours
-    for target in targets:
-        target.counts[unit.kind] += 1
-        target.add(index=index, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
-                   price=unit.price, price_hours=step_hours * unit.price_share)
+    # What was held at once: a device counts once however many pods the step saw on it.
+    target.counts[unit.kind].add(held)
+    target.add(index=index, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
+               price=unit.price, price_hours=step_hours * unit.price_share)
     workload.allocated_hours += hours
     if utilisation is not None:
         workload.telemetry_hours += hours
@@ -224,7 +215,7 @@ class _Accumulator:
         self.allocated = [0.0] * steps
         self.util_hours = [0.0] * steps
         self.tele = [0.0] * steps
-        self.counts: dict[str, int] = defaultdict(int)
+        self.counts: dict[str, set[Hashable]] = defaultdict(set)
 
     def add(self, *, index: int, hours: float, utilisation: float | None, source: str,
             threshold: float, price: float | None, price_hours: float) -> None:
@@ -255,9 +246,34 @@ class _Accumulator:
         else:
             row.busy_hours += hours
 
+    def merge_step(self, other: _Accumulator) -> None:
+        """Take in what another accumulator held during this step (the fleet total's peaks)."""
+        for kind, held in other.counts.items():
+            self.counts[kind] |= held
+
+    def merge(self, other: _Accumulator) -> None:
+        """Add another accumulator's sums (the fleet total is the sum of its groups; peaks come per step)."""
+        row, theirs = self.row, other.row
+        row.allocated_hours += theirs.allocated_hours
+        row.busy_hours += theirs.busy_hours
+        row.idle_hours += theirs.idle_hours
+        row.no_telemetry_hours += theirs.no_telemetry_hours
+        row.unpriced_hours += theirs.unpriced_hours
+        self.histogram = [a + b for a, b in zip(self.histogram, other.histogram, strict=True)]
+        self.utilisation_hours += other.utilisation_hours
+        self.prof_hours += other.prof_hours
+        self.dev_hours += other.dev_hours
+        self.cost += other.cost
+        self.idle_cost += other.idle_cost
+        for mine, yours in ((self.allocated, other.allocated), (self.util_hours, other.util_hours),
+                            (self.tele, other.tele)):
+            for index, value in enumerate(yours):
+                mine[index] += value
+
     def close_step(self) -> None:
         row = self.row
-        for kind, count in self.counts.items():
+        for kind, held in self.counts.items():
+            count = len(held)
             if kind == "whole":
                 row.whole_gpus = max(row.whole_gpus, count)
             elif kind == "shared":
@@ -291,29 +307,47 @@ def _weighted_percentile(histogram: Sequence[float], quantile: float) -> float:
     return 100.0
 
 
-def _index(series: Iterable[Series], steps: Mapping[float, int]) -> list[list[tuple[Labels, float]]]:
-    """Samples regrouped by step index (Prometheus returns them per series)."""
-    out: list[list[tuple[Labels, float]]] = [[] for _ in steps]
-    for one in series:
+def _index(series: Sequence[Series], steps: Mapping[float, int]) -> list[list[tuple[int, float]]]:
+    """Samples regrouped by step index (Prometheus returns them per series), as (series number, value)."""
+    out: list[list[tuple[int, float]]] = [[] for _ in steps]
+    for number, one in enumerate(series):
         for t, value in one.samples.items():
             index = steps.get(t)
             if index is not None and not math.isnan(value):
-                out[index].append((one.labels, value))
+                out[index].append((number, value))
     return out
 
 
-def _device_key(labels: Labels) -> tuple[str, str]:
+Pod = tuple[str, str]
+DeviceKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class _DeviceSeries:
+    """What one dcgm-exporter series says besides its values; worked out once, not at every step."""
+
+    key: DeviceKey
+    profile: str
+    model: str
+    pod: Pod | None
+    virtual: bool
+    attribution: dict[str, str] | None  # gpugate's labels copied by dcgm-exporter, if any
+
+
+def _device_series(labels: Labels) -> _DeviceSeries:
     # dcgm-exporter names the GPU's UUID label "UUID" ("uuid" with --use-old-namespace); a MIG
     # instance is the pair (parent UUID, GPU_I_ID) (internal/pkg/rendermetrics/render_metrics.go).
-    return labels.get("UUID") or labels.get("uuid") or "", labels.get("GPU_I_ID", "")
+    key = (labels.get("UUID") or labels.get("uuid") or "", labels.get("GPU_I_ID", ""))
+    pod = (labels.get("namespace", ""), labels.get("pod", "")) if labels.get("pod") else None
+    return _DeviceSeries(key=key, profile=labels.get("GPU_I_PROFILE", ""), model=labels.get("modelName", ""),
+                         pod=pod, virtual=bool(labels.get("vgpu")), attribution=_attribution(labels, dcgm_label))
 
 
-def _attribution(ksm: Labels | None, dcgm: Labels | None) -> dict[str, str]:
-    """The pod's gpugate labels: kube_pod_labels first, else the copies dcgm-exporter put on its series."""
-    for source, name in ((ksm, ksm_label), (dcgm, dcgm_label)):
-        if source and source.get(name("team")):
-            return {key: source.get(name(key), "") for key in ATTRIBUTION_KEYS}
-    return {}
+def _attribution(labels: Labels, name: Callable[[str], str]) -> dict[str, str] | None:
+    """gpugate's labels on a series (kube_pod_labels' or dcgm-exporter's spelling), or None without a team."""
+    if not labels.get(name("team")):
+        return None
+    return {key: labels.get(name(key), "") for key in ATTRIBUTION_KEYS}
 
 
 def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float = DEFAULT_THRESHOLD,
@@ -328,60 +362,28 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
     labels = _index(inputs.pod_labels, step_index)
     engine = _index(inputs.engine_active, step_index)
     util = _index(inputs.gpu_util, step_index)
+    engine_series = [_device_series(s.labels) for s in inputs.engine_active]
+    util_series = [_device_series(s.labels) for s in inputs.gpu_util]
+    request_series = [((s.labels.get("namespace", ""), s.labels.get("pod", "")), s.labels.get("resource", ""))
+                      for s in inputs.requests]
+    label_series = [((s.labels.get("namespace", ""), s.labels.get("pod", "")), _attribution(s.labels, ksm_label))
+                    for s in inputs.pod_labels]
     notes: list[str] = []
 
     groups: dict[str, _Accumulator] = {}
     total = _Accumulator("total", len(steps))
     workloads: dict[str, Workload] = {}
-    last_group: dict[tuple[str, str], tuple[str, Workload]] = {}
-    known_units: dict[tuple[str, str], list[_Unit]] = {}
+    last_group: dict[Pod, str] = {}
+    known_units: dict[Pod, list[_Unit]] = {}
+    owners: dict[tuple[Pod, int, int], tuple[_Accumulator, Workload]] = {}
+    unit_cache: dict[tuple[str, str, int, str], _Unit] = {}
 
-    def accumulator(name: str) -> _Accumulator:
-        if name not in groups:
-            groups[name] = _Accumulator(name, len(steps))
-        return groups[name]
-
-    for i in range(len(steps)):
-        devices: dict[tuple[str, str], _Device] = {}
-        dcgm_labels: dict[tuple[str, str], Labels] = {}
-        for samples, source in ((engine[i], SOURCE_PROF), (util[i], SOURCE_DEV)):
-            for series_labels, value in samples:
-                key = _device_key(series_labels)
-                device = devices.get(key)
-                if device is None:
-                    device = devices[key] = _Device(profile=series_labels.get("GPU_I_PROFILE", ""),
-                                                    model=series_labels.get("modelName", ""))
-                # Virtual-GPU mode copies each field to every pod sharing the GPU (and keeps a device-level
-                # series); the copies carry the same value, so the device's value is their maximum.
-                if source == SOURCE_PROF:
-                    device.prof = max(device.prof or 0.0, value * 100)
-                else:
-                    device.dev = max(device.dev or 0.0, value)
-                pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
-                if pod[1]:
-                    device.pods.add(pod)
-                    if series_labels.get(dcgm_label("team")):
-                        dcgm_labels[pod] = series_labels
-
-        pod_devices: dict[tuple[str, str], list[tuple[tuple[str, str], _Device]]] = defaultdict(list)
-        for key, device in sorted(devices.items()):
-            for pod in device.pods:
-                pod_devices[pod].append((key, device))
-        pod_requests: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-        for series_labels, value in requests[i]:
-            pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
-            resource = series_labels.get("resource", "")
-            pod_requests[pod][resource] = pod_requests[pod].get(resource, 0) + round(value)
-        ksm_labels: dict[tuple[str, str], Labels] = {}
-        for series_labels, _ in labels[i]:
-            pod = (series_labels.get("namespace", ""), series_labels.get("pod", ""))
-            # A labelled series wins over an unlabelled one (a kube-state-metrics replica without the
-            # allowlist during a rollout), as in deploy/monitoring's namespace_pod:gpugate_attribution:info.
-            if pod not in ksm_labels or series_labels.get(ksm_label("team")):
-                ksm_labels[pod] = series_labels
-
-        for pod in sorted(set(pod_requests) | set(pod_devices)):
-            attribution = _attribution(ksm_labels.get(pod), dcgm_labels.get(pod))
+    def owner(pod: Pod, ksm: dict[str, str] | None, dcgm: dict[str, str] | None) -> tuple[_Accumulator, Workload]:
+        """The group and workload a pod's step is billed to (kube_pod_labels first, then dcgm-exporter's copies)."""
+        cache_key = (pod, id(ksm), id(dcgm))
+        found = owners.get(cache_key)
+        if found is None:
+            attribution = ksm or dcgm or {}
             team = attribution.get("team") or UNLABELLED
             cost_center = attribution.get("cost_center") or UNLABELLED
             kind = attribution.get("workload_kind") or "Pod"
@@ -391,21 +393,67 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
             if workload is None:
                 workload = workloads[workload_key] = Workload(pod[0], kind, name, team, cost_center)
             group = {"team": team, "cost-center": cost_center, "namespace": pod[0], "workload": workload_key}[group_by]
-            last_group[pod] = (group, workload)
-            targets = (accumulator(group), total)
+            if group not in groups:
+                groups[group] = _Accumulator(group, len(steps))
+            found = owners[cache_key] = (groups[group], workload)
+        return found
 
+    for i in range(len(steps)):
+        # Per device: the profiling value, the GPU_UTIL value, the pods holding it. Virtual-GPU mode copies
+        # each field to every pod sharing the GPU (and keeps a device-level series); the copies carry the
+        # same value, so the device's value is their maximum.
+        prof: dict[DeviceKey, float] = {}
+        dev: dict[DeviceKey, float] = {}
+        meta: dict[DeviceKey, _DeviceSeries] = {}
+        holders: dict[DeviceKey, set[Pod]] = defaultdict(set)
+        virtual: set[DeviceKey] = set()
+        dcgm_attribution: dict[Pod, dict[str, str]] = {}
+        for samples, info, values, scale in ((engine[i], engine_series, prof, 100.0), (util[i], util_series, dev, 1.0)):
+            for number, value in samples:
+                series = info[number]
+                key = series.key
+                value *= scale
+                if value > values.get(key, -1.0):
+                    values[key] = value
+                if key not in meta:
+                    meta[key] = series
+                if series.pod:
+                    holders[key].add(series.pod)
+                    if series.virtual:
+                        virtual.add(key)
+                    if series.attribution:
+                        dcgm_attribution[series.pod] = series.attribution
+
+        pod_devices: dict[Pod, list[DeviceKey]] = defaultdict(list)
+        for key in sorted(holders):
+            for pod in holders[key]:
+                pod_devices[pod].append(key)
+        pod_requests: dict[Pod, list[str]] = defaultdict(list)
+        for number, value in requests[i]:
+            pod, resource = request_series[number]
+            pod_requests[pod].extend([resource] * round(value))
+        ksm_attribution: dict[Pod, dict[str, str] | None] = {}
+        for number, _ in labels[i]:
+            pod, attribution = label_series[number]
+            # A labelled series wins over an unlabelled one (a kube-state-metrics replica without the
+            # allowlist during a rollout), as in deploy/monitoring's namespace_pod:gpugate_attribution:info.
+            if attribution or pod not in ksm_attribution:
+                ksm_attribution[pod] = attribution
+
+        for pod in sorted(pod_requests.keys() | pod_devices.keys()):
+            accumulator, workload = owner(pod, ksm_attribution.get(pod), dcgm_attribution.get(pod))
+            last_group[pod] = accumulator.row.group
             # The units the pod requested, one entry per unit; devices seen in telemetry use them up.
-            units: list[str] = [resource for resource, count in sorted(pod_requests.get(pod, {}).items())
-                                for _ in range(count)]
+            units = sorted(pod_requests.get(pod, ()))
             seen: list[_Unit] = []
-            for _key, device in pod_devices.get(pod, []):
-                sharers = len(device.pods)
-                fraction = mig_fraction(device.profile, model=device.model) if device.profile else 1.0
+            for key in pod_devices.get(pod, ()):
+                device = meta[key]
+                sharers = len(holders[key])
                 if device.profile:
-                    wanted = [MIG_PREFIX + _SANITIZE.sub("_", device.profile), WHOLE]  # mixed, then single strategy
+                    wanted = (MIG_PREFIX + _SANITIZE.sub("_", device.profile), WHOLE)  # mixed, then single strategy
                     kind_of = device.profile
                 else:
-                    wanted = [WHOLE, SHARED] if sharers == 1 else [SHARED, WHOLE]
+                    wanted = (WHOLE, SHARED) if sharers == 1 else (SHARED, WHOLE)
                     kind_of = "whole"
                 for resource in wanted:
                     if resource in units:
@@ -413,16 +461,26 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                         if resource == SHARED:
                             kind_of = "shared"
                         break
-                if sharers > 1 and not device.profile:
+                # Several pods on one device in one step without dcgm-exporter's vgpu label is a hand-over
+                # (one pod ended, the next started): the hours are split, but the GPU is not a shared one.
+                if key in virtual and not device.profile:
                     kind_of = "shared"
-                # A device is counted once: pods that share it (time-slicing) split its hours evenly.
-                price = prices.device(model=device.model, profile=device.profile, fraction=fraction) if prices else None
-                unit = _Unit(kind=kind_of, share=fraction / sharers, price=price, price_share=1 / sharers)
+                unit_key = (device.model, device.profile, sharers, kind_of)
+                unit = unit_cache.get(unit_key)
+                if unit is None:
+                    fraction = mig_fraction(device.profile, model=device.model) if device.profile else 1.0
+                    price = prices.device(model=device.model, profile=device.profile, fraction=fraction) \
+                        if prices else None
+                    # A device is counted once: pods that share it (time-slicing) split its hours evenly.
+                    unit = unit_cache[unit_key] = _Unit(kind=kind_of, share=fraction / sharers, price=price,
+                                                        price_share=1 / sharers)
                 seen.append(unit)
-                utilisation = device.prof if device.prof is not None else device.dev
-                source = SOURCE_PROF if device.prof is not None else SOURCE_DEV
-                _account(unit, targets, workload, index=i, step_hours=step_hours, utilisation=utilisation,
-                         source=source, threshold=threshold)
+                utilisation = prof.get(key)
+                source = SOURCE_PROF
+                if utilisation is None:
+                    utilisation, source = dev.get(key), SOURCE_DEV
+                _account(unit, accumulator, workload, held=(pod, key) if kind_of == "shared" else key, index=i,
+                         step_hours=step_hours, utilisation=utilisation, source=source, threshold=threshold)
             if seen:
                 known_units[pod] = seen
             # Requested units no telemetry accounts for: allocated, but neither busy nor idle. What the pod's
@@ -439,19 +497,23 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                 else:
                     unit = _Unit(kind="shared" if resource == SHARED else "whole", share=1.0,
                                  price=prices.unknown(fraction=1.0) if prices else None, price_share=1.0)
-                _account(unit, targets, workload, index=i, step_hours=step_hours, utilisation=None, source="",
-                         threshold=threshold)
-        for target in (*groups.values(), total):
-            target.close_step()
+                _account(unit, accumulator, workload, held=(pod, resource, n), index=i, step_hours=step_hours,
+                         utilisation=None, source="", threshold=threshold)
+        for accumulator in groups.values():
+            total.merge_step(accumulator)
+            accumulator.close_step()
+        total.close_step()
 
-    for series in inputs.memory_peak:
-        pod = (series.labels.get("namespace", ""), series.labels.get("pod", ""))
-        if pod not in last_group or not series.samples:
+    for peak in inputs.memory_peak:
+        pod = (peak.labels.get("namespace", ""), peak.labels.get("pod", ""))
+        if pod not in last_group or not peak.samples:
             continue
-        value = max(series.samples.values())
-        for row in (groups[last_group[pod][0]].row, total.row):
+        value = max(peak.samples.values())
+        for row in (groups[last_group[pod]].row, total.row):
             row.peak_memory_mib = max(row.peak_memory_mib or 0.0, value)
 
+    for accumulator in groups.values():
+        total.merge(accumulator)
     priced = prices is not None
     rows = sorted((acc.finish(priced=priced) for acc in groups.values()),
                   key=lambda row: (-row.idle_hours, -row.allocated_hours, row.group))
