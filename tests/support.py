@@ -12,7 +12,9 @@ import jsonpatch
 import kubernetes_validate
 
 from webhook.admission import Decision, Environment, mutate, validate
-from webhook.policy import PolicyIssue, PolicySet, parse_policy
+from webhook.pods import dig, shapes_of, workload_kinds
+from webhook.policy.loader import PolicyIssue, parse_policy
+from webhook.policy.model import PolicySet
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "kubernetes-api"  # vendored, provenance in SOURCE.md
@@ -118,8 +120,19 @@ def env(policy_set: PolicySet, labels: Mapping[str, Mapping[str, str]] | None = 
 
 
 def schema_check(obj: Mapping[str, Any]) -> None:
-    """Strict validation against the newest upstream schema kubernetes-validate ships."""
-    kubernetes_validate.validate(dict(obj), SCHEMA_VERSION, strict=True)
+    """Strict validation against the newest upstream schema kubernetes-validate ships. A workload CRD
+    (which that schema does not know) has each of its pod templates validated as a PodTemplate's."""
+    try:
+        kubernetes_validate.validate(dict(obj), SCHEMA_VERSION, strict=True)
+        return
+    except kubernetes_validate.utils.SchemaNotFoundError:
+        shapes = shapes_of(obj, workloads=workload_kinds())
+        if not shapes:
+            raise
+    for shape in shapes:
+        template = dig(obj, shape.template)
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                                      "template": template}, SCHEMA_VERSION, strict=True)
 
 
 def apply(obj: Mapping[str, Any], patch: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
 from webhook.app import MAX_BODY, create_app
-from webhook.policy import PolicyStore
+from webhook.policy.store import PolicyStore
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 
@@ -94,12 +94,12 @@ def test_a_malformed_request_with_a_uid_gets_a_review_with_code_400(client):
 
 
 def test_a_crash_inside_a_rule_becomes_allowed_false_code_500_with_the_uid(client, monkeypatch):
-    from webhook import admission
+    from webhook.rules import registry
 
     def boom(editor, ctx):
         raise RuntimeError("rule bug")
 
-    monkeypatch.setattr(admission, "GPU_POD_MUTATORS", (boom,))
+    monkeypatch.setattr(registry, "_RULES", [registry.Rule("boom", "mutate", "gpu", False, boom)])
     resp = post(client, "/mutate", review(gpu_pod(1), uid="u-3"))
     assert resp.status_code == 200
     out = resp.get_json()["response"]

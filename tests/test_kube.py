@@ -554,7 +554,7 @@ def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
 
     from tests.support import gpu_pod, review
     from webhook.app import create_app
-    from webhook.policy import PolicyStore
+    from webhook.policy.store import PolicyStore
 
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "serving.yaml").write_text("""

@@ -125,3 +125,80 @@ def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
     monkeypatch.setattr(patch, "_diff", lossy)
     with pytest.raises(patch.PatchError):
         make_patch({"a": {"x": 1}}, {"a": {"x": 1, "y": 2}, "b": True})
+
+
+# ------------------------------------------------------------------ the rule registry's invariants
+from tests.support import REPO  # noqa: E402
+from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.model import PolicySet  # noqa: E402
+from webhook.rules import registry  # noqa: E402
+
+FLEET = load_policies(REPO / "policies")
+BUILTIN_RULES = {r.name for r in registry.rules("validate") if r.builtin}
+any_resources = st.dictionaries(
+    st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb",
+                     "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores", "nvidia.com/gpumem",
+                     "example.com/fpga", "cpu"]),
+    st.sampled_from(["1", "2", "0", "500m", "-1", "100", "x"]), max_size=3)
+any_tolerations = st.lists(st.sampled_from([
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"operator": "Exists"},
+    {"key": "example.com/dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+]), max_size=2)
+
+
+@st.composite
+def any_pods(draw):
+    """Pods of every shape gpugate has a rule for: any vendor's resources in any quantity, init-only GPUs,
+    GPU tolerations, NVIDIA_VISIBLE_DEVICES, runtime classes, DRA claims, fractional-GPU annotations,
+    model labels and selectors."""
+    cs = []
+    for i in range(draw(st.integers(1, 2))):
+        c = container(f"c{i}", limits=draw(any_resources) or None)
+        if draw(st.booleans()):
+            c["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": draw(st.sampled_from(["all", "0", "void"]))}]
+        cs.append(c)
+    init = [container("i", limits=draw(any_resources) or None)] if draw(st.booleans()) else None
+    spec: dict = {}
+    if draw(st.booleans()):
+        spec["tolerations"] = draw(any_tolerations)
+    if draw(st.booleans()):
+        spec["runtimeClassName"] = draw(st.sampled_from(["nvidia", "kata"]))
+    if draw(st.booleans()):
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
+    if draw(st.booleans()):
+        spec["nodeSelector"] = draw(st.sampled_from([{"nvidia.com/gpu.product": "NVIDIA-L4"},
+                                                     {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+                                                     {"nvidia.com/gpu.product": "Unknown-GPU"}]))
+    labels = {"gpugate.io/model": draw(st.sampled_from(["l4", "a100", "h100-mig", "nope"]))} if draw(st.booleans()) else None
+    obj = pod(*cs, init=init, labels=labels, namespace=draw(st.sampled_from(["default", "ml-serving", "research-x"])),
+              **spec)
+    if draw(st.booleans()):
+        obj["metadata"]["annotations"] = {draw(st.sampled_from(["gpu-fraction", "nvidia.com/use-gputype"])): "0.5"}
+    return obj
+
+
+@given(any_pods())
+def test_without_a_governing_policy_only_built_in_rules_speak_and_nothing_is_injected(obj):
+    nothing = env(PolicySet(), NAMESPACES)
+    mutation = mutate(request(obj), nothing)
+    assert mutation.patch is None
+    assert {v.rule for v in mutation.violations} <= BUILTIN_RULES
+    if mutation.allowed:
+        verdict = validate(request(obj), nothing)
+        assert {v.rule for v in verdict.violations} <= BUILTIN_RULES, [v.message() for v in verdict.violations]
+
+
+@given(any_pods())
+def test_under_the_fleet_policies_every_patch_applies_validates_and_is_idempotent(obj):
+    fleet = env(FLEET, NAMESPACES)
+    decision = mutate(request(obj), fleet)
+    if not decision.allowed:
+        return
+    result = apply(obj, decision.patch)
+    schema_check(result)
+    again = mutate(request(result), fleet)
+    assert again.patch is None, again.patch
+    verdict = validate(request(result), fleet)
+    assert not any(v.rule == "not-mutated" for v in verdict.violations), [v.message() for v in verdict.violations]

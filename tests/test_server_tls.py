@@ -392,7 +392,7 @@ def test_prometheus_client_is_not_imported_before_serve_sets_its_directory() -> 
     # prometheus_client picks single- or multi-process values at import time; `gpugate serve`
     # sets PROMETHEUS_MULTIPROC_DIR before the workers import it. An import on the way there
     # (the CLI, the policy check) would silently make every worker count for itself.
-    probe = ("import sys, webhook.cli, webhook.server, webhook.policy, webhook.certs, webhook.tls; "
+    probe = ("import sys, webhook.cli, webhook.server, webhook.policy.loader, webhook.certs, webhook.tls; "
              "sys.exit('prometheus_client' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=False).returncode == 0
 

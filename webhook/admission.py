@@ -7,21 +7,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import rules  # noqa: F401  (registers every rule)
 from .patch import Operation, make_patch
-from .pods import PodShape, dig, requests_gpu, shape_of
-from .policy import BUILTIN, NamespaceLabelsUnavailable, Policy, PolicySet
-from .rules import (
-    attribution,
-    gpu_limits,
-    gpu_placement,
-    gpu_quantities,
-    gpu_shapes,
-    model_selection,
-    runtime_class,
-    tolerations,
-    visible_devices,
-)
-from .rules.base import Change, PodContext, PodEditor, Violation
+from .pods import PodShape, dig, gpu_use, shapes_of, workload_kinds
+from .policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
+from .rules.base import Change, PodContext, PodEditor, PodView, Violation
+from .rules.registry import mutate_pod, validate_pod
 
 POLICY_ANNOTATION = "gpugate.io/policy"
 MUTATED_ANNOTATION = "gpugate.io/mutated"
@@ -88,60 +79,34 @@ def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]
     return out
 
 
-# ------------------------------------------------------------------------------------------ the rules
-
-Check = Callable[[Mapping[str, Any], PodContext], list[Violation]]
-Mutator = Callable[[PodEditor, PodContext], list[Change]]
-
-BUILTIN_CHECKS: tuple[Check, ...] = (
-    gpu_quantities.require_whole_gpus,
-    gpu_placement.require_gpus_in_containers,
-)
-#: Policy rules for any pod: a zero-GPU request makes a pod that is not a GPU pod, but still wrong.
-POLICY_CHECKS: tuple[Check, ...] = (gpu_shapes.require_sensible_gpu_shapes,)
-GPU_POD_CHECKS: tuple[Check, ...] = (
-    gpu_limits.limit_gpus,
-    runtime_class.require_runtime_class,
-)
-ANY_POD_CHECKS: tuple[Check, ...] = (visible_devices.forbid_visible_devices_override,)
-NON_GPU_POD_CHECKS: tuple[Check, ...] = (
-    tolerations.forbid_gpu_tolerations_without_gpus,
-    runtime_class.forbid_gpu_runtime_without_gpus,
-)
-GPU_POD_MUTATORS: tuple[Mutator, ...] = (
-    runtime_class.inject_runtime_class,
-    tolerations.add_gpu_tolerations,
-    model_selection.select_model,
-    attribution.attribute_to_team,
-)
-NON_GPU_POD_MUTATORS: tuple[Mutator, ...] = (tolerations.strip_gpu_tolerations_without_gpus,)
+# --------------------------------------------------------------------------------------------- subjects
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Subject:
-    """The pod (or pod template) found in an admitted object, with its governing policy."""
+    """One pod (or pod template) found in an admitted object, with its governing policy."""
 
-    obj: Mapping[str, Any]
-    shape: PodShape
-    meta: Mapping[str, Any]
-    spec: Mapping[str, Any]
+    view: PodView
     ctx: PodContext
-    gpu: bool
 
     @property
     def policy(self) -> Policy:
         return self.ctx.policy
 
+    @property
+    def shape(self) -> PodShape:
+        return self.ctx.shape
 
-def _subject(obj: Any, request: Mapping[str, Any], env: Environment) -> _Subject | None:
+
+def _subjects(obj: Any, request: Mapping[str, Any], env: Environment, *,
+              old: Mapping[str, Any] | None = None) -> list[_Subject] | None:
+    """Every pod template in ``obj`` with its context, or None for kinds gpugate does not read.
+    ``old``: the object before an UPDATE, whose templates at the same paths are each subject's ``old``."""
     if not isinstance(obj, Mapping):
         return None
-    shape = shape_of(obj, name=str(request.get("name") or ""))
-    if shape is None:
-        return None
-    spec = dig(obj, shape.spec_keys)
-    meta = dig(obj, shape.meta_keys) or {}
-    if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+    workloads = workload_kinds(env.policies.workloads)
+    shapes = shapes_of(obj, name=str(request.get("name") or ""), workloads=workloads)
+    if shapes is None:
         return None
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
@@ -151,35 +116,41 @@ def _subject(obj: Any, request: Mapping[str, Any], env: Environment) -> _Subject
             cache.append(env.namespace_labels(namespace))
         return cache[0]
 
-    pod_labels = meta.get("labels") or {}
-    policy = env.policies.governing(namespace=namespace, pod_labels=pod_labels, namespace_labels=namespace_labels)
-    labels: Mapping[str, str] = {}
-    if policy.uses_namespace_labels:
-        found = namespace_labels()
-        if found is None:
-            raise NamespaceLabelsUnavailable(namespace)
-        labels = found
-    ctx = PodContext(shape=shape, policy=policy, namespace=namespace, namespace_labels=labels,
-                     operation=str(request.get("operation")), object_meta=obj.get("metadata") or {})
-    return _Subject(obj, shape, meta, spec, ctx, requests_gpu(spec, policy.counts_as_gpu))
+    subjects = []
+    for shape in shapes:
+        spec = dig(obj, shape.spec_keys)
+        meta = dig(obj, shape.meta_keys) or {}
+        if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+            continue
+        pod_labels = meta.get("labels") or {}
+        policy = env.policies.governing(namespace=namespace, pod_labels=pod_labels,
+                                        namespace_labels=namespace_labels)
+        labels: Mapping[str, str] = {}
+        if policy.uses_namespace_labels:
+            found = namespace_labels()
+            if found is None:
+                raise NamespaceLabelsUnavailable(namespace)
+            labels = found
+        old_spec = dig(old, shape.spec_keys) if old is not None else None
+        old_meta = dig(old, shape.meta_keys) if old is not None else None
+        before = (PodView(old_meta if isinstance(old_meta, Mapping) else {}, old_spec)
+                  if isinstance(old_spec, Mapping) else None)
+        mutable = not shape.is_template or policy.mutate_templates
+        ctx = PodContext(shape=shape, policy=policy, namespace=namespace, namespace_labels=labels,
+                         operation=str(request.get("operation")), object_meta=obj.get("metadata") or {},
+                         gpu=gpu_use(meta, spec, policy), old=before, mutable=mutable)
+        subjects.append(_Subject(PodView(meta, spec), ctx))
+    return subjects
 
 
-def _mutations(subject: _Subject) -> tuple[PodEditor, list[Change]]:
-    editor = PodEditor(subject.obj, subject.shape)
-    changes: list[Change] = []
-    for mutator in GPU_POD_MUTATORS if subject.gpu else NON_GPU_POD_MUTATORS:
-        changes += mutator(editor, subject.ctx)
+def _mutations(obj: Mapping[str, Any], subjects: list[_Subject]) -> tuple[PodEditor | None, list[list[Change]]]:
+    """One editor over the whole object, and each subject's changes."""
+    editor: PodEditor | None = None
+    changes: list[list[Change]] = []
+    for subject in subjects:
+        editor = PodEditor(obj, subject.shape) if editor is None else editor.on(subject.shape)
+        changes.append(mutate_pod(editor, subject.ctx))
     return editor, changes
-
-
-def _violations(subject: _Subject) -> list[Violation]:
-    checks = BUILTIN_CHECKS + ANY_POD_CHECKS + (GPU_POD_CHECKS if subject.gpu else NON_GPU_POD_CHECKS)
-    if subject.policy is not BUILTIN:  # without a policy only the built-in checks run (PRODUCT.md §2)
-        checks += POLICY_CHECKS
-    found = [v for check in checks for v in check(subject.spec, subject.ctx)]
-    if subject.gpu:
-        found += model_selection.require_allowed_model(subject.meta, subject.spec, subject.ctx)
-    return found
 
 
 def _unapplied(subject: _Subject, changes: list[Change]) -> list[Violation]:
@@ -191,28 +162,32 @@ def _unapplied(subject: _Subject, changes: list[Change]) -> list[Violation]:
             for c in changes]
 
 
-def _denial_message(subject: _Subject, violations: list[Violation]) -> str:
-    policy = subject.policy
+def _denial_message(subject: _Subject, found: list[tuple[_Subject, Violation]]) -> str:
+    lines = []
     where = f' in namespace "{subject.ctx.namespace}"' if subject.ctx.namespace else ""
-    origin = f' ({policy.source})' if policy.source not in ("built-in", "<inline>") else ""
-    head = f'{subject.shape.describe()}{where} violates GPU policy "{policy.name}"{origin}:'
-    return "\n".join([head, *(f"- {v.message()}" for v in violations)])
+    for policy in dict.fromkeys(s.policy for s, _ in found):
+        origin = f" ({policy.source})" if policy.source not in ("built-in", "<inline>") else ""
+        lines.append(f'{subject.shape.describe()}{where} violates GPU policy "{policy.name}"{origin}:')
+        lines += [f"- {v.message()}" for s, v in found if s.policy is policy]
+    return "\n".join(lines)
 
 
-def _verdict(subject: _Subject, violations: list[Violation], *, warnings: list[str],
+def _verdict(subjects: list[_Subject], found: list[tuple[_Subject, Violation]], *, warnings: list[str],
              patch: list[Operation] | None = None) -> Decision:
-    """Apply the policy's mode: enforce denies, warn warns, audit records; built-in checks always deny."""
-    policy = subject.policy
-    enforced = [v for v in violations if v.builtin or policy.mode == "enforce"]
-    others = [v for v in violations if v not in enforced]
+    """Apply each policy's mode: enforce denies, warn warns, audit records; built-in violations always deny,
+    advisory ones never do."""
+    policy = subjects[0].policy
+    enforced = [(s, v) for s, v in found if v.builtin or (s.policy.mode == "enforce" and not v.advisory)]
+    others = [(s, v) for s, v in found if not (v.builtin or (s.policy.mode == "enforce" and not v.advisory))]
+    violations = [v for _, v in found]
     common: dict[str, Any] = {"violations": violations, "policy": policy.name, "mode": policy.mode}
     if enforced:
-        return denied(_denial_message(subject, enforced), warnings=warnings, **common)
+        return denied(_denial_message(subjects[0], enforced), warnings=warnings, **common)
     audit: dict[str, str] = {}
-    if others and policy.mode == "warn":
-        warnings = warnings + [shorten(f"gpugate: {v.short()}") for v in others]
-    elif others:
-        audit = {"policy": policy.name, "violations": json.dumps([v.message() for v in others])}
+    audited = [v for s, v in others if s.policy.mode == "audit"]
+    warnings = warnings + [shorten(f"gpugate: {v.short()}") for s, v in others if s.policy.mode != "audit"]
+    if audited:
+        audit = {"policy": policy.name, "violations": json.dumps([v.message() for v in audited])}
     return allowed(patch=patch or None, warnings=warnings, audit_annotations=audit, **common)
 
 
@@ -223,27 +198,35 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     """``/mutate``: refuse GPU quantities the apiserver would refuse, then inject what the policy says."""
     if request.get("operation") not in ("CREATE", "UPDATE"):
         return allowed()
+    obj = request.get("object")
     try:
-        subject = _subject(request.get("object"), request, env)
+        subjects = _subjects(obj, request, env)
     except NamespaceLabelsUnavailable as err:
         return _labels_unavailable(err)
-    if subject is None:
+    if not subjects or not isinstance(obj, Mapping):
         return allowed()
-    builtin = [v for check in BUILTIN_CHECKS for v in check(subject.spec, subject.ctx)]
+    # What the apiserver would refuse anyway is refused here, where it is seen first (its own checks run
+    # only after mutating webhooks); everything else is the validating call's to judge.
+    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True) if v.builtin]
     if builtin:
-        return _verdict(subject, builtin, warnings=[])
-    if (not subject.shape.is_template and request.get("operation") != "CREATE") or (
-        subject.shape.is_template and not subject.policy.mutate_templates
-    ):
-        return allowed(policy=subject.policy.name)
-    editor, changes = _mutations(subject)
-    if not changes:
-        return allowed(policy=subject.policy.name)
-    fields = {c.field for c in changes} | set(filter(None, editor.annotations.get(MUTATED_ANNOTATION, "").split(",")))
-    editor.set_annotation(POLICY_ANNOTATION, subject.policy.name)
-    editor.set_annotation(MUTATED_ANNOTATION, ",".join(sorted(fields)))
-    warnings = [shorten(c.warning) for c in changes if c.warning]
-    return allowed(patch=make_patch(subject.obj, editor.root), warnings=warnings, policy=subject.policy.name)
+        return _verdict(subjects, builtin, warnings=[])
+    policy = subjects[0].policy.name
+    is_template = subjects[0].shape.is_template
+    mutable = [s for s in subjects if s.ctx.mutable]
+    if (not is_template and request.get("operation") != "CREATE") or not mutable:
+        return allowed(policy=policy)
+    editor, changes = _mutations(obj, mutable)
+    if editor is None or not any(changes):
+        return allowed(policy=policy)
+    warnings = [shorten(c.warning) for touched in changes for c in touched if c.warning]
+    for subject, touched in zip(mutable, changes, strict=True):
+        if not touched:
+            continue
+        pod = editor.on(subject.shape)
+        fields = {c.field for c in touched} | set(filter(None, pod.annotations.get(MUTATED_ANNOTATION, "").split(",")))
+        pod.set_annotation(POLICY_ANNOTATION, subject.policy.name)
+        pod.set_annotation(MUTATED_ANNOTATION, ",".join(sorted(fields)))
+    return allowed(patch=make_patch(obj, editor.root), warnings=warnings, policy=policy)
 
 
 def validate(request: Mapping[str, Any], env: Environment) -> Decision:
@@ -251,30 +234,47 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     operation = request.get("operation")
     if operation not in ("CREATE", "UPDATE"):
         return allowed()
+    obj = request.get("object")
+    old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
-        subject = _subject(request.get("object"), request, env)
-        old = _subject(request.get("oldObject"), request, env) if operation == "UPDATE" else None
+        subjects = _subjects(obj, request, env,
+                             old=old_obj if isinstance(old_obj, Mapping) else None)
+        olds = _subjects(old_obj, request, env) if isinstance(old_obj, Mapping) else None
     except NamespaceLabelsUnavailable as err:
         return _labels_unavailable(err)
-    if subject is None:
+    if not subjects or not isinstance(obj, Mapping):
         return allowed()
-    mutable = not subject.shape.is_template or subject.policy.mutate_templates
-    violations = _violations(subject)
-    _, changes = _mutations(subject)
+    found: list[tuple[_Subject, Violation]] = []
     warnings: list[str] = []
-    if mutable:
-        violations += _unapplied(subject, changes)
-    elif subject.gpu:
-        warnings = pack(f"{subject.shape.describe()}: pods will get ", [c.summary for c in changes])
-    if old is not None:
-        _, old_changes = _mutations(old)
-        before = {(v.rule, v.path, v.text) for v in
-                  _violations(old) + (_unapplied(old, old_changes) if mutable else [])}
-        violations = [v for v in violations if (v.rule, v.path, v.text) not in before
-                      and not (v.rule == "not-mutated" and v.path.endswith(".labels"))]
-        if mutable:
-            violations += attribution.forbid_attribution_edits(old.meta, subject.meta, subject.ctx)
-    return _verdict(subject, violations, warnings=warnings)
+    before_by_shape = {s.shape.template: s for s in olds or []}
+    for subject in subjects:
+        violations = validate_pod(subject.view, subject.ctx)
+        _, (changes,) = _mutations(obj, [subject])
+        if subject.ctx.mutable:
+            violations += _unapplied(subject, changes)
+        elif subject.ctx.gpu.holds_gpu and changes:
+            warnings += pack(f"{_where(subject)}: pods will get ", [c.summary for c in changes])
+        old = before_by_shape.get(subject.shape.template)
+        if old is not None:
+            _, (old_changes,) = _mutations(old_obj, [old])  # type: ignore[arg-type]
+            before = {(v.rule, v.path, v.text) for v in
+                      validate_pod(old.view, old.ctx) + (_unapplied(old, old_changes) if subject.ctx.mutable else [])}
+            violations = [v for v in violations
+                          if (v.rule == "attribution" and v.text.startswith("attribution label"))
+                          or ((v.rule, v.path, v.text) not in before
+                              and not (v.rule == "not-mutated" and v.path.endswith(".labels")))]
+        found += [(subject, v) for v in violations]
+    return _verdict(subjects, found, warnings=warnings)
+
+
+def _where(subject: _Subject) -> str:
+    """How a warning names a pod template: the object, and which template when its kind has several."""
+    shape = subject.shape
+    template = shape.meta_path.removesuffix("metadata").removesuffix(".")
+    if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
+        return shape.describe()
+    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    return f"{shape.describe()} {short}"
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:

@@ -13,7 +13,7 @@ from werkzeug.exceptions import HTTPException
 
 from . import metrics
 from .admission import Decision, Environment, errored, mutate, validate
-from .policy import PolicyStore
+from .policy.store import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")

@@ -11,8 +11,8 @@ import jsonpatch
 
 from .admission import Decision, Environment, mutate, validate
 from .patch import Operation
-from .pods import group_of
-from .policy import PolicySet
+from .pods import group_of, shapes_of, workload_kinds
+from .policy.model import PolicySet
 
 
 class ManifestError(ValueError):
@@ -29,6 +29,8 @@ class Result:
     mutation: Decision
     validation: Decision | None
     warnings: list[str] = field(default_factory=list)
+    #: Not a kind gpugate reads: neither allowed nor denied, and left as it is.
+    skipped: bool = False
 
     @property
     def allowed(self) -> bool:
@@ -87,9 +89,14 @@ def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, A
 def check_objects(objects: Iterable[Mapping[str, Any]], *, policies: PolicySet,
                   namespace_labels: Mapping[str, Mapping[str, str]], namespace: str = "default") -> list[Result]:
     env = Environment(policies=policies, namespace_labels=lambda ns: namespace_labels.get(ns, {}))
+    kinds = workload_kinds(policies.workloads)
     results = []
     for index, raw in enumerate(objects):
         obj = default_pod(raw)
+        if shapes_of(obj, workloads=kinds) is None:
+            nothing = Decision(allowed=True)
+            results.append(Result(obj, obj, [], nothing, None, skipped=True))
+            continue
         mutation = mutate(_request(obj, namespace=namespace, uid=f"check-{index}"), env)
         if not mutation.allowed:
             results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))

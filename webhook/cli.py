@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from .check import ManifestError, check_objects, objects_of
-from .policy import PolicyError, load_policies
+from .policy.loader import PolicyError, load_policies
+from .policy.schema import policy_schema
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -55,7 +56,11 @@ def _check(args: argparse.Namespace) -> int:
     for result in results:
         decision = result.decision
         policy = f' (policy "{decision.policy}")' if decision.policy else ""
-        if result.allowed:
+        if result.skipped:
+            print(f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+                  "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+                  file=sys.stderr)
+        elif result.allowed:
             print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
         else:
             print(f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
@@ -73,6 +78,11 @@ def _check(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
     return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
+
+
+def _policy_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(policy_schema(), indent=2))
+    return 0
 
 
 def _policy_validate(args: argparse.Namespace) -> int:
@@ -112,6 +122,8 @@ def parser() -> argparse.ArgumentParser:
     validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
     validate.add_argument("directory")
     validate.set_defaults(run=_policy_validate)
+    schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files (for editors)")
+    schema.set_defaults(run=_policy_schema)
 
     cert = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
     certs.add_arguments(cert)

@@ -47,6 +47,13 @@ def _diff(a: Any, b: Any, path: list[str], ops: list[Operation]) -> None:
             else:
                 _diff(a[key], value, [*path, key], ops)
         return
+    pairs = list(zip(a, b, strict=True)) if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) else []
+    if pairs and all(isinstance(x, Mapping) and isinstance(y, Mapping) for x, y in pairs):
+        # Same length, objects edited in place (a workload CRD's pod templates, spec.workerGroupSpecs[0]):
+        # indices do not move, so each element is diffed on its own.
+        for index, (x, y) in enumerate(pairs):
+            _diff(x, y, [*path, str(index)], ops)
+        return
     if isinstance(a, list) and isinstance(b, list) and len(b) >= len(a) and all(
         _same(x, y) for x, y in zip(a, b, strict=False)
     ):

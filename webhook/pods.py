@@ -7,19 +7,76 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .policy.model import Device, Policy, WorkloadKind
 from .quantity import QuantityError, parse_quantity
 
-#: (apiGroup, kind) -> the keys from the object's root to its pod template (() for a Pod itself).
-TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("", "Pod"): (),
-    ("", "PodTemplate"): ("template",),
-    ("apps", "Deployment"): ("spec", "template"),
-    ("apps", "StatefulSet"): ("spec", "template"),
-    ("apps", "DaemonSet"): ("spec", "template"),
-    ("apps", "ReplicaSet"): ("spec", "template"),
-    ("batch", "Job"): ("spec", "template"),
-    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
-}
+#: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU
+#: work arrives through; a policy directory adds more with GPUWorkloadKind documents. Template paths were
+#: checked against each project's CRD schema (tests/fixtures/crds/SOURCE.md): ``[*]`` walks a list, ``*``
+#: every value of a map. ``"."`` is the object itself (a Pod).
+BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
+    WorkloadKind("", "Pod", (".",), "pods", ("v1",)),
+    WorkloadKind("", "PodTemplate", ("template",), "podtemplates", ("v1",)),
+    WorkloadKind("apps", "Deployment", ("spec.template",), "deployments", ("v1",)),
+    WorkloadKind("apps", "StatefulSet", ("spec.template",), "statefulsets", ("v1",)),
+    WorkloadKind("apps", "DaemonSet", ("spec.template",), "daemonsets", ("v1",)),
+    WorkloadKind("apps", "ReplicaSet", ("spec.template",), "replicasets", ("v1",)),
+    WorkloadKind("batch", "Job", ("spec.template",), "jobs", ("v1",)),
+    WorkloadKind("batch", "CronJob", ("spec.jobTemplate.spec.template",), "cronjobs", ("v1",)),
+    # KubeRay (ray-project/kuberay ray-operator/config/crd/bases)
+    WorkloadKind("ray.io", "RayCluster", ("spec.headGroupSpec.template", "spec.workerGroupSpecs[*].template"),
+                 "rayclusters", ("v1",)),
+    WorkloadKind("ray.io", "RayJob", ("spec.rayClusterSpec.headGroupSpec.template",
+                                      "spec.rayClusterSpec.workerGroupSpecs[*].template",
+                                      "spec.submitterPodTemplate"), "rayjobs", ("v1",)),
+    WorkloadKind("ray.io", "RayService", ("spec.rayClusterConfig.headGroupSpec.template",
+                                          "spec.rayClusterConfig.workerGroupSpecs[*].template"),
+                 "rayservices", ("v1",)),
+    # Kubeflow training-operator
+    WorkloadKind("kubeflow.org", "PyTorchJob", ("spec.pytorchReplicaSpecs.*.template",), "pytorchjobs", ("v1",)),
+    # kubernetes-sigs/jobset: each replicated job is a Job template
+    WorkloadKind("jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[*].template.spec.template",), "jobsets",
+                 ("v1alpha2",)),
+    # kubernetes-sigs/lws
+    WorkloadKind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", ("spec.leaderWorkerTemplate.leaderTemplate",
+                                                                 "spec.leaderWorkerTemplate.workerTemplate"),
+                 "leaderworkersets", ("v1",)),
+    # volcano-sh/volcano
+    WorkloadKind("batch.volcano.sh", "Job", ("spec.tasks[*].template",), "jobs", ("v1alpha1",)),
+)
+_BUILTIN_BY_KIND = {(w.group, w.kind): w for w in BUILTIN_WORKLOADS}
+
+Key = str | int
+
+
+def workload_kinds(extra: Mapping[tuple[str, str], WorkloadKind] | None = None) -> dict[tuple[str, str], WorkloadKind]:
+    """(group, kind) -> WorkloadKind: the built-in ones, and those a policy directory adds (which win)."""
+    return {**_BUILTIN_BY_KIND, **(extra or {})}
+
+
+def _expand(node: Any, parts: list[str], prefix: tuple[Key, ...]) -> Iterator[tuple[Key, ...]]:
+    """The concrete key paths of a template path pattern in one object (only those that exist)."""
+    if not parts:
+        if isinstance(node, Mapping):
+            yield prefix
+        return
+    part, rest = parts[0], parts[1:]
+    if part == "*":
+        if isinstance(node, Mapping):
+            for key in node:
+                yield from _expand(node[key], rest, (*prefix, str(key)))
+        return
+    name, star = (part[:-3], True) if part.endswith("[*]") else (part, False)
+    if not isinstance(node, Mapping) or name not in node:
+        return
+    child = node[name]
+    if star:
+        if isinstance(child, list):
+            for index, item in enumerate(child):
+                yield from _expand(item, rest, (*prefix, name, index))
+        return
+    yield from _expand(child, rest, (*prefix, name))
+
 
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 
@@ -28,56 +85,80 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 
 
+def _dotted(keys: tuple[Key, ...]) -> str:
+    out = ""
+    for key in keys:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
+
+
 @dataclass(frozen=True)
 class PodShape:
-    """Where the pod (or pod template) sits inside an admitted object."""
+    """Where one pod (or pod template) sits inside an admitted object."""
 
     kind: str
     name: str
-    template: tuple[str, ...]
+    template: tuple[Key, ...]
 
     @property
     def is_template(self) -> bool:
         return self.kind != "Pod"
 
     @property
-    def meta_keys(self) -> tuple[str, ...]:
+    def meta_keys(self) -> tuple[Key, ...]:
         return (*self.template, "metadata") if self.template else ("metadata",)
 
     @property
-    def spec_keys(self) -> tuple[str, ...]:
+    def spec_keys(self) -> tuple[Key, ...]:
         return (*self.template, "spec")
 
     @property
     def spec_path(self) -> str:
-        return ".".join(self.spec_keys)
+        return _dotted(self.spec_keys)
 
     @property
     def meta_path(self) -> str:
-        return ".".join(self.meta_keys)
+        return _dotted(self.meta_keys)
 
     def describe(self) -> str:
         return f'{self.kind} "{self.name}"' if self.name else self.kind
 
 
-def shape_of(obj: Mapping[str, Any], *, name: str = "") -> PodShape | None:
-    """The pod shape of a Pod or workload object, or None for kinds gpugate does not look into."""
+def shapes_of(obj: Mapping[str, Any], *, name: str = "",
+              workloads: Mapping[tuple[str, str], WorkloadKind] | None = None) -> list[PodShape] | None:
+    """Every pod template in an object (one for a Pod), or None for kinds gpugate does not read."""
     api_version = obj.get("apiVersion") or ""
     kind = obj.get("kind") or ""
-    keys = TEMPLATE_PATHS.get((group_of(str(api_version)), str(kind)))
-    if keys is None:
+    known = (workloads or _BUILTIN_BY_KIND).get((group_of(str(api_version)), str(kind)))
+    if known is None:
         return None
     meta = obj.get("metadata") or {}
     display = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "") or name
-    return PodShape(kind=str(kind), name=str(display), template=keys)
+    found: list[PodShape] = []
+    for pattern in known.templates:
+        if pattern == ".":
+            found.append(PodShape(kind=str(kind), name=str(display), template=()))
+            continue
+        for keys in _expand(obj, pattern.split("."), ()):
+            found.append(PodShape(kind=str(kind), name=str(display), template=keys))
+    return found
 
 
-def dig(obj: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+def shape_of(obj: Mapping[str, Any], *, name: str = "") -> PodShape | None:
+    """The first pod shape of a Pod or built-in workload object, or None."""
+    shapes = shapes_of(obj, name=name)
+    return shapes[0] if shapes else None
+
+
+def dig(obj: Mapping[str, Any], keys: tuple[Key, ...]) -> Any:
     node: Any = obj
     for key in keys:
-        if not isinstance(node, Mapping):
+        if isinstance(key, int):
+            node = node[key] if isinstance(node, list) and 0 <= key < len(node) else None
+        elif isinstance(node, Mapping):
+            node = node.get(key)
+        else:
             return None
-        node = node.get(key)
     return node
 
 
@@ -127,3 +208,63 @@ def gpu_resources_requested(spec: Mapping[str, Any], is_gpu: Callable[[str], boo
 def container_label(fld: str, container: Mapping[str, Any]) -> str:
     kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(fld, "container")
     return f'{kind} "{container.get("name", "?")}"'
+
+
+@dataclass(frozen=True)
+class GPUUse:
+    """How a pod holds GPUs under a policy: counted GPU resources, their vendors, and other holds."""
+
+    #: GPU count resources requested with a positive amount.
+    resources: frozenset[str]
+    #: The vendors of the GPU and auxiliary resources the pod requests, in policy order.
+    devices: tuple[Device, ...]
+    #: Other ways the pod holds a GPU: "spec.resourceClaims", "annotation gpu-fraction", ...
+    holders: tuple[str, ...] = ()
+
+    @property
+    def holds_gpu(self) -> bool:
+        return bool(self.resources or self.devices or self.holders)
+
+    @property
+    def device(self) -> Device | None:
+        """The one vendor whose profile applies; None for none or (a violation) several."""
+        return self.devices[0] if len(self.devices) == 1 else None
+
+
+def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) -> GPUUse:
+    counted: set[str] = set()
+    vendors: dict[str, Device] = {}
+    for _, _, container in containers(spec):
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            continue
+        for section in ("requests", "limits"):
+            values = resources.get(section)
+            if not isinstance(values, Mapping):
+                continue
+            for resource, raw in values.items():
+                device = policy.device_of(str(resource))
+                if device is None:
+                    continue
+                try:
+                    amount = parse_quantity(raw)
+                except QuantityError:
+                    continue
+                if amount <= 0:
+                    continue
+                if device.counts(str(resource)):
+                    counted.add(str(resource))
+                vendors.setdefault(device.name, device)
+    holders: list[str] = []
+    if policy.holders.resource_claims and spec.get("resourceClaims"):
+        holders.append("spec.resourceClaims")
+    annotations = meta.get("annotations") or {}
+    if isinstance(annotations, Mapping):
+        by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
+        holders += by_annotation
+        device = policy.devices.get(policy.holders.annotation_device or "")
+        if by_annotation and device is not None:
+            vendors.setdefault(device.name, device)
+    order = list(policy.devices)
+    devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
+    return GPUUse(frozenset(counted), devices, tuple(holders))

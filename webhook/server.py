@@ -132,7 +132,7 @@ def check_policies(policies: str, *, required: bool) -> None:
     if not os.path.isdir(policies):
         raise ValueError(f"--policies {policies}: not a directory")
     try:
-        policy = importlib.import_module("webhook.policy")
+        policy = importlib.import_module("webhook.policy.loader")
     except ImportError:
         if required:
             raise

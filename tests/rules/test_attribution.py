@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.support import gpu_pod, mutated, pod, standard, validated
-from webhook.policy import PolicySet
+from webhook.policy.model import PolicySet
 
 TEAM = {"default": {"team": "vision", "cost-center": "cc-7"}}
 TWO = standard(attribution={"labels": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import container, gpu_pod, mutated, pod, standard, validated
-from webhook.policy import PolicySet
+from webhook.policy.model import PolicySet
 
 LIMITS = standard(limits={"maxPerContainer": 4, "maxPerPod": 6})
 
@@ -49,12 +49,32 @@ def test_limit_messages_name_container_and_policy():
 
 @pytest.mark.parametrize(("obj", "words"), [
     (pod(container("a", limits=gpus(0))), "requests 0 nvidia.com/gpu"),
-    (pod(container("a"), init=[container("i", limits=gpus(1))]), 'spec.initContainers: init container "i": only init containers request GPUs'),
     (pod(container("a", limits={"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"})), "mixes nvidia.com/gpu with MIG slices"),
 ])
 def test_shapes_the_apiserver_accepts_are_violations(obj, words):
     verdict = validated(mutated(obj, LIMITS)[0], LIMITS)
     assert not verdict.allowed and words in verdict.message
+
+
+def test_init_only_gpus_are_a_policy_choice_warned_about_by_default():
+    obj = pod(container("a"), init=[container("i", limits=gpus(1))], restartPolicy="Never")
+    verdict = validated(mutated(obj, LIMITS)[0], LIMITS)
+    assert verdict.allowed
+    assert any("only init containers request GPUs: they stay allocated until the pod ends" in w for w in verdict.warnings)
+    strict = standard(limits={"maxPerContainer": 4, "maxPerPod": 8}, initOnlyGPUs="deny")
+    verdict = validated(mutated(obj, strict)[0], strict)
+    assert not verdict.allowed
+    assert 'spec.initContainers: init container "i": only init containers request GPUs' in verdict.message
+    lenient = standard(initOnlyGPUs="allow")
+    assert validated(mutated(obj, lenient)[0], lenient).warnings == []
+
+
+def test_long_running_pods_with_init_only_gpus_are_warned_about_even_when_allowed():
+    lenient = standard(initOnlyGPUs="allow")
+    obj = pod(container("a"), init=[container("i", limits=gpus(1))])  # restartPolicy Always: long-running
+    verdict = validated(mutated(obj, lenient)[0], lenient)
+    assert verdict.allowed and any("only init containers request GPUs: they stay allocated and idle" in w
+                                   for w in verdict.warnings)
 
 
 def test_warn_mode_allows_with_short_warnings():

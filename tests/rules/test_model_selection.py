@@ -55,16 +55,27 @@ def test_a_pod_already_selecting_an_allowed_value_is_left_alone():
     assert validated(result, standard()).allowed
 
 
-def test_shared_gpus_are_steered_to_the_shared_product_variant():
+def test_class_values_are_never_rewritten_for_shared_gpus():
+    # GFD keeps the plain product for a renamed time-sliced resource (nvidia.com/gpu.shared) and appends
+    # -SHARED only when not renamed (k8s-device-plugin internal/lm/resource.go): values are used as written.
     result, _ = mutated(pod(container(limits={"nvidia.com/gpu.shared": 1})), standard())
-    assert result["spec"]["nodeSelector"][LABEL] == "NVIDIA-L4-SHARED"
+    assert result["spec"]["nodeSelector"][LABEL] == "NVIDIA-L4"
     h100, _ = mutated(pod(container(limits={"nvidia.com/gpu.shared": 1}), labels={"gpugate.io/model": "h100"}), standard())
-    assert required_terms(h100)[0]["matchExpressions"][0]["values"] == [v + "-SHARED" for v in H100]
+    assert required_terms(h100)[0]["matchExpressions"][0]["values"] == H100
+
+
+def test_a_pod_selecting_an_allowed_model_itself_keeps_its_choice():
+    obj = gpu_pod(1, nodeSelector={LABEL: "NVIDIA-H100-80GB-HBM3"})
+    result, _ = mutated(obj, standard())
+    assert result["spec"]["nodeSelector"] == {LABEL: "NVIDIA-H100-80GB-HBM3"}  # no L4 default beside it
+    assert "affinity" not in result["spec"]
+    assert validated(result, standard()).allowed
 
 
 @pytest.mark.parametrize(("labels", "spec", "words"), [
     ({"gpugate.io/model": "a100"}, {}, 'GPU model class "a100" is not allowed by policy "standard"; use one of: l4, h100'),
-    ({}, {"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, 'outside class "l4" (NVIDIA-L4)'),
+    ({}, {"nodeSelector": {LABEL: "NVIDIA-A100-SXM4-80GB"}}, 'selects nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB, outside every GPU model class of policy "standard"'),
+    ({"gpugate.io/model": "l4"}, {"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, 'outside class "l4" (NVIDIA-L4)'),
     ({"gpugate.io/model": "h100"}, {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["NVIDIA-L4"]}]}]}}}},
      "reaches outside class \"h100\""),

@@ -42,5 +42,5 @@ def test_a_pod_without_gpus_may_not_use_the_gpu_runtime_class():
 
 
 def test_without_a_policy_the_runtime_class_of_cpu_pods_is_not_checked():
-    from webhook.policy import PolicySet
+    from webhook.policy.model import PolicySet
     assert validated(pod(runtimeClassName="nvidia"), PolicySet()).allowed

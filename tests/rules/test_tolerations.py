@@ -65,5 +65,5 @@ def test_allow_leaves_cpu_pods_alone():
 
 
 def test_no_policy_means_no_toleration_checks():
-    from webhook.policy import PolicySet
+    from webhook.policy.model import PolicySet
     assert validated(pod(tolerations=[GPU_TAINT]), PolicySet()).allowed

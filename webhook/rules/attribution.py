@@ -17,8 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..policy import is_label_value
-from .base import Change, PodContext, PodEditor, Violation
+from ..policy.model import is_label_value
+from .base import Change, PodContext, PodEditor, PodView, Violation
+from .registry import mutator, validator
 
 RULE = "attribution"
 WORKLOAD_KIND = "gpugate.io/workload-kind"
@@ -90,6 +91,7 @@ def _unusable_sources(ctx: PodContext) -> dict[str, str]:
     return out
 
 
+@mutator(RULE, pods="gpu")
 def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
     changes = []
     labels = editor.labels
@@ -110,11 +112,13 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
     return changes
 
 
-def forbid_attribution_edits(old_meta: Mapping[str, Any], new_meta: Mapping[str, Any],
-                             ctx: PodContext) -> list[Violation]:
+@validator(RULE, pods="any")
+def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
     """On UPDATE: gpugate's attribution labels keep the values they were created with."""
-    old = old_meta.get("labels") or {}
-    new = new_meta.get("labels") or {}
+    if ctx.old is None or not ctx.mutable:
+        return []
+    old = ctx.old.labels
+    new = pod.labels
     violations = []
     for key in sorted(owned_label_keys(ctx)):
         if key in old and old.get(key) != new.get(key):

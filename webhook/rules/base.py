@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pods import PodShape, dig
-from ..policy import Policy
+from ..pods import GPUUse, Key, PodShape, dig
+from ..policy.model import Policy
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class Violation:
     fix: str = ""
     #: Enforced whatever the policy's mode: the apiserver would refuse the object anyway.
     builtin: bool = False
+    #: Never denies, whatever the mode: a warning (an audit annotation in audit mode).
+    advisory: bool = False
 
     def message(self) -> str:
         head = f"{self.path}: {self.subject}: {self.text}" if self.subject else f"{self.path}: {self.text}"
@@ -41,6 +43,25 @@ class Change:
 
 
 @dataclass(frozen=True)
+class PodView:
+    """The pod (or pod template) a validating rule reads: its metadata and spec."""
+
+    metadata: Mapping[str, Any]
+    spec: Mapping[str, Any]
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.metadata.get("labels") or {}
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.metadata.get("annotations") or {}
+
+
+NO_GPU = GPUUse(frozenset(), ())
+
+
+@dataclass(frozen=True)
 class PodContext:
     """Everything a rule needs besides the pod itself. Rules never do I/O; it all arrives here."""
 
@@ -51,6 +72,13 @@ class PodContext:
     operation: str = "CREATE"
     #: The admitted object's own metadata (differs from the pod's for workload templates).
     object_meta: Mapping[str, Any] | None = None
+    #: How the pod holds GPUs under the policy.
+    gpu: GPUUse = NO_GPU
+    #: The pod before an UPDATE (None on CREATE).
+    old: PodView | None = None
+    #: Whether gpugate's mutating webhook could have changed this object (pods on CREATE; templates only
+    #: with ``mutateTemplates``): if not, what it would inject is reported, not required.
+    mutable: bool = True
 
     def spec_field(self, rest: str) -> str:
         return f"{self.shape.spec_path}.{rest}"
@@ -67,18 +95,25 @@ class PodEditor:
     def __init__(self, original: Mapping[str, Any], shape: PodShape) -> None:
         self.root: dict[str, Any] = dict(original)
         self.shape = shape
-        self._copied: set[tuple[str, ...]] = {()}
+        self._copied: set[tuple[Key, ...]] = {()}
 
-    def _writable(self, keys: tuple[str, ...]) -> dict[str, Any]:
-        node = self.root
+    def on(self, shape: PodShape) -> PodEditor:
+        """An editor for another pod template of the same object, sharing this one's copy."""
+        other = PodEditor.__new__(PodEditor)
+        other.root, other.shape, other._copied = self.root, shape, self._copied
+        return other
+
+    def _writable(self, keys: tuple[Key, ...]) -> dict[str, Any]:
+        node: Any = self.root
         for depth in range(1, len(keys) + 1):
             key = keys[depth - 1]
             if keys[:depth] not in self._copied:
-                current = node.get(key)
-                node[key] = dict(current) if isinstance(current, Mapping) else {}
+                current = node[key] if isinstance(key, int) else node.get(key)
+                node[key] = (dict(current) if isinstance(current, Mapping)
+                             else list(current) if isinstance(current, list) else {})
                 self._copied.add(keys[:depth])
             node = node[key]
-        return node
+        return node  # type: ignore[no-any-return]
 
     # reading ---------------------------------------------------------------------------------------
     @property

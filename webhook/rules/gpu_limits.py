@@ -14,7 +14,8 @@ from typing import Any
 
 from ..pods import container_label, containers, gpu_amounts, is_sidecar
 from ..quantity import format_quantity
-from .base import PodContext, Violation
+from .base import PodContext, PodView, Violation
+from .registry import validator
 
 RULE = "gpu-limits"
 
@@ -35,7 +36,9 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     return max(app + sidecars, init_peak)
 
 
-def limit_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+@validator(RULE, pods="gpu")
+def limit_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
+    spec = pod.spec
     limits = ctx.policy.limits
     violations = []
     if limits.max_per_container is not None:

@@ -9,21 +9,28 @@ checks are always enforced (``builtin``) and only add a clear message and the fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..pods import container_label
-from .base import PodContext, Violation
+from ..policy.model import BUILTIN
+from .base import PodContext, PodView, Violation
+from .registry import validator
 
 RULE = "gpu-placement"
 
 
-def require_gpus_in_containers(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+def _is_gpu(resource: str, ctx: PodContext) -> bool:
+    return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
+
+
+@validator(RULE, pods="any", builtin=True)
+def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]:
+    spec = pod.spec
     violations = []
     pod_resources = spec.get("resources")
     if isinstance(pod_resources, Mapping):
         for section in ("requests", "limits"):
             for resource in pod_resources.get(section) or {}:
-                if ctx.policy.counts_as_gpu(resource):
+                if _is_gpu(resource, ctx):
                     violations.append(Violation(
                         RULE, ctx.spec_field(f"resources.{section}[{resource}]"), "pod",
                         f'Unsupported value: "{resource}": extended resources are not allowed in pod-level '
@@ -34,7 +41,7 @@ def require_gpus_in_containers(spec: Mapping[str, Any], ctx: PodContext) -> list
             continue
         resources = container.get("resources")
         if isinstance(resources, Mapping) and any(
-            ctx.policy.counts_as_gpu(r) for section in ("requests", "limits") for r in resources.get(section) or {}
+            _is_gpu(r, ctx) for section in ("requests", "limits") for r in resources.get(section) or {}
         ):
             violations.append(Violation(
                 RULE, ctx.spec_field(f"ephemeralContainers[{index}].resources"),

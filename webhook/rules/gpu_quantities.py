@@ -14,8 +14,10 @@ from fractions import Fraction
 from typing import Any
 
 from ..pods import container_label, containers
+from ..policy.model import BUILTIN
 from ..quantity import QuantityError, format_quantity, parse_quantity
-from .base import PodContext, Violation
+from .base import PodContext, PodView, Violation
+from .registry import validator
 
 RULE = "gpu-quantity"
 PART_OF_A_GPU = ("request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
@@ -27,7 +29,14 @@ def _section(resources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return values if isinstance(values, Mapping) else {}
 
 
-def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+def _is_gpu(resource: str, ctx: PodContext) -> bool:
+    """A GPU count of the policy or of any vendor gpugate knows: whole numbers are never optional."""
+    return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
+
+
+@validator(RULE, pods="any", builtin=True)
+def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
+    spec = pod.spec
     violations: list[Violation] = []
     for fld, index, container in containers(spec):
         if fld == "ephemeralContainers":
@@ -42,7 +51,7 @@ def require_whole_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violati
         parsed: dict[tuple[str, str], Fraction | None] = {}
         for section, values in (("limits", limits), ("requests", requests)):
             for resource, raw in values.items():
-                if not ctx.policy.counts_as_gpu(resource):
+                if not _is_gpu(resource, ctx):
                     continue
                 if section == "requests" and resource in limits and str(limits[resource]) == str(raw):
                     parsed[(section, resource)] = parsed.get(("limits", resource))

@@ -1,27 +1,37 @@
-"""Model selection: a GPU pod lands on the GPU model its class allows.
+"""Model selection: a GPU pod lands on a GPU model class that offers what it requests, or on its own choice.
 
 Guards ``metadata.labels[gpugate.io/model]``, ``spec.nodeSelector`` and
-``spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``. The pod names a class with
-the label ``gpugate.io/model`` (else the policy's ``models.default``); the class maps to accepted values of
-the node label (GPU Feature Discovery's ``nvidia.com/gpu.product``). One value becomes a nodeSelector
-entry; several become an ``In`` expression added to every required node-affinity term (terms are ORed, so
-each must carry it; user terms are never replaced). GFD appends ``-SHARED`` to the product label of nodes
-that time-slice or run MPS (gpu-feature-discovery, lm/resource.go), so pods requesting
-``nvidia.com/gpu.shared`` are steered to those variants.
+``spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``. A class lists node label
+values exactly as the nodes carry them, on its vendor's model label (NVIDIA GPU Feature Discovery:
+``nvidia.com/gpu.product``), and the resources its nodes offer. GFD's product label depends on how a pool
+shares its GPUs (NVIDIA/k8s-device-plugin internal/lm/resource.go, mig-strategy.go): time-slicing without
+renaming keeps ``nvidia.com/gpu`` and appends ``-SHARED``; renaming to ``nvidia.com/gpu.shared`` keeps the
+plain product; MIG mixed keeps the parent product and offers ``nvidia.com/mig-<profile>``; MIG single
+offers ``nvidia.com/gpu`` on ``<parent>-MIG-<profile>``. So gpugate never rewrites values, and only ever
+steers a pod to a class that offers every GPU resource it requests.
+
+Which class: the pod's ``gpugate.io/model`` label; else the pod's own choice, a selector or required
+affinity ``In`` on the model label or a known alias label (``cloud.google.com/gke-accelerator``), or a
+scheduler's choice annotation (HAMi ``nvidia.com/use-gputype``), which wins: gpugate adds nothing, refuses
+it only when it maps to a class that cannot serve the pod, and warns when it cannot map it; else the first
+default class that offers the request, or the only class that does. One value becomes a nodeSelector entry;
+several an ``In`` expression added to every required node-affinity term (terms are ORed, so each must
+carry it; user terms are never replaced).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..pods import gpu_resources_requested
-from ..policy import MODEL_LABEL, Models
-from .base import Change, PodContext, PodEditor, Violation
+from ..policy.model import MODEL_LABEL, Device, ModelClass, Models
+from .base import Change, PodContext, PodEditor, PodView, Violation
+from .registry import mutator, validator
 
 RULE = "model-selection"
-SHARED_SUFFIX = "-SHARED"
+_AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -34,65 +44,158 @@ def _model_expressions(term: Mapping[str, Any], label: str) -> list[Mapping[str,
     return [e for e in term.get("matchExpressions") or [] if isinstance(e, Mapping) and e.get("key") == label]
 
 
-def accepted_values(models: Models, model_class: str, spec: Mapping[str, Any], ctx: PodContext) -> tuple[str, ...]:
-    values = models.classes[model_class]
-    if any(r.endswith(".shared") for r in gpu_resources_requested(spec, ctx.policy.counts_as_gpu)):
-        values = tuple(v if v.endswith(SHARED_SUFFIX) else v + SHARED_SUFFIX for v in values)
-    return values
+@dataclass
+class Choice:
+    """The class a pod lands in, as far as the policy can tell, and what is wrong with its choice."""
+
+    model_class: ModelClass | None = None
+    #: The pod chose its hardware itself (selector, affinity or annotation): gpugate adds nothing.
+    own: bool = False
+    violations: list[Violation] = field(default_factory=list)
 
 
-def chosen_class(labels: Mapping[str, str], models: Models) -> str | None:
-    return labels.get(MODEL_LABEL) or models.default
+def _names(classes: list[ModelClass]) -> str:
+    return ", ".join(c.name for c in classes)
 
 
-def require_allowed_model(meta: Mapping[str, Any], spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
-    models = ctx.policy.models
-    if models is None:
-        return []
-    labels = meta.get("labels") or {}
-    model_class = chosen_class(labels, models)
-    classes = ", ".join(models.classes)
-    if model_class is None:
-        return [Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod",
-                          f'names no GPU model class and policy "{ctx.policy.name}" has no default',
-                          f"label the pod {MODEL_LABEL} with one of: {classes}")]
-    if model_class not in models.classes:
-        return [Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod",
-                          f'GPU model class "{model_class}" is not allowed by policy "{ctx.policy.name}"',
-                          f"use one of: {classes}")]
-    values = accepted_values(models, model_class, spec, ctx)
-    wanted = ", ".join(values)
+def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]]]:
+    """(key, field path, values) of every choice the pod made on the model label, an alias or an annotation.
+    A choice is a nodeSelector entry, or an ``In`` expression present in every required affinity term."""
+    keys = [k for k in (device.model_label, *device.model_aliases) if k]
+    spec = pod.spec
+    found: list[tuple[str, str, list[str]]] = []
+    selector = spec.get("nodeSelector") or {}
+    terms = _required_terms(spec)
+    for key in keys:
+        if key in selector:
+            found.append((key, f"nodeSelector[{key}]", [str(selector[key])]))
+            continue
+        per_term = [[e for e in _model_expressions(t, key) if e.get("operator") == "In"] for t in terms]
+        if terms and all(per_term):
+            for t, exprs in enumerate(per_term):
+                e = next(i for i, x in enumerate(terms[t].get("matchExpressions") or []) if x is exprs[0])
+                found.append((key, f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]",
+                              [str(v) for v in exprs[0].get("values") or []]))
+    for key in device.choice_annotations:
+        if key in pod.annotations:
+            values = [v.strip() for v in str(pod.annotations[key]).split(",") if v.strip()]
+            found.append((key, f"metadata.annotations[{key}]", values))
+    return found
+
+
+def _class_of(models: Models, device: Device, key: str, value: str) -> ModelClass | None:
+    for c in models.classes.values():
+        if c.device != device.name:
+            continue
+        if (key == device.model_label and value in c.values) or value in c.aliases.get(key, ()):
+            return c
+    return None
+
+
+def resolve(pod: PodView, ctx: PodContext) -> Choice:
+    """Which class the pod lands in; shared by the mutator (what to add) and the validator (what is wrong)."""
+    models, device = ctx.policy.models, ctx.gpu.device
+    if models is None or device is None or not ctx.gpu.resources:
+        return Choice()
+    requested = sorted(ctx.gpu.resources)
+    wanted = ", ".join(requested)
+    able = models.offering(device.name, requested)
+    able_fix = f"use one of: {_names(able)}" if able else f'no class of policy "{ctx.policy.name}" offers {wanted}'
+    named = pod.labels.get(MODEL_LABEL)
+    if named:
+        path = ctx.meta_field(f"labels[{MODEL_LABEL}]")
+        found = models.classes.get(named)
+        if found is None or found.device != device.name:
+            return Choice(violations=[Violation(
+                RULE, path, "pod", f'GPU model class "{named}" is not allowed by policy "{ctx.policy.name}"',
+                able_fix)])
+        if not found.offers(requested):
+            return Choice(violations=[Violation(
+                RULE, path, "pod", f'GPU model class "{named}" cannot serve {wanted}: its nodes offer '
+                f"{', '.join(found.resources)}", able_fix)])
+        return Choice(found, violations=_outside_class(pod, ctx, found, device))
+    if pod.spec.get("nodeName"):
+        return Choice(own=True)  # bound to a node already (e.g. by an operator): a selector could only break it
+    choices = _own_choices(pod, device)
+    if choices:
+        violations = []
+        for key, path, values in choices:
+            meta = path.startswith("metadata.")
+            where = ctx.meta_field(path.removeprefix("metadata.")) if meta else ctx.spec_field(path)
+            unmapped = []
+            for value in values:
+                mapped = _class_of(models, device, key, value)
+                if mapped is None and key == device.model_label:
+                    violations.append(Violation(
+                        RULE, where, "pod",
+                        f"selects {key}={value}, outside every GPU model class of policy \"{ctx.policy.name}\"",
+                        f"remove the selector (gpugate adds one) or {able_fix}"))
+                elif mapped is None:
+                    unmapped.append(value)
+                elif mapped not in able:
+                    violations.append(Violation(
+                        RULE, where, "pod",
+                        f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}', able_fix))
+            if unmapped:
+                violations.append(Violation(
+                    RULE, where, "pod", f"{key}={','.join(unmapped)} left as chosen: no class of policy "
+                    f'"{ctx.policy.name}" names it', f"or name a class with label {MODEL_LABEL} ({_names(able)})",
+                    advisory=True))
+        return Choice(own=True, violations=violations)
+    default = models.default_for(device.name, requested)
+    if default is None:
+        text = (f"requests {wanted}, which no GPU model class of policy \"{ctx.policy.name}\" offers" if not able
+                else f"names no GPU model class, and several offer {wanted}")
+        offers = "; ".join(f"{c.name}: {', '.join(c.resources)}" for c in models.classes.values()
+                           if c.device == device.name)
+        fix = (f"label the pod {MODEL_LABEL} with one of: {_names(able)}" if able
+               else f"request what a class offers ({offers})" if offers
+               else f"run it where a policy has {device.name} GPU classes (this one has {', '.join(models.classes)})")
+        return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
+    return Choice(default, violations=_outside_class(pod, ctx, default, device))
+
+
+def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: Device) -> list[Violation]:
+    """A pod that names (or defaults to) a class and also selects the model label must stay inside it."""
+    label = device.model_label or ""
+    values = chosen.values
+    shown = ", ".join(values)
+    spec = pod.spec
     violations = []
-    selected = (spec.get("nodeSelector") or {}).get(models.node_label)
+    selected = (spec.get("nodeSelector") or {}).get(label)
     if selected is not None and selected not in values:
         violations.append(Violation(
-            RULE, ctx.spec_field(f"nodeSelector[{models.node_label}]"), "pod",
-            f'selects {models.node_label}={selected}, outside class "{model_class}" ({wanted})',
+            RULE, ctx.spec_field(f"nodeSelector[{label}]"), "pod",
+            f'selects {label}={selected}, outside class "{chosen.name}" ({shown})',
             f"remove the selector (gpugate adds it) or choose the class with label {MODEL_LABEL}"))
     for t, term in enumerate(_required_terms(spec)):
         for e, expr in enumerate(term.get("matchExpressions") or []):
-            if not isinstance(expr, Mapping) or expr.get("key") != models.node_label:
+            if not isinstance(expr, Mapping) or expr.get("key") != label:
                 continue
-            operator, chosen = expr.get("operator"), set(expr.get("values") or [])
-            if (operator == "In" and not chosen <= set(values)) or operator == "DoesNotExist":
+            operator, picked = expr.get("operator"), set(expr.get("values") or [])
+            if (operator == "In" and not picked <= set(values)) or operator == "DoesNotExist":
                 violations.append(Violation(
-                    RULE, ctx.spec_field("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-                                         f".nodeSelectorTerms[{t}].matchExpressions[{e}]"), "pod",
-                    f"node affinity {operator} {sorted(chosen)} on {models.node_label} reaches outside class "
-                    f'"{model_class}" ({wanted})',
+                    RULE, ctx.spec_field(f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]"), "pod",
+                    f"node affinity {operator} {sorted(picked)} on {label} reaches outside class "
+                    f'"{chosen.name}" ({shown})',
                     f"drop the expression (gpugate adds it) or choose the class with label {MODEL_LABEL}"))
     return violations
 
 
+@validator(RULE, pods="gpu")
+def require_allowed_model(pod: PodView, ctx: PodContext) -> list[Violation]:
+    return resolve(pod, ctx).violations
+
+
+@mutator(RULE, pods="gpu")
 def select_model(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    models = ctx.policy.models
-    if models is None or require_allowed_model(editor.metadata, editor.spec, ctx):
-        return []  # nothing to add, or a violation that the validating endpoint reports
+    choice = resolve(PodView(editor.metadata, editor.spec), ctx)
+    device = ctx.gpu.device
+    if choice.model_class is None or choice.own or choice.violations or device is None or not device.model_label:
+        return []  # nothing to add, the pod's own choice, or a violation that the validating endpoint reports
     spec = editor.spec
-    model_class = chosen_class(editor.labels, models)
-    assert model_class is not None
-    values = accepted_values(models, model_class, spec, ctx)
-    label = models.node_label
+    values = choice.model_class.values
+    label = device.model_label
     if label in (spec.get("nodeSelector") or {}):
         return []
     terms = _required_terms(spec)

@@ -10,17 +10,22 @@ node unless the container toolkit refuses that variable from unprivileged pods.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from .base import Change, PodContext, PodEditor, Violation
+from .base import Change, PodContext, PodEditor, PodView, Violation
+from .registry import mutator, validator
 
 RULE = "runtime-class"
 
 
-def require_runtime_class(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
-    wanted = ctx.policy.runtime_class_name
-    actual = spec.get("runtimeClassName")
+def _wanted(ctx: PodContext) -> str | None:
+    """The runtime class of the vendor whose GPUs the pod requests (none for DRA or fractional holds)."""
+    device = ctx.gpu.device
+    return device.runtime_class_name if device is not None else None
+
+
+@validator(RULE, pods="gpu")
+def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
+    wanted = _wanted(ctx)
+    actual = pod.spec.get("runtimeClassName")
     if wanted is None or actual in (None, "", wanted):
         return []
     return [Violation(RULE, ctx.spec_field("runtimeClassName"), "pod",
@@ -28,17 +33,19 @@ def require_runtime_class(spec: Mapping[str, Any], ctx: PodContext) -> list[Viol
                       f'remove runtimeClassName (gpugate sets "{wanted}") or set it to "{wanted}"')]
 
 
+@mutator(RULE, pods="gpu")
 def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    wanted = ctx.policy.runtime_class_name
+    wanted = _wanted(ctx)
     if wanted is None or editor.spec.get("runtimeClassName"):
         return []
     editor.set_spec("runtimeClassName", wanted)
     return [Change("runtimeClassName", f"runtimeClassName={wanted}")]
 
 
-def forbid_gpu_runtime_without_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
-    wanted = ctx.policy.runtime_class_name
-    if wanted is None or ctx.policy.non_gpu_runtime_class != "deny" or spec.get("runtimeClassName") != wanted:
+@validator(RULE, pods="non-gpu")
+def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
+    wanted = pod.spec.get("runtimeClassName")
+    if ctx.policy.non_gpu_runtime_class != "deny" or wanted not in ctx.policy.gpu_runtime_classes:
         return []
     return [Violation(RULE, ctx.spec_field("runtimeClassName"), "pod",
                       f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the '

@@ -14,7 +14,8 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Change, PodContext, PodEditor, Violation
+from .base import Change, PodContext, PodEditor, PodView, Violation
+from .registry import mutator, validator
 
 RULE = "gpu-taint-toleration"
 
@@ -30,10 +31,16 @@ def _describe(t: Mapping[str, Any]) -> str:
     return f"{key}{value}:{t.get('effect') or '*'}"
 
 
+@mutator(RULE, pods="gpu")
 def add_gpu_tolerations(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    """The tolerations of the vendor whose GPUs the pod requests (none for DRA or fractional holds, whose
+    drivers and schedulers decide placement themselves)."""
+    device = ctx.gpu.device
+    if device is None:
+        return []
     existing = [t for t in editor.spec.get("tolerations") or [] if isinstance(t, Mapping)]
     present = {_normal(t) for t in existing}
-    missing = [dict(t) for t in ctx.policy.tolerations if _normal(t) not in present]
+    missing = [dict(t) for t in device.tolerations if _normal(t) not in present]
     if not missing:
         return []
     editor.set_spec("tolerations", [*(editor.spec.get("tolerations") or []), *missing])
@@ -42,7 +49,7 @@ def add_gpu_tolerations(editor: PodEditor, ctx: PodContext) -> list[Change]:
 
 def _gpu_taints(ctx: PodContext) -> list[tuple[str, str]]:
     """(key glob, effect) of the taints that keep other work off GPU nodes under this policy."""
-    taints = [(str(t.get("key", "")), str(t.get("effect", ""))) for t in ctx.policy.tolerations if t.get("key")]
+    taints = [(str(t.get("key", "")), str(t.get("effect", ""))) for t in ctx.policy.gpu_tolerations if t.get("key")]
     taints += [(glob, "NoSchedule") for glob in ctx.policy.gpu_resources]
     return taints
 
@@ -62,16 +69,20 @@ def gpu_taint_tolerations(spec: Mapping[str, Any], ctx: PodContext) -> list[int]
             if isinstance(t, Mapping) and tolerates_gpu_taint(t, ctx)]
 
 
-def forbid_gpu_tolerations_without_gpus(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+@validator(RULE, pods="non-gpu")
+def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     if ctx.policy.non_gpu_tolerations != "deny":
         return []
+    spec = pod.spec
     tolerations = spec.get("tolerations") or []
     return [Violation(RULE, ctx.spec_field(f"tolerations[{i}]"), "pod",
                       f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
-                      "remove the toleration, or request a GPU in resources.limits")
+                      "remove the toleration, or request a GPU in resources.limits (or hold one through "
+                      "spec.resourceClaims or a GPU-sharing scheduler's annotation)")
             for i in gpu_taint_tolerations(spec, ctx)]
 
 
+@mutator(RULE, pods="non-gpu")
 def strip_gpu_tolerations_without_gpus(editor: PodEditor, ctx: PodContext) -> list[Change]:
     if ctx.policy.non_gpu_tolerations != "strip":
         return []

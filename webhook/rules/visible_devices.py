@@ -12,20 +12,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pods import container_label, containers
-from .base import PodContext, Violation
+from ..policy.model import KAI_SHARED_CONFIGMAP_ANNOTATION
+from .base import PodContext, PodView, Violation
+from .registry import validator
 
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
 
 
-def forbid_visible_devices_override(spec: Mapping[str, Any], ctx: PodContext) -> list[Violation]:
+# Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Its violations
+# still follow a governing policy's mode (warn, audit).
+@validator(RULE, pods="any", builtin=True)
+def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Violation]:
     violations = []
-    for fld, index, container in containers(spec):
+    for fld, index, container in containers(pod.spec):
         for e, env in enumerate(container.get("env") or []):
             if not isinstance(env, Mapping) or env.get("name") != VARIABLE:
                 continue
             if "valueFrom" not in env and str(env.get("value", "")) in HARMLESS:
+                continue
+            if _set_by_kai(pod, ctx, fld, index, env):
                 continue
             shown = env.get("value") if "valueFrom" not in env else "<from a reference>"
             violations.append(Violation(
@@ -33,3 +41,20 @@ def forbid_visible_devices_override(spec: Mapping[str, Any], ctx: PodContext) ->
                 f'sets {VARIABLE}={shown}, which would expose GPUs the pod did not request',
                 f"remove {VARIABLE}; request GPUs with resources.limits and the device plugin sets it"))
     return violations
+
+
+def _set_by_kai(pod: PodView, ctx: PodContext, fld: str, index: int, env: Mapping[str, Any]) -> bool:
+    """KAI Scheduler's webhook gives each container of a fractional-GPU pod ``NVIDIA_VISIBLE_DEVICES`` from
+    a ConfigMap its binder fills when the pod is bound: ``<annotation>-<index>`` (``-i<index>`` for init
+    containers), the annotation ``runai/shared-gpu-configmap`` set by the same webhook on a pod holding a
+    GPU by a fraction annotation and scheduled by ``kai-scheduler``, whose binder writes that ConfigMap
+    (KAI-Scheduler pkg/binder/common/gpu_access.go). Only that exact shape is accepted; the NVIDIA toolkit's
+    ``accept-nvidia-visible-devices-envvar-when-unprivileged=false`` is what closes the variable to tenants
+    for good (policies/README.md)."""
+    prefix = pod.annotations.get(KAI_SHARED_CONFIGMAP_ANNOTATION)
+    if not prefix or pod.spec.get("schedulerName") != KAI_SCHEDULER or not any(
+            h.startswith("annotation ") for h in ctx.gpu.holders):
+        return False
+    ref = (env.get("valueFrom") or {}).get("configMapKeyRef") or {}
+    suffix = f"-i{index}" if fld == "initContainers" else f"-{index}"
+    return bool(ref) and ref.get("name") == f"{prefix}{suffix}" and ref.get("key") == VARIABLE
