@@ -133,3 +133,15 @@ def test_a_time_sliced_gpu_in_virtual_gpu_mode_is_shared() -> None:
                                    gpu_util=[]))
     assert (report.total.whole_gpus, report.total.shared) == (0, 2)
     assert report.total.allocated_hours == pytest.approx(300 / 3600)
+
+
+def test_in_a_hand_over_each_pod_keeps_its_own_utilisation() -> None:
+    # Outside virtual-GPU mode a series is one pod's: the idle job that ended is idle for its part of the step.
+    requests = [Series({"namespace": "ns", "pod": "old", "resource": "nvidia_com_gpu"}, {300: 1.0}),
+                Series({"namespace": "ns", "pod": "new", "resource": "nvidia_com_gpu"}, {300: 1.0})]
+    engine = [Series(device("old", 0), {300: 0.01}), Series(device("new", 0), {300: 0.6})]
+    report = compute_report(Inputs(steps=[300], step=300, requests=requests, pod_labels=[], engine_active=engine,
+                                   gpu_util=[]), group_by="workload")
+    rows = {row.group: row for row in report.rows}
+    assert rows["ns/Pod/old"].idle_hours == pytest.approx(150 / 3600)
+    assert rows["ns/Pod/new"].busy_hours == pytest.approx(150 / 3600)

@@ -404,11 +404,15 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
         # same value, so the device's value is their maximum.
         prof: dict[DeviceKey, float] = {}
         dev: dict[DeviceKey, float] = {}
+        # Outside virtual-GPU mode one series is one pod's: in a hand-over step each pod keeps its own value.
+        prof_of_pod: dict[tuple[DeviceKey, Pod], float] = {}
+        dev_of_pod: dict[tuple[DeviceKey, Pod], float] = {}
         meta: dict[DeviceKey, _DeviceSeries] = {}
         holders: dict[DeviceKey, set[Pod]] = defaultdict(set)
         virtual: set[DeviceKey] = set()
         dcgm_attribution: dict[Pod, dict[str, str]] = {}
-        for samples, info, values, scale in ((engine[i], engine_series, prof, 100.0), (util[i], util_series, dev, 1.0)):
+        for samples, info, values, of_pod, scale in ((engine[i], engine_series, prof, prof_of_pod, 100.0),
+                                                     (util[i], util_series, dev, dev_of_pod, 1.0)):
             for number, value in samples:
                 series = info[number]
                 key = series.key
@@ -418,6 +422,7 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                 if key not in meta:
                     meta[key] = series
                 if series.pod:
+                    of_pod[key, series.pod] = value
                     holders[key].add(series.pod)
                     if series.virtual:
                         virtual.add(key)
@@ -475,10 +480,11 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                     unit = unit_cache[unit_key] = _Unit(kind=kind_of, share=fraction / sharers, price=price,
                                                         price_share=1 / sharers)
                 seen.append(unit)
-                utilisation = prof.get(key)
+                own = key not in virtual and sharers > 1
+                utilisation = prof_of_pod.get((key, pod)) if own else prof.get(key)
                 source = SOURCE_PROF
                 if utilisation is None:
-                    utilisation, source = dev.get(key), SOURCE_DEV
+                    utilisation, source = (dev_of_pod.get((key, pod)) if own else dev.get(key)), SOURCE_DEV
                 _account(unit, accumulator, workload, held=(pod, key) if kind_of == "shared" else key, index=i,
                          step_hours=step_hours, utilisation=utilisation, source=source, threshold=threshold)
             if seen:
