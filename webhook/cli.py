@@ -1,4 +1,4 @@
-"""The ``gpugate`` command: serve, check, policy validate, certs, report."""
+"""The ``gpugate`` command: serve, check, audit, policy validate, certs, report."""
 
 from __future__ import annotations
 
@@ -116,6 +116,12 @@ def parser() -> argparse.ArgumentParser:
                        help="print the objects as they would be stored (yaml, the default; json), the JSON "
                             "patches (patch), or only the verdicts on stderr (none)")
     check.set_defaults(run=_check)
+
+    from . import auditor
+
+    audit = sub.add_parser("audit", help="what gpugate would say about what already runs in a cluster (read-only)")
+    auditor.add_arguments(audit)
+    audit.set_defaults(run=auditor.run)
 
     policy = sub.add_parser("policy", help="work with policy files")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
