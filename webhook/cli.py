@@ -1,4 +1,4 @@
-"""The ``gpugate`` command: serve, check, audit, policy validate, certs."""
+"""The ``gpugate`` command: serve, check, audit, policy validate, certs, report."""
 
 from __future__ import annotations
 
@@ -147,6 +147,13 @@ def parser() -> argparse.ArgumentParser:
     cert = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
     certs.add_arguments(cert)
     cert.set_defaults(run=certs.run)
+
+    from .report import command as report_command
+
+    report = sub.add_parser("report", help="allocated-but-idle GPU-hours by team, cost center or workload, "
+                                           "from Prometheus")
+    report_command.add_arguments(report)
+    report.set_defaults(run=report_command.run)
     return top
 
 

@@ -1,0 +1,119 @@
+"""How long ``gpugate report`` takes over a week of data for 1,000 GPUs, against a real Prometheus.
+
+Run: .venv/bin/python bench/report_scale.py [--gpus 1000] [--keep DIR]
+Generates the week (dcgm-exporter every 60 s, kube-state-metrics every 60 s: 125 nodes of 8 GPUs, on
+each a 4-GPU and a 2-GPU pod that run all week and two 1-GPU jobs recreated every day, 20 teams),
+backfills it with promtool half a day at a time (promtool 2.42 reads its whole input into memory), starts
+Prometheus on 127.0.0.1 over it, and times the report in each output format. With --keep DIR the TSDB is
+kept and reused by the next run. Not part of the test suite: it takes minutes and gigabytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.report.conftest import find_tool, start_prometheus  # noqa: E402
+from tests.report.synthetic import A100, END, HOUR, WEEK, Fleet, dcgm_labels  # noqa: E402
+
+DAY = 24 * HOUR
+
+
+def fleet(gpus: int) -> Fleet:
+    fleet = Fleet()
+    for node in range(gpus // 8):
+        host = f"node-{node:03d}"
+        team = f"team-{node % 20:02d}"
+
+        def attribution(kind: str, name: str, team: str = team, node: int = node) -> dict[str, str]:
+            return {"team": team, "cost_center": f"cc-{node % 7}", "workload_kind": kind, "workload_name": name}
+
+        def gpu(index: int, pod: tuple[str, str], util: float, *, begin: int = 0, end: int = WEEK,
+                host: str = host, node: int = node) -> None:
+            labels = dcgm_labels(gpu=index, uuid=f"GPU-{node:03d}-{index}", model=A100, host=host, pod=pod)
+            fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, begin=begin, end=end)
+            fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, util, begin=begin, end=end)
+            fleet.add("DCGM_FI_DEV_FB_USED", labels, 1000 + 100 * index, begin=begin, end=end)
+
+        namespace = f"ns-{node % 40:02d}"
+        train, serve = f"train-{node:03d}-0", f"serve-{node:03d}-0"
+        fleet.pod(namespace, train, node=host, resources={"nvidia_com_gpu": 4},
+                  attribution=attribution("StatefulSet", f"train-{node:03d}"), phases=("Pending", "Running"))
+        for index in range(4):
+            gpu(index, (namespace, train), 85.0 if node % 3 else 4.0)
+        fleet.pod(namespace, serve, node=host, resources={"nvidia_com_gpu": 2},
+                  attribution=attribution("Deployment", f"serve-{node:03d}"), phases=("Pending", "Running"))
+        for index in (4, 5):
+            gpu(index, (namespace, serve), 40.0 if node % 2 else 2.0)
+        for day in range(7):
+            for index in (6, 7):
+                job = f"job-{node:03d}-{index}-{day}"
+                fleet.pod(namespace, job, node=host, resources={"nvidia_com_gpu": 1},
+                          attribution=attribution("Job", f"job-{node:03d}-{index}"), begin=day * DAY,
+                          end=(day + 1) * DAY, phases=("Pending", "Running"))
+                gpu(index, (namespace, job), 60.0 if (day + index) % 2 else 1.0, begin=day * DAY, end=(day + 1) * DAY)
+    return fleet
+
+
+def backfill(gpus: int, directory: Path) -> tuple[int, float, float]:
+    """Half a day per promtool run, 12-hour blocks: bounded memory, no overlapping blocks."""
+    promtool = find_tool("promtool")
+    tsdb = directory / "tsdb"
+    description = fleet(gpus)
+    samples, generate, load = 0, 0.0, 0.0
+    for part in range(14):
+        openmetrics = directory / "part.om"
+        started = time.monotonic()
+        with openmetrics.open("w") as stream:
+            samples += description.write(stream, since=part * 12 * HOUR, until=(part + 1) * 12 * HOUR)
+        generate += time.monotonic() - started
+        started = time.monotonic()
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=12h",
+                        str(openmetrics), str(tsdb)], check=True, stdout=subprocess.DEVNULL)
+        load += time.monotonic() - started
+        openmetrics.unlink()
+        print(f"  backfilled {part + 1}/14 half-days, {samples:,} samples", file=sys.stderr)
+    return samples, generate, load
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--keep", type=Path, help="directory for the TSDB, reused when it exists")
+    parser.add_argument("--step", default="5m")
+    args = parser.parse_args()
+    directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "tsdb").exists():
+        samples, generate, load = backfill(args.gpus, directory)
+        print(f"data: {args.gpus} GPUs, {samples:,} samples; generated in {generate:.0f} s, backfilled in {load:.0f} s")
+    prometheus = start_prometheus(directory / "tsdb", directory)
+    try:
+        end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END))
+        for output in ("table", "json", "html"):
+            command = [str(Path(sys.executable).with_name("gpugate")), "report", "--prometheus", prometheus.url,
+                       "--end", end, "--window", "7d", "--step", args.step, "-o", output]
+            started = time.monotonic()
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            elapsed = time.monotonic() - started
+            if result.returncode != 0:
+                raise SystemExit(f"gpugate report failed ({result.returncode}): {result.stderr}")
+            if output == "table":
+                print("\n".join(result.stdout.splitlines()[:3] + ["  ..."] + [
+                    line for line in result.stdout.splitlines() if line.startswith("TOTAL")]))
+            print(f"-o {output}: {elapsed:.1f} s, {len(result.stdout):,} bytes "
+                  f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)")
+    finally:
+        prometheus.process.terminate()
+        prometheus.process.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()

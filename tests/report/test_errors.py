@@ -1,0 +1,152 @@
+"""``gpugate report``'s failures, through the CLI: one line on stderr naming the fix, exit 2; never a traceback.
+
+A second real Prometheus holds a broken day per case (kube-state-metrics only, dcgm-exporter scraped
+without honorLabels, without --kubernetes, without the label allowlist, ...), in 2-hour blocks so that
+the label index answers per day.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webhook.cli import main
+
+from .conftest import RunningPrometheus, backfill, free_port, start_prometheus
+from .synthetic import A100, HOUR, START, Fleet, dcgm_labels
+from .test_report import END_ISO, gpugate
+
+DAY = 24 * HOUR
+LABELS = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deployment", "workload_name": "trainer"}
+
+
+def broken_days() -> Fleet:
+    fleet = Fleet()
+    interval = 300
+
+    def day(n: int) -> dict[str, int]:
+        return {"begin": n * DAY, "end": (n + 1) * DAY, "interval": interval}
+
+    def gpu(n: int, labels: dict[str, str]) -> None:
+        fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.5, **day(n))
+        fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, 50.0, **day(n))
+
+    # day 0: kube-state-metrics only
+    fleet.pod("ml", "p0", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(0))
+    # day 1: dcgm-exporter scraped without honorLabels: its pod label became exported_pod
+    fleet.pod("ml", "p1", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(1))
+    gpu(1, dcgm_labels(gpu=0, uuid="GPU-1", model=A100, host="n") | {"exported_namespace": "ml", "exported_pod": "p1",
+                                                                      "namespace": "monitoring"})
+    # day 2: dcgm-exporter without --kubernetes: no pod label at all
+    fleet.pod("ml", "p2", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(2))
+    gpu(2, dcgm_labels(gpu=0, uuid="GPU-2", model=A100, host="n"))
+    # day 3: kube-state-metrics without the label allowlist: kube_pod_labels carries no gpugate.io labels
+    fleet.pod("ml", "p3", node="n", resources={"nvidia.com/gpu": 1}, attribution=None, **day(3))
+    gpu(3, dcgm_labels(gpu=0, uuid="GPU-3", model=A100, host="n", pod=("ml", "p3")))
+    # day 4: dcgm-exporter only
+    gpu(4, dcgm_labels(gpu=0, uuid="GPU-4", model=A100, host="n", pod=("ml", "p4")))
+    # day 5: pods, but none requests a GPU
+    fleet.pod("ml", "web-0", node="n", resources={"cpu": 2}, attribution=LABELS, **day(5))
+    gpu(5, dcgm_labels(gpu=0, uuid="GPU-5", model=A100, host="n"))
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
+    directory = tmp_path_factory.mktemp("report-broken")
+    running = start_prometheus(backfill(broken_days(), directory, block="2h"), directory)
+    yield running
+    running.process.terminate()
+    running.process.wait(timeout=30)
+
+
+def day_end(n: int) -> str:
+    """The end of a window inside day n, one hour clear of its neighbours' blocks."""
+    return str(START + n * DAY + 23 * HOUR)
+
+
+def fails(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpugate report: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return gpugate("report", "--prometheus", url, *args, timeout=120)
+
+
+def in_process(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Flag checks fail before any I/O; run them in this process (a subprocess costs a second of imports)."""
+    code = main(["report", "--prometheus", url, *args])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["gpugate"], code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize(("day", "fragments"), [
+    (0, ("neither DCGM_FI_PROF_GR_ENGINE_ACTIVE nor DCGM_FI_DEV_GPU_UTIL", "counters CSV (-f)")),
+    (1, ("exported_pod", "honorLabels: true")),
+    (2, ("no pod label", "--kubernetes", "DCGM_EXPORTER_KUBERNETES=true")),
+    (4, ("kube_pod_container_resource_requests is missing", "kube-state-metrics")),
+    (5, ("empty window: no pod requested an nvidia.com GPU",)),
+])
+def test_missing_metrics_name_the_exporter_setting(broken: RunningPrometheus, day: int,
+                                                   fragments: tuple[str, ...]) -> None:
+    fails(report(broken.url, "--end", day_end(day), "--window", "22h"), *fragments)
+
+
+def test_without_the_allowlist_every_gpu_is_unlabelled_and_the_note_says_why(broken: RunningPrometheus) -> None:
+    result = report(broken.url, "--end", day_end(3), "--window", "22h", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert "--metric-labels-allowlist=pods=[gpugate.io/team," in result.stderr
+    assert '"group": "unlabelled"' in result.stdout
+
+
+def test_an_empty_window(prometheus: RunningPrometheus) -> None:
+    fails(report(prometheus.url, "--end", "2026-10-01T00:00:00Z"), "empty window", "2026-09-24T00:00:00Z",
+          "check --end and --window")
+
+
+def test_an_unreachable_prometheus() -> None:
+    fails(report(f"http://127.0.0.1:{free_port()}", "--end", END_ISO), "cannot reach Prometheus at http://127.0.0.1:",
+          "Connection refused")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--window", "a week"), "--window 'a week': expected a duration such as 30s, 5m, 1h30m or 7d"),
+    (("--step", "0s"), "--step '0s': must be at least 1s"),
+    (("--end", "yesterday"), "--end 'yesterday': expected an RFC 3339 time"),
+    (("--end", "2026-11-09T00:00:00"), "give a time zone"),
+    (("--fail-above", "lots"), "--fail-above 'lots'"),
+    (("--threshold", "120"), "--threshold 120: expected a percentage from 0 to 100"),
+    (("--step", "2d", "--window", "1d"), "--step 2d is longer than --window 1d"),
+])
+def test_bad_flags(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], fragment: str) -> None:
+    fails(in_process(capsys, "http://127.0.0.1:9", *args), fragment)
+
+
+def test_a_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
+    fails(in_process(capsys, "prometheus:9090"), "--prometheus 'prometheus:9090': expected an http:// or https:// URL")
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("perHour: {Tesla T4: cheap}\n", "perHour['Tesla T4'] = 'cheap': expected a price per hour >= 0"),
+    ("prices: {}\n", "expected a mapping with 'perHour:"),
+    ("perHour: {a: 1}\nvendor: x\n", "unknown field(s) vendor"),
+    ("perHour: [\n", "not YAML: line 2, column 1: expected the node content"),
+])
+def test_bad_price_tables(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, fragment: str) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(text)
+    fails(in_process(capsys, "http://127.0.0.1:9", "--prices", str(prices)), str(prices), fragment)
+
+
+def test_a_missing_price_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fails(in_process(capsys, "http://127.0.0.1:9", "--prices", str(tmp_path / "nope.yaml")),
+          "No such file or directory")

@@ -1,0 +1,189 @@
+"""``gpugate report``: its flags, the price table file, progress on a terminal, and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+from datetime import datetime
+from typing import TextIO
+
+import yaml
+
+from .compute import DEFAULT_THRESHOLD, GROUPS, Prices, Report, compute_report
+from .prometheus import Prometheus, PrometheusError
+from .queries import ReportError, fetch_inputs, preflight
+from .render import FORMATS, render
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def parse_duration(text: str, *, flag: str) -> int:
+    """A Prometheus duration (``5m``, ``1h30m``, ``7d``) in whole seconds, at least one."""
+    if not re.fullmatch(r"(?:\d+(?:ms|s|m|h|d|w|y))+", text):
+        raise ReportError(f"{flag} {text!r}: expected a duration such as 30s, 5m, 1h30m or 7d")
+    seconds = sum(int(n) * _UNITS[unit] for n, unit in _DURATION.findall(text))
+    if seconds < 1:
+        raise ReportError(f"{flag} {text!r}: must be at least 1s")
+    return int(seconds)
+
+
+def parse_time(text: str | None, *, now: float) -> int:
+    """``--end``: RFC 3339 (``2026-11-30T00:00:00Z``), or unix seconds; the default is now."""
+    if text is None:
+        return int(now)
+    try:
+        return int(float(text))
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportError(f"--end {text!r}: expected an RFC 3339 time such as 2026-11-30T00:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise ReportError(f"--end {text!r}: give a time zone, e.g. 2026-11-30T00:00:00Z")
+    return int(parsed.timestamp())
+
+
+def load_prices(path: str) -> Prices:
+    """The price table (docs/report.md): ``currency``, ``perHour: {model | profile | model/profile | default: N}``."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            document = yaml.safe_load(stream)
+    except OSError as err:
+        raise ReportError(f"--prices {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ReportError(f"--prices {path}: not YAML: {where}{getattr(err, 'problem', None) or err}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("perHour"), dict):
+        raise ReportError(f"--prices {path}: expected a mapping with 'perHour: {{<GPU model or MIG profile>: "
+                          "<price per hour>}}' (and optionally 'currency: USD')")
+    unknown = set(document) - {"currency", "perHour"}
+    if unknown:
+        raise ReportError(f"--prices {path}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                          "expected currency and perHour")
+    currency = document.get("currency", "USD")
+    if not isinstance(currency, str) or not currency:
+        raise ReportError(f"--prices {path}: currency must be a string such as USD")
+    per_hour: dict[str, float] = {}
+    for key, value in document["perHour"].items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or not math.isfinite(value):
+            raise ReportError(f"--prices {path}: perHour[{key!r}] = {value!r}: expected a price per hour >= 0")
+        per_hour[str(key)] = float(value)
+    return Prices(per_hour=per_hour, currency=currency)
+
+
+def parse_fail_above(text: str | None) -> tuple[float, bool] | None:
+    """``30%`` (idle share of a group's GPU-hours with telemetry) or ``100`` (idle GPU-hours of a group)."""
+    if text is None:
+        return None
+    share = text.endswith("%")
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise ReportError(f"--fail-above {text!r}: expected idle GPU-hours (e.g. 100) or an idle share "
+                          "(e.g. 30%)") from None
+    return value, share
+
+
+def findings(report: Report, limit: tuple[float, bool]) -> list[str]:
+    value, share = limit
+    out = []
+    for row in report.rows:
+        measured = 100 * row.idle_share if share else row.idle_hours
+        if measured > value:
+            what = f"{measured:.0f}% idle" if share else f"{measured:,.1f} idle GPU-hours"
+            out.append(f"{row.group}: {what} (limit {value:g}{'%' if share else ''})")
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    parser.add_argument("--window", default="7d", help="length of the report window (default 7d)")
+    parser.add_argument("--end", metavar="TIME", help="end of the window, RFC 3339 (default: now)")
+    parser.add_argument("--step", default="5m", help="integration step (default 5m); long windows are split "
+                                                     "into queries of at most 10,000 steps")
+    parser.add_argument("--prices", metavar="FILE", help="price table (YAML): currency, perHour by GPU model or "
+                                                          "MIG profile; see docs/report.md")
+    parser.add_argument("--group", choices=GROUPS, default="team", help="rows by team (default), cost-center, "
+                                                                        "workload or namespace")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="PERCENT",
+                        help=f"a GPU below this utilisation during a step is idle (default {DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--fail-above", metavar="HOURS|PERCENT%",
+                        help="exit 1 when a group's idle GPU-hours (100) or idle share (30%%) is above this")
+    parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
+    parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each query (default 120)")
+
+
+class _Progress:
+    """One self-overwriting line on a terminal; silent otherwise (cron, CI, pipes)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if self.enabled:
+            line = f"gpugate report: query {done + 1 if done < total else total}/{total} {what} " \
+                   f"({time.monotonic() - self.started:.0f} s)"
+            self.stream.write("\r" + line[:150].ljust(150))
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 150 + "\r")
+            self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    progress = _Progress(sys.stderr)
+    try:
+        window = parse_duration(args.window, flag="--window")
+        step = parse_duration(args.step, flag="--step")
+        end = parse_time(args.end, now=time.time())
+        if step > window:
+            raise ReportError(f"--step {args.step} is longer than --window {args.window}")
+        if not 0 <= args.threshold <= 100:
+            raise ReportError(f"--threshold {args.threshold:g}: expected a percentage from 0 to 100")
+        if args.top < 0:
+            raise ReportError(f"--top {args.top}: expected 0 or more")
+        limit = parse_fail_above(args.fail_above)
+        prices = load_prices(args.prices) if args.prices else None
+        # Whole steps only: the window starts `window` rounded down to a multiple of `step` before the end.
+        start = end - (window // step) * step
+        prometheus = Prometheus(args.prometheus, timeout=args.timeout)
+        notes = preflight(prometheus, start=start, end=end)
+        inputs = fetch_inputs(prometheus, start=start, end=end, step=step, progress=progress, notes=notes)
+        report = compute_report(inputs, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top)
+        report.notes[:0] = notes
+        text = render(report, output=args.output)
+    except (ReportError, PrometheusError) as err:
+        progress.clear()
+        print(f"gpugate report: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    progress.clear()
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as stream:
+                stream.write(text)
+        except OSError as err:
+            print(f"gpugate report: --out {args.out}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"gpugate report: wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    for note in report.notes if args.output != "table" else []:
+        print(f"gpugate report: note: {note}", file=sys.stderr)
+    found = findings(report, limit) if limit else []
+    for finding in found:
+        print(f"gpugate report: over --fail-above: {finding}", file=sys.stderr)
+    return EXIT_FINDINGS if found else EXIT_OK

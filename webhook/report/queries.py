@@ -1,0 +1,182 @@
+"""The PromQL behind ``gpugate report``, the checks that name a missing exporter setting, and the range split.
+
+Only raw exporter series are read (kube-state-metrics and dcgm-exporter), never gpugate's recording
+rules: those exist only from the day they were installed, and a report of last quarter must not
+depend on that day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from .compute import ATTRIBUTION_KEYS, Inputs, dcgm_label, ksm_label
+from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, TooManySamples
+from .series import Series
+
+REQUESTS = "kube_pod_container_resource_requests"
+PHASE = "kube_pod_status_phase"
+POD_LABELS = "kube_pod_labels"
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+ALLOWLIST = ("--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
+             "gpugate.io/workload-kind,gpugate.io/workload-name]")
+# Leave head room below the server's hard limit.
+CHUNK_POINTS = MAX_POINTS_PER_SERIES - 1_000
+
+Progress = Callable[[int, int, str], None]
+
+
+class ReportError(Exception):
+    """The report cannot be made; the message says what is missing and how to fix it."""
+
+
+def _device_labels() -> str:
+    pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
+    return f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, namespace, pod, {pod_labels}"
+
+
+def requests_query(step: int) -> str:
+    """GPU units per pod and resource, for pods bound to a node and Pending (pulling images, already holding
+    the GPU) or Running, as kubernetes-mixin counts requests; max by container first so that two
+    kube-state-metrics replicas scraped side by side do not count twice. Only app containers:
+    kube-state-metrics exports no init-container requests in this metric (internal/store/pod.go)."""
+    return f"""
+sum by (namespace, pod, resource) (
+  max by (namespace, pod, container, resource) (
+    max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}", node!=""}}[{step}s])
+  )
+)
+* on (namespace, pod) group_left ()
+(max by (namespace, pod) (max_over_time({PHASE}{{phase=~"Pending|Running"}}[{step}s])) == 1)
+""".strip()
+
+
+def labels_query(step: int) -> str:
+    """gpugate's labels of every pod that requested a GPU in the step."""
+    keys = ", ".join(ksm_label(key) for key in ATTRIBUTION_KEYS)
+    return f"""
+max by (namespace, pod, {keys}) (max_over_time({POD_LABELS}[{step}s]))
+and on (namespace, pod)
+max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
+""".strip()
+
+
+def device_query(metric: str, step: int) -> str:
+    """One series per device (GPU UUID, MIG instance) and pod; the step's mean smooths scrape jitter."""
+    return f"max by ({_device_labels()}) (avg_over_time({metric}[{step}s]))"
+
+
+def memory_query(window: int) -> str:
+    return f'max by (namespace, pod, UUID, uuid, GPU_I_ID) (max_over_time({FB_USED}{{pod!=""}}[{window}s]))'
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def chunks(first: int, last: int, step: int, *, points: int) -> list[tuple[int, int]]:
+    """[first, last] split into ranges of at most ``points`` evaluation times each."""
+    out = []
+    start = first
+    while start <= last:
+        end = min(last, start + (points - 1) * step)
+        out.append((start, end))
+        start = end + step
+    return out
+
+
+def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
+    """Fail early, naming the exporter or flag, when a series the report needs is missing; else notes."""
+    match = f'{{__name__=~"{REQUESTS}|{PHASE}|{POD_LABELS}|{ENGINE_ACTIVE}|{GPU_UTIL}|{FB_USED}"}}'
+    names = set(prometheus.label_values("__name__", match=match, start=start, end=end))
+    if not names:
+        ever = prometheus.label_values("__name__", match=match)
+        if ever:
+            raise ReportError(f"empty window: Prometheus at {prometheus.url} has no kube-state-metrics or "
+                              f"dcgm-exporter samples between {iso(start)} and {iso(end)} (check --end and --window)")
+        raise ReportError(f"Prometheus at {prometheus.url} has no kube-state-metrics or dcgm-exporter series at "
+                          "all: scrape both (see docs/report.md)")
+    for metric in (REQUESTS, PHASE, POD_LABELS):
+        if metric not in names:
+            raise ReportError(f"{metric} is missing between {iso(start)} and {iso(end)}: scrape kube-state-metrics "
+                              "with its pods collector on (it is on by default)")
+    if ENGINE_ACTIVE not in names and GPU_UTIL not in names:
+        raise ReportError(f"neither {ENGINE_ACTIVE} nor {GPU_UTIL} is in Prometheus between {iso(start)} and "
+                          f"{iso(end)}: scrape dcgm-exporter and keep at least one of them in its counters CSV (-f)")
+    notes = []
+    if ENGINE_ACTIVE not in names:
+        notes.append(f"{ENGINE_ACTIVE} is missing: using {GPU_UTIL}, which has no value per MIG instance; add "
+                     f"{ENGINE_ACTIVE} to dcgm-exporter's counters CSV (-f)")
+    if FB_USED not in names:
+        notes.append(f"{FB_USED} is missing: no peak GPU memory; add it to dcgm-exporter's counters CSV (-f)")
+    resources = prometheus.label_values("resource", match=REQUESTS, start=start, end=end)
+    if not any(r == "nvidia_com_gpu" or r.startswith("nvidia_com_") for r in resources):
+        raise ReportError(f"empty window: no pod requested an nvidia.com GPU between {iso(start)} and {iso(end)}")
+    dcgm = f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}"}}'
+    if not prometheus.label_values("pod", match=dcgm, start=start, end=end):
+        if prometheus.label_values("exported_pod", match=dcgm, start=start, end=end):
+            raise ReportError("dcgm-exporter's pod label arrives as exported_pod: scrape dcgm-exporter with "
+                              "honorLabels: true (ServiceMonitor) / honor_labels: true, so that pod names the GPU's "
+                              "user")
+        raise ReportError("dcgm-exporter series carry no pod label: run dcgm-exporter with --kubernetes "
+                          "(DCGM_EXPORTER_KUBERNETES=true) so that each GPU names the pod holding it")
+    if not prometheus.label_values(ksm_label("team"), match=POD_LABELS, start=start, end=end):
+        if prometheus.label_values(dcgm_label("team"), match=dcgm, start=start, end=end):
+            notes.append(f"kube_pod_labels has no gpugate.io labels; using dcgm-exporter's copies (set {ALLOWLIST} "
+                         "on kube-state-metrics to attribute GPUs without telemetry too)")
+        else:
+            notes.append(f"no pod carries gpugate.io labels in kube_pod_labels: every GPU counts as unlabelled; "
+                         f"start kube-state-metrics with {ALLOWLIST}")
+    return notes
+
+
+def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
+                 progress: Progress | None = None, notes: list[str] | None = None) -> Inputs:
+    """Every series the report needs, for evaluation times start+step, start+2*step, ..., end; what could
+    not be fetched but is not essential goes to ``notes``."""
+    first = start + step
+    steps = list(range(first, end + 1, step))
+    if not steps:
+        raise ReportError(f"--window is shorter than --step ({step} s): nothing to report")
+    plan = [("requests", requests_query(step)), ("labels", labels_query(step)),
+            ("engine", device_query(ENGINE_ACTIVE, step)), ("util", device_query(GPU_UTIL, step))]
+    parts = chunks(first, steps[-1], step, points=CHUNK_POINTS)
+    results: dict[str, list[Series]] = {name: [] for name, _ in plan}
+    done, total = 0, len(plan) * len(parts) + 1
+    for name, promql in plan:
+        for chunk_start, chunk_end in parts:
+            if progress:
+                progress(done, total, f"{name} {iso(chunk_start)}..{iso(chunk_end)}")
+            results[name].extend(_range(prometheus, promql, start=chunk_start, end=chunk_end, step=step))
+            done += 1
+    if progress:
+        progress(done, total, "peak GPU memory")
+    try:
+        memory = prometheus.query(memory_query(end - start), at=end)
+    except TooManySamples:
+        memory = []
+        if notes is not None:
+            notes.append(f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
+                         "--query.max-samples; use a shorter --window")
+    if progress:
+        progress(total, total, "done")
+    if not results["requests"] and not any(s.labels.get("pod") for s in results["engine"] + results["util"]):
+        raise ReportError(f"empty window: no pod held a GPU between {iso(start)} and {iso(end)}")
+    return Inputs(steps=steps, step=step, requests=results["requests"], pod_labels=results["labels"],
+                  engine_active=results["engine"], gpu_util=results["util"], memory_peak=memory)
+
+
+def _range(prometheus: Prometheus, promql: str, *, start: int, end: int, step: int) -> list[Series]:
+    """A range query; a range that would load more than --query.max-samples is halved and retried."""
+    try:
+        return prometheus.query_range(promql, start=start, end=end, step=step)
+    except TooManySamples as err:
+        if end - start < 2 * step:
+            raise PrometheusError(f"{err} even for a single step; raise --step or the server's "
+                                  "--query.max-samples") from None
+        middle = start + ((end - start) // step // 2) * step
+        return (_range(prometheus, promql, start=start, end=middle, step=step)
+                + _range(prometheus, promql, start=middle + step, end=end, step=step))
