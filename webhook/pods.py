@@ -12,7 +12,7 @@ from .quantity import QuantityError, parse_quantity
 
 #: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU
 #: work arrives through; a policy directory adds more with GPUWorkloadKind documents. Template paths were
-#: checked against each project's CRD schema (tests/fixtures/crds/SOURCE.md): ``[*]`` walks a list, ``*``
+#: checked against each project's CRD schema (tests/fixtures/crds/README.md): ``[*]`` walks a list, ``*``
 #: every value of a map. ``"."`` is the object itself (a Pod).
 BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     WorkloadKind("", "Pod", (".",), "pods", ("v1",)),
