@@ -381,6 +381,21 @@ def test_broken_new_files_keep_the_old_certificate(server: Server, tmp_path: Pat
     assert server.process.poll() is None
 
 
+def test_every_worker_follows_a_rotation_without_handshakes(server: Server, tmp_path: Path) -> None:
+    """A rotation nobody connects during, then a broken edit: every worker took the rotated certificate on
+    its own (it looks at the files once a second), so none falls back to the one from before the rotation."""
+    rotated, broken_with = make_certs(tmp_path / "quiet"), make_certs(tmp_path / "other")
+    server.volume.publish(tls_files(rotated))
+    time.sleep(3 * RELOAD_INTERVAL)  # no handshake meanwhile
+    server.volume.publish({"tls.crt": (broken_with / "tls.crt").read_bytes(),
+                           "tls.key": (rotated / "tls.key").read_bytes()})
+    time.sleep(2 * RELOAD_INTERVAL)
+    for _ in range(12):  # two workers: twelve handshakes reach both with near certainty
+        with server.connect(rotated / "ca.crt") as connection:
+            assert connection.peer_certificate() == der(rotated / "tls.crt")
+    server.first = rotated
+
+
 def test_sigterm_stops_cleanly_and_removes_the_metrics_dir(server: Server) -> None:
     assert [p.name for p in server.tmpdir.iterdir() if p.name.startswith("gpugate-metrics-")]
     server.process.send_signal(signal.SIGTERM)

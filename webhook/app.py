@@ -230,6 +230,11 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
     saved = [""]
 
     def refresh_and_keep_a_copy() -> None:
+        if tls_ready is not None:
+            # Follow the certificate files in every worker, not only in those taking handshakes: a worker
+            # that sat out a rotation would otherwise still hold the old certificate when a broken edit
+            # follows, and serve it while its neighbours serve the rotated one.
+            tls_ready()
         current = refresh()
         if (copy is not None and store.last_error is None and current.digest != saved[0]
                 and lastgood.save(policies_dir, current, into=copy)):
