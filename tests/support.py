@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,15 @@ def mutated(obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None
 
 def validated(obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None, **kw: Any) -> Decision:
     return validate(request(obj, **kw), env(policy_set, labels))
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM, as the kubelet sends, then SIGKILL if the server has not exited within 30 s."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import gpu_pod, review
+from tests.support import gpu_pod, review, stop
 from tests.test_server_tls import (
     GPUGATE,
     REPO,
@@ -105,12 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{log.read_text()}"
         yield running
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def assert_healthy(server: Server) -> None:

@@ -4,7 +4,6 @@ answers on other connections, and answers the idle ones when they do send."""
 
 from __future__ import annotations
 
-import signal
 import socket
 import ssl
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import stop
 from tests.test_server_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, eventually, free_port, make_certs
 
 pytestmark = pytest.mark.tls
@@ -46,12 +46,7 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
         assert eventually(up, timeout=START_TIMEOUT), log.read_text(errors="replace")
         yield port, certs
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def handshaken(port: int, certs: Path) -> ssl.SSLSocket:

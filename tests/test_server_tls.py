@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import stop
+
 pytestmark = pytest.mark.tls
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,13 +196,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{running.log_text()}"
         yield running
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 def test_handshake_as_the_apiserver_does(server: Server) -> None:

@@ -29,9 +29,9 @@ from typing import Any
 import jsonpatch
 
 from .admission import Decision, Environment, mutate, validate
-from .pods import PodShape, containers, dig, group_of, is_sidecar, shapes_of, workload_kinds
+from .pods import PodShape, containers, dig, gpu_amounts, group_of, is_sidecar, shapes_of, workload_kinds
 from .policy.model import BUILTIN, Policy, PolicySet, WorkloadKind
-from .quantity import QuantityError, format_quantity, parse_quantity
+from .quantity import format_quantity
 
 #: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
 BOOKKEEPING_ANNOTATIONS = frozenset({"gpugate.io/policy", "gpugate.io/mutated", "gpugate.io/workload"})
@@ -243,7 +243,7 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str
     init_peak: dict[str, Fraction] = {}
     running_sidecars: Counter[str] = Counter()
     for fld, _, container in containers(spec):
-        amounts = _amounts(container, is_gpu)
+        amounts = gpu_amounts(container, is_gpu)
         if fld == "containers":
             app.update(amounts)
         elif fld == "initContainers":
@@ -259,19 +259,6 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str
     for resource, peak in init_peak.items():
         out[resource] = max(out.get(resource, Fraction(0)), peak)
     return {r: v for r, v in out.items() if v > 0}
-
-
-def _amounts(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
-    resources = container.get("resources") or {}
-    out: dict[str, Fraction] = {}
-    for section in ("requests", "limits"):  # limits win: for extended resources request == limit
-        for resource, raw in (resources.get(section) or {}).items():
-            if is_gpu(resource):
-                try:
-                    out[resource] = parse_quantity(raw)
-                except QuantityError:
-                    continue
-    return out
 
 
 # ----------------------------------------------------------------------------------------- the audit
