@@ -91,6 +91,7 @@ VARIANTS: dict[str, list[str]] = {
     "no backstop": ["backstop.enabled=false"],
     "prometheus rule": ["prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus"],
     "namespace": ["namespace.create=true"],
+    "auditor RBAC": ["audit.rbac.enabled=true"],
     "existing configmap": ["policies.existingConfigMap=fleet-policies"],
     "tuned": ["replicas=3", "workers=4", "threads=8", "logLevel=debug", "priorityClassName=system-cluster-critical",
               "webhooks.validating.failurePolicy=Ignore", "webhooks.excludedNamespaces={kube-system,gpu-operator}"],
@@ -141,6 +142,7 @@ def test_secret_mode_requires_the_ca_bundle(helm: Path) -> None:
     ("base/webhooks.yaml", DEPLOY / "base" / "webhooks.yaml"),
     ("base/admission-policy.yaml", DEPLOY / "base" / "admission-policy.yaml"),
     ("gpugate-attribution.rules.yaml", DEPLOY / "monitoring" / "gpugate-attribution.rules.yaml"),
+    ("audit/rbac.yaml", DEPLOY / "audit" / "rbac.yaml"),
 ])
 def test_chart_files_equal_deploy(copy_: str, source: Path) -> None:
     assert filecmp.cmp(FILES / copy_, source, shallow=False), f"charts/gpugate/files/{copy_} differs: make chart-sync"
@@ -351,6 +353,29 @@ def test_namespace_create(helm: Path, base: list[dict[str, Any]]) -> None:
             assert namespace["metadata"]["labels"][key] == value
 
 
+def test_auditor_rbac_is_deploy_audit_pinned_to_the_release(helm: Path) -> None:
+    assert not [o for o in template(helm) if o["metadata"]["name"].endswith("-auditor")]  # off by default
+    objects = template(helm, "audit.rbac.enabled=true", "policies.existingConfigMap=fleet-policies",
+                       namespace="gpu-system", release="gate")
+    shipped = [d for d in yaml.safe_load_all((DEPLOY / "audit" / "rbac.yaml").read_text()) if d]
+    assert find(objects, "ClusterRole", "gate-gpugate-auditor")["rules"] == find(shipped, "ClusterRole")["rules"]
+    role = find(objects, "Role", "gate-gpugate-auditor")
+    assert role["metadata"]["namespace"] == "gpu-system"
+    assert [(r["resources"], r["resourceNames"], r["verbs"]) for r in role["rules"]] == [
+        (["deployments"], ["gate-gpugate"], ["get"]), (["configmaps"], ["fleet-policies"], ["get"])]
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = find(objects, kind, "gate-gpugate-auditor")
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                                      "name": "gate-gpugate-auditor"}
+        assert binding["subjects"] == find(shipped, kind)["subjects"]
+
+
+def test_auditor_rbac_without_subjects_is_refused_with_a_message(helm: Path) -> None:
+    done = run_helm(helm, "template", "gpugate", str(CHART), "--set", "audit.rbac.enabled=true",
+                    "--set", "audit.rbac.subjects=null", check=False)
+    assert done.returncode != 0 and "audit.rbac.enabled needs audit.rbac.subjects" in done.stderr
+
+
 def test_existing_configmap(helm: Path) -> None:
     objects = template(helm, *VARIANTS["existing configmap"])
     assert not [o for o in objects if o["kind"] == "ConfigMap"]
@@ -392,7 +417,8 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         policy_dir = work / "policies"
         policy_dir.mkdir()
         gate = GPUGate(work / "gpugate", policy_dir, kubeconfig=cp.kubeconfig)  # picks its loopback port
-        values = ["--set", f"webhooks.url={gate.url}", "--set", "certificates.ipAddresses={127.0.0.1}"]
+        values = ["--set", f"webhooks.url={gate.url}", "--set", "certificates.ipAddresses={127.0.0.1}",
+                  "--set", "audit.rbac.enabled=true"]
         run_helm(helm, "install", "gpugate", str(CHART), "--namespace", "gpugate", "--create-namespace", *values,
                  kubeconfig=cp.kubeconfig)
         cp.ensure_default_service_account("gpugate")
@@ -470,6 +496,28 @@ def test_release_namespace_is_excluded(installed: dict[str, Any]) -> None:
         **_gpu_pod("gpugate", "own"), "spec": {**_gpu_pod("gpugate", "own")["spec"], "runtimeClassName": "nvidia"}})
     assert "gpugate.io/policy" not in (dry.json()["metadata"].get("annotations") or {})
     assert installed["gate"].admission_requests() == before
+
+
+@pytest.mark.e2e
+def test_installed_auditor_rbac_runs_gpugate_audit_and_nothing_more(installed: dict[str, Any],
+                                                                    tmp_path: Path) -> None:
+    """`gpugate audit` as a member of gpugate-auditors reads the release's policies; a stranger is refused; the
+    role reaches no other ConfigMap, no Secret and no write."""
+    from tests.e2e.test_audit import _user_kubeconfig, audit
+
+    cp = installed["cluster"]
+    alice = _user_kubeconfig(cp, tmp_path, "alice", ["gpugate-auditors"])
+    done = audit(cp, "-o", "json", "--exit-zero", kubeconfig=alice)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["policies"]["source"] == "configmap gpugate/gpugate-policies"
+    stranger = audit(cp, kubeconfig=_user_kubeconfig(cp, tmp_path, "mallory", []))
+    assert stranger.returncode == 2 and "HTTP 403" in stranger.stderr
+    as_alice = ("--as", "alice", "--as-group", "gpugate-auditors")
+    for verb, resource, allowed in (("list", "statefulsets.apps", "yes"), ("get", "configmaps/gpugate-policies", "yes"),
+                                    ("get", "configmaps/other", "no"), ("get", "secrets/gpugate-tls", "no"),
+                                    ("create", "pods", "no"), ("watch", "pods", "no")):
+        answer = cp.kubectl("auth", "can-i", verb, resource, "-n", "gpugate", *as_alice, check=False)
+        assert answer.stdout.strip() == allowed, (verb, resource, answer.stdout, answer.stderr)
 
 
 @pytest.mark.e2e
