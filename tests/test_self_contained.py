@@ -20,8 +20,9 @@ THIS = Path(__file__).resolve()
 # Documents that lived next to the repository during development and are not part of it, and the
 # ways a path can leave the clone: a parent of the repository root, or an absolute path on the
 # development machine.
+SIBLING = "shared"  # the development folder beside the clone
 OUTSIDE = re.compile(
-    r"\.\./shared\b"
+    rf"\.\./{SIBLING}\b"
     r"|\bPRODUCT\.md\b"
     r"|\bapiserver-contract(\.md)?\b"
     r"|\breference-fleet(\.md)?\b"
@@ -68,7 +69,7 @@ def test_no_file_refers_to_a_path_outside_the_repository() -> None:
     assert not hits, "files that refer outside the repository; move the facts into docs/:\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("pattern", ["../shared/fixtures", "PRODUCT.md §2", "see apiserver-contract.md",
+@pytest.mark.parametrize("pattern", [f"../{SIBLING}/fixtures", "PRODUCT.md §2", "see apiserver-contract.md",
                                      "/work/main/tests", "reference-fleet.md"])
 def test_the_patterns_catch_what_they_are_for(pattern: str) -> None:
     assert OUTSIDE.search(pattern)

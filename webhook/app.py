@@ -81,7 +81,8 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     app.extensions["gpugate.refresh"] = refresh
 
     def environment() -> Environment:
-        return Environment(policies=refresh(), namespace_labels=labels_of)
+        # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
+        return Environment(policies=policies.current(), namespace_labels=labels_of)
 
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
