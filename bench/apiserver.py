@@ -106,7 +106,7 @@ class Connection:
         head = self._take(end + 4).lower()
         status = int(head[9:12])
         if (at := head.find(b"\ncontent-length:")) >= 0:
-            return status, self._take(int(head[at + 16:head.index(b"\r\n", at)]))
+            return status, self._take(int(head[at + 16 : head.index(b"\r\n", at)]))
         if b"\ntransfer-encoding: chunked" not in head:
             raise ConnectionError(f"response without a length: {head!r}")
         body = bytearray()
@@ -127,9 +127,11 @@ class API:
 
     def create_request(self, pod: dict[str, Any]) -> bytes:
         body = json.dumps(pod, separators=(",", ":")).encode()
-        return (f"POST /api/v1/namespaces/{self.namespace}/pods?dryRun=All HTTP/1.1\r\n"
-                f"Host: 127.0.0.1:{self.port}\r\nAccept: application/json\r\nContent-Type: application/json\r\n"
-                f"User-Agent: gpugate-bench\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            f"POST /api/v1/namespaces/{self.namespace}/pods?dryRun=All HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{self.port}\r\nAccept: application/json\r\nContent-Type: application/json\r\n"
+            f"User-Agent: gpugate-bench\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     def connect(self) -> Connection:
         return Connection(self.port, self.context)
@@ -143,8 +145,9 @@ class API:
         return status, json.loads(body)
 
 
-def pod(name: str, *, gpus: int | None, annotations: dict[str, str] | None = None,
-        env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def pod(
+    name: str, *, gpus: int | None, annotations: dict[str, str] | None = None, env: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": IMAGE}
     if gpus is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
@@ -161,16 +164,25 @@ GPU_POD = pod("bench-gpu", gpus=1)
 # not-ready/unreachable tolerations): for --noop-patch, the no-op answering with a patch of the same size.
 NOOP_PATCH = [
     {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"},
-    {"op": "add", "path": "/spec/tolerations/-",
-     "value": {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}},
+    {
+        "op": "add",
+        "path": "/spec/tolerations/-",
+        "value": {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    },
     {"op": "add", "path": "/spec/nodeSelector", "value": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
     {"op": "add", "path": "/metadata/labels/gpugate.io~1team", "value": "ml"},
     {"op": "add", "path": "/metadata/labels/gpugate.io~1cost-center", "value": "unassigned"},
     {"op": "add", "path": "/metadata/labels/gpugate.io~1workload-kind", "value": "Pod"},
     {"op": "add", "path": "/metadata/labels/gpugate.io~1workload-name", "value": "bench-gpu"},
-    {"op": "add", "path": "/metadata/annotations", "value": {
-        "gpugate.io/workload": "Pod/bench-gpu", "gpugate.io/policy": "default",
-        "gpugate.io/mutated": "labels,nodeSelector,runtimeClassName,tolerations"}},
+    {
+        "op": "add",
+        "path": "/metadata/annotations",
+        "value": {
+            "gpugate.io/workload": "Pod/bench-gpu",
+            "gpugate.io/policy": "default",
+            "gpugate.io/mutated": "labels,nodeSelector,runtimeClassName,tolerations",
+        },
+    },
 ]
 CPU_POD = pod("bench-cpu", gpus=None)
 
@@ -236,8 +248,15 @@ class Cell:
     cpu: dict[str, float]  # CPU seconds per request, by process; "others" is everything else on the machine
 
 
-def load(api: API, pod_: dict[str, Any], *, clients: int, requests: int, meters: Meters,
-         check: Callable[[int, dict[str, Any]], str | None]) -> Cell:
+def load(
+    api: API,
+    pod_: dict[str, Any],
+    *,
+    clients: int,
+    requests: int,
+    meters: Meters,
+    check: Callable[[int, dict[str, Any]], str | None],
+) -> Cell:
     request = api.create_request(pod_)
     conns = [api.connect() for _ in range(clients)]
     try:
@@ -286,8 +305,13 @@ def load(api: API, pod_: dict[str, Any], *, clients: int, requests: int, meters:
     used = {name: after[name] - before[name] for name in before}
     ours = sum(v for k, v in used.items() if k != "machine")
     used["others"] = max(0.0, used.pop("machine") - ours)
-    return Cell(p50=quantiles[49], p99=quantiles[98], rate=len(flat) / elapsed, requests=len(flat),
-                cpu={k: v / len(flat) for k, v in used.items()})
+    return Cell(
+        p50=quantiles[49],
+        p99=quantiles[98],
+        rate=len(flat) / elapsed,
+        requests=len(flat),
+        cpu={k: v / len(flat) for k, v in used.items()},
+    )
 
 
 def expectation(registration: str, kind: str) -> Callable[[int, dict[str, Any]], str | None]:
@@ -304,8 +328,10 @@ def expectation(registration: str, kind: str) -> Callable[[int, dict[str, Any]],
         by_gpugate = "gpugate.io/policy" in annotations
         want_injected = kind == "GPU" and registration in ("gpugate", "CEL")
         if injected != want_injected or by_gpugate != (kind == "GPU" and registration == "gpugate"):
-            return (f"{registration}, {kind} pod: runtimeClassName={spec.get('runtimeClassName')!r}, "
-                    f"gpugate annotations={sorted(annotations)}")
+            return (
+                f"{registration}, {kind} pod: runtimeClassName={spec.get('runtimeClassName')!r}, "
+                f"gpugate annotations={sorted(annotations)}"
+            )
         if want_injected and (meta.get("labels") or {}).get("gpugate.io/team") != "ml":
             return f"{registration}, {kind} pod: no team label from the namespace: {meta.get('labels')}"
         return None
@@ -393,8 +419,10 @@ class Registrar:
         expected = self.EXPECTED[target]
         while (seen := self.observe()) != expected:
             if time.monotonic() > deadline:
-                raise SystemExit(f"bench: {target} not in force after {timeout:.0f}s: the probes saw {sorted(seen)}, "
-                                 f"expected {sorted(expected)}")
+                raise SystemExit(
+                    f"bench: {target} not in force after {timeout:.0f}s: the probes saw {sorted(seen)}, "
+                    f"expected {sorted(expected)}"
+                )
             time.sleep(0.2)
         self.current = target
         self.switches.append(time.monotonic() - started)
@@ -428,8 +456,10 @@ class Run:
 
 def describe_machine(bin_dir: Path) -> dict[str, str]:
     cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 platform.machine())
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        platform.machine(),
+    )
     meminfo = Path("/proc/meminfo").read_text()
     mem_kb = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemTotal")))
 
@@ -441,8 +471,9 @@ def describe_machine(bin_dir: Path) -> dict[str, str]:
         return out.strip().splitlines()[0] if out.strip() else "unknown"
 
     commit = version("git", "-C", str(REPO), "rev-parse", "--short", "HEAD")
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
     packages = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("flask", "werkzeug", "gunicorn"))
     return {
         "CPUs (nproc)": str(len(os.sched_getaffinity(0))),
@@ -450,7 +481,7 @@ def describe_machine(bin_dir: Path) -> dict[str, str]:
         "memory": f"{mem_kb / 1024 / 1024:.1f} GiB",
         "kernel": f"{platform.system()} {platform.release()}",
         "Python": f"{platform.python_implementation()} {platform.python_version()}, OpenSSL "
-                  f"{ssl.OPENSSL_VERSION.split()[1]}",
+        f"{ssl.OPENSSL_VERSION.split()[1]}",
         "serving stack": packages,
         "kube-apiserver": version(str(bin_dir / "kube-apiserver"), "--version"),
         "etcd": version(str(bin_dir / "etcd"), "--version"),
@@ -468,9 +499,16 @@ def control_plane(bin_dir: Path, work: Path) -> Iterator[ControlPlane]:
         cp.stop()
 
 
-def start_server(work: Path, name: str, *, cp: ControlPlane, server_args: list[str],
-                 factory: str | None = None, policies: Path = REPO / "policies",
-                 env: dict[str, str] | None = None) -> GPUGate:
+def start_server(
+    work: Path,
+    name: str,
+    *,
+    cp: ControlPlane,
+    server_args: list[str],
+    factory: str | None = None,
+    policies: Path = REPO / "policies",
+    env: dict[str, str] | None = None,
+) -> GPUGate:
     gate = GPUGate(work / name, policies, kubeconfig=cp.kubeconfig)
     gate.process.name = name
     gate.process.log_path = gate.workdir / f"{name}.log"
@@ -494,14 +532,26 @@ def measure(args: argparse.Namespace) -> Run:
     server_args = args.server_args.split() if args.server_args else []
     with tempfile.TemporaryDirectory(prefix="gpugate-bench-") as tmp, control_plane(bin_dir, Path(tmp)) as cp:
         work = Path(tmp)
-        served = {r["name"] for r in json.loads(cp.kubectl("get", "--raw",
-                                                                "/apis/admissionregistration.k8s.io/v1").stdout)
-                  ["resources"]}
+        served = {
+            r["name"]
+            for r in json.loads(cp.kubectl("get", "--raw", "/apis/admissionregistration.k8s.io/v1").stdout)["resources"]
+        }
         if "mutatingadmissionpolicies" not in served:
-            raise SystemExit("bench: this kube-apiserver does not serve admissionregistration.k8s.io/v1 "
-                             "mutatingadmissionpolicies (GA and on by default from Kubernetes 1.36)")
-        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+            raise SystemExit(
+                "bench: this kube-apiserver does not serve admissionregistration.k8s.io/v1 "
+                "mutatingadmissionpolicies (GA and on by default from Kubernetes 1.36)"
+            )
+        cp.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         cp.ensure_default_service_account("kube-system")
         namespace = cp.create_namespace("bench", labels={"team": "ml"})
         context = ssl.create_default_context(cafile=str(cp.ca.cert_path))
@@ -509,8 +559,14 @@ def measure(args: argparse.Namespace) -> Run:
         api = API(cp.apiserver_port, context, namespace)
 
         noop = start_server(work, "noop", cp=cp, server_args=server_args, factory="bench.noop:build_app")
-        patching = start_server(work, "noop-patch", cp=cp, server_args=server_args, factory="bench.noop:build_app",
-                                env={"BENCH_NOOP_PATCH": json.dumps(NOOP_PATCH, separators=(",", ":"))})
+        patching = start_server(
+            work,
+            "noop-patch",
+            cp=cp,
+            server_args=server_args,
+            factory="bench.noop:build_app",
+            env={"BENCH_NOOP_PATCH": json.dumps(NOOP_PATCH, separators=(",", ":"))},
+        )
         gate = start_server(work, "gpugate", cp=cp, server_args=server_args)
         try:
             deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
@@ -520,15 +576,19 @@ def measure(args: argparse.Namespace) -> Run:
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
             assert noop.process.proc is not None and gate.process.proc is not None
             pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}
-            meters = Meters({
-                "apiserver": lambda: _proc_cpu(pids["apiserver"]),
-                "etcd": lambda: _proc_cpu(pids["etcd"]),
-                # Either no-op: only the registered one is called.
-                "no-op server": lambda: (tree_cpu(noop.process.proc.pid)  # type: ignore[union-attr]
-                                         + tree_cpu(patching.process.proc.pid)),  # type: ignore[union-attr]
-                "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
-                "client": self_cpu,
-            })
+            meters = Meters(
+                {
+                    "apiserver": lambda: _proc_cpu(pids["apiserver"]),
+                    "etcd": lambda: _proc_cpu(pids["etcd"]),
+                    # Either no-op: only the registered one is called.
+                    "no-op server": lambda: (
+                        tree_cpu(noop.process.proc.pid)  # type: ignore[union-attr]
+                        + tree_cpu(patching.process.proc.pid)
+                    ),  # type: ignore[union-attr]
+                    "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
+                    "client": self_cpu,
+                }
+            )
             for round_ in range(args.rounds):
                 order = args.registrations if round_ % 2 == 0 else tuple(reversed(args.registrations))
                 for registration in order:
@@ -536,16 +596,27 @@ def measure(args: argparse.Namespace) -> Run:
                     for kind in args.pods:
                         for clients in CLIENTS:
                             n = args.requests * (2 if clients > 1 else 1)
-                            cell = load(api, GPU_POD if kind == "GPU" else CPU_POD, clients=clients, requests=n,
-                                        meters=meters, check=expectation(registration, kind))
+                            cell = load(
+                                api,
+                                GPU_POD if kind == "GPU" else CPU_POD,
+                                clients=clients,
+                                requests=n,
+                                meters=meters,
+                                check=expectation(registration, kind),
+                            )
                             run.cells.setdefault((registration, kind, clients), []).append(cell)
-                            print(f"round {round_ + 1}/{args.rounds}  {registration:8s} {kind} pod, {clients} "
-                                  f"client{'s' if clients > 1 else ' '}: p50 {cell.p50 * 1e3:6.2f} ms  p99 "
-                                  f"{cell.p99 * 1e3:6.2f} ms  {cell.rate:7.0f} pods/s  apiserver CPU/pod "
-                                  f"{cell.cpu['apiserver'] * 1e6:5.0f} µs", flush=True)
+                            print(
+                                f"round {round_ + 1}/{args.rounds}  {registration:8s} {kind} pod, {clients} "
+                                f"client{'s' if clients > 1 else ' '}: p50 {cell.p50 * 1e3:6.2f} ms  p99 "
+                                f"{cell.p99 * 1e3:6.2f} ms  {cell.rate:7.0f} pods/s  apiserver CPU/pod "
+                                f"{cell.cpu['apiserver'] * 1e6:5.0f} µs",
+                                flush=True,
+                            )
             run.extra["switch_seconds"] = statistics.median(registrar.switches)
-            run.extra["rss_mb"] = {"gpugate": worker_rss(gate.process.proc.pid),
-                                   "no-op": worker_rss(noop.process.proc.pid)}
+            run.extra["rss_mb"] = {
+                "gpugate": worker_rss(gate.process.proc.pid),
+                "no-op": worker_rss(noop.process.proc.pid),
+            }
             if args.write:
                 run.extra["rss_1000"] = rss_with_policies(work, cp=cp, server_args=server_args, count=1000)
         finally:
@@ -609,40 +680,56 @@ def report(run: Run) -> str:
     w("")
     w("| ratio | measured | target |")
     w("| --- | --- | --- |")
-    w(f"| gpugate's added p50 over nothing ÷ the no-op's added p50 (1 client) | {target_p50:.2f}× "
-      f"({ms(added['gpugate'])} ÷ {ms(added['no-op'])}) | ≤ 1.3× {'met' if target_p50 <= 1.3 else '**not met**'} |")
-    w(f"| gpugate's GPU pods/s ÷ the no-op's (8 clients) | {target_rate:.2f}× | ≥ 0.85× "
-      f"{'met' if target_rate >= 0.85 else '**not met**'} |")
+    w(
+        f"| gpugate's added p50 over nothing ÷ the no-op's added p50 (1 client) | {target_p50:.2f}× "
+        f"({ms(added['gpugate'])} ÷ {ms(added['no-op'])}) | ≤ 1.3× {'met' if target_p50 <= 1.3 else '**not met**'} |"
+    )
+    w(
+        f"| gpugate's GPU pods/s ÷ the no-op's (8 clients) | {target_rate:.2f}× | ≥ 0.85× "
+        f"{'met' if target_rate >= 0.85 else '**not met**'} |"
+    )
     patched = added["gpugate"] / added["no-op + patch"] if added["no-op + patch"] > 0 else float("inf")
-    w(f"| the same two, against the no-op answering with gpugate's patch (\"no-op + patch\") | {patched:.2f}× and "
-      f"{m('gpugate', 'GPU', 8, 'rate') / m('no-op + patch', 'GPU', 8, 'rate'):.2f}× | (what gpugate's own work "
-      f"costs: the apiserver applies the same patch in both) |")
+    w(
+        f'| the same two, against the no-op answering with gpugate\'s patch ("no-op + patch") | {patched:.2f}× and '
+        f"{m('gpugate', 'GPU', 8, 'rate') / m('no-op + patch', 'GPU', 8, 'rate'):.2f}× | (what gpugate's own work "
+        f"costs: the apiserver applies the same patch in both) |"
+    )
     w(f"| CEL's added p50 ÷ gpugate's added p50 (1 client) | {added['CEL'] / added['gpugate']:.2f}× | (comparison) |")
-    w(f"| CEL's GPU pods/s ÷ gpugate's (8 clients) | "
-      f"{m('CEL', 'GPU', 8, 'rate') / m('gpugate', 'GPU', 8, 'rate'):.2f}× | (comparison) |")
-    w(f"| gpugate's GPU pods/s ÷ nothing's (8 clients) | "
-      f"{m('gpugate', 'GPU', 8, 'rate') / m('nothing', 'GPU', 8, 'rate'):.2f}× | (comparison) |")
+    w(
+        f"| CEL's GPU pods/s ÷ gpugate's (8 clients) | "
+        f"{m('CEL', 'GPU', 8, 'rate') / m('gpugate', 'GPU', 8, 'rate'):.2f}× | (comparison) |"
+    )
+    w(
+        f"| gpugate's GPU pods/s ÷ nothing's (8 clients) | "
+        f"{m('gpugate', 'GPU', 8, 'rate') / m('nothing', 'GPU', 8, 'rate'):.2f}× | (comparison) |"
+    )
     w("")
     w("### CPU pods (the webhooks' `matchConditions` keep them away from the servers)")
     w("")
     w("| registered | CPU pod p50, 1 client | ÷ nothing | CPU pods/s, 8 clients | ÷ nothing | apiserver CPU / pod |")
     w("| --- | --- | --- | --- | --- | --- |")
     for r in REGISTRATIONS:
-        w(f"| {r} | {ms(m(r, 'CPU', 1, 'p50'))} | {m(r, 'CPU', 1, 'p50') / m('nothing', 'CPU', 1, 'p50'):.2f}× | "
-          f"{m(r, 'CPU', 8, 'rate'):,.0f} | {m(r, 'CPU', 8, 'rate') / m('nothing', 'CPU', 8, 'rate'):.2f}× | "
-          f"{us(run.cpu(r, 'CPU', 8, 'apiserver'))} |")
+        w(
+            f"| {r} | {ms(m(r, 'CPU', 1, 'p50'))} | {m(r, 'CPU', 1, 'p50') / m('nothing', 'CPU', 1, 'p50'):.2f}× | "
+            f"{m(r, 'CPU', 8, 'rate'):,.0f} | {m(r, 'CPU', 8, 'rate') / m('nothing', 'CPU', 8, 'rate'):.2f}× | "
+            f"{us(run.cpu(r, 'CPU', 8, 'apiserver'))} |"
+        )
     w("")
     for kind in PODS:
         w(f"### {kind} pods")
         w("")
-        w("| registered | p50, 1 client | p99, 1 client | pods/s, 1 client | p50, 8 clients | p99, 8 clients | "
-          "pods/s, 8 clients | p50 range over rounds (1 client) |")
+        w(
+            "| registered | p50, 1 client | p99, 1 client | pods/s, 1 client | p50, 8 clients | p99, 8 clients | "
+            "pods/s, 8 clients | p50 range over rounds (1 client) |"
+        )
         w("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in REGISTRATIONS:
             lo, hi = run.spread(r, kind, 1, "p50")
-            w(f"| {r} | {ms(m(r, kind, 1, 'p50'))} | {ms(m(r, kind, 1, 'p99'))} | {m(r, kind, 1, 'rate'):,.0f} | "
-              f"{ms(m(r, kind, 8, 'p50'))} | {ms(m(r, kind, 8, 'p99'))} | {m(r, kind, 8, 'rate'):,.0f} | "
-              f"{lo * 1e3:.2f}–{hi * 1e3:.2f} ms |")
+            w(
+                f"| {r} | {ms(m(r, kind, 1, 'p50'))} | {ms(m(r, kind, 1, 'p99'))} | {m(r, kind, 1, 'rate'):,.0f} | "
+                f"{ms(m(r, kind, 8, 'p50'))} | {ms(m(r, kind, 8, 'p99'))} | {m(r, kind, 8, 'rate'):,.0f} | "
+                f"{lo * 1e3:.2f}–{hi * 1e3:.2f} ms |"
+            )
         w("")
     w("### CPU per GPU pod, 8 clients (CPU seconds ÷ pods created)")
     w("")
@@ -652,19 +739,29 @@ def report(run: Run) -> str:
     for r in REGISTRATIONS:
         w(f"| {r} | " + " | ".join(us(run.cpu(r, "GPU", 8, p)) for p in processes) + " |")
     w("")
-    w(f"gpugate's server CPU per admitted GPU pod (a `/mutate` and a `/validate` call): "
-      f"{us(run.cpu('gpugate', 'GPU', 8, 'gpugate server'))} at 8 clients, "
-      f"{us(run.cpu('gpugate', 'GPU', 1, 'gpugate server'))} at 1 client; the no-op's: "
-      f"{us(run.cpu('no-op', 'GPU', 8, 'no-op server'))} and {us(run.cpu('no-op', 'GPU', 1, 'no-op server'))}.")
+    w(
+        f"gpugate's server CPU per admitted GPU pod (a `/mutate` and a `/validate` call): "
+        f"{us(run.cpu('gpugate', 'GPU', 8, 'gpugate server'))} at 8 clients, "
+        f"{us(run.cpu('gpugate', 'GPU', 1, 'gpugate server'))} at 1 client; the no-op's: "
+        f"{us(run.cpu('no-op', 'GPU', 8, 'no-op server'))} and {us(run.cpu('no-op', 'GPU', 1, 'no-op server'))}."
+    )
     rss = run.extra.get("rss_mb", {})
     if rss:
-        w(f"Worker RSS at the end: gpugate {', '.join(f'{v:.0f}' for v in rss['gpugate'])} MB; "
-          f"no-op {', '.join(f'{v:.0f}' for v in rss['no-op'])} MB.")
+        w(
+            f"Worker RSS at the end: gpugate {', '.join(f'{v:.0f}' for v in rss['gpugate'])} MB; "
+            f"no-op {', '.join(f'{v:.0f}' for v in rss['no-op'])} MB."
+        )
     return "\n".join(lines)
 
 
-def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] | None,
-             scale: str | None, parts: list[tuple[str, float]] | None = None) -> str:
+def document(
+    run: Run,
+    measured: str,
+    *,
+    decisions: dict[str, dict[str, float]] | None,
+    scale: str | None,
+    parts: list[tuple[str, float]] | None = None,
+) -> str:
     """docs/performance.md: the targets first, then the machine, the tables and how noise was handled."""
     argv = " ".join(["bench/apiserver.py", *run.argv])
     out = [
@@ -680,7 +777,7 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
         "nothing registered; deploy/'s two webhook configurations pointed at a no-op app on gpugate's own stack "
         "(bench/noop.py under `gpugate serve`: gunicorn gthread, TLS, flask; it parses the review and answers "
         "allowed); the same no-op answering `/mutate` with the JSON patch gpugate produces for this pod "
-        "(\"no-op + patch\", a control: what the apiserver's side of any mutating webhook costs); the same "
+        '("no-op + patch", a control: what the apiserver\'s side of any mutating webhook costs); the same '
         "configurations pointed at gpugate (policies/); and an in-process CEL equivalent of "
         "gpugate's basic injections and checks (bench/cel-equivalent.yaml: a MutatingAdmissionPolicy adding the "
         "runtime class, the GPU toleration, the default model's nodeSelector and the team label from the "
@@ -702,9 +799,15 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
         "",
     ]
     if decisions:
-        out += ["## The decision alone", "", "`bench/decisions.py`, in this run: CPU time per call, no HTTP; "
-                "`/validate` is given the object `/mutate` produced, as the apiserver gives it.", "",
-                "| pod | mutate | validate | mutate + validate | target |", "| --- | --- | --- | --- | --- |"]
+        out += [
+            "## The decision alone",
+            "",
+            "`bench/decisions.py`, in this run: CPU time per call, no HTTP; "
+            "`/validate` is given the object `/mutate` produced, as the apiserver gives it.",
+            "",
+            "| pod | mutate | validate | mutate + validate | target |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for name, calls in decisions.items():
             total = calls["mutate"] + calls["validate"]
             target = ""
@@ -713,16 +816,24 @@ def document(run: Run, measured: str, *, decisions: dict[str, dict[str, float]] 
             out.append(f"| {name} | {us(calls['mutate'])} | {us(calls['validate'])} | {us(total)} | {target} |")
         out.append("")
     if parts:
-        out += ["Where the every-field pod's mutate + validate goes (`bench/decisions.py`, each part timed by a "
-                "wrapper, CPU time):", "", "| part | per mutate + validate |", "| --- | --- |"]
+        out += [
+            "Where the every-field pod's mutate + validate goes (`bench/decisions.py`, each part timed by a "
+            "wrapper, CPU time):",
+            "",
+            "| part | per mutate + validate |",
+            "| --- | --- |",
+        ]
         out += [f"| {name} | {seconds * 1e6:.1f} µs |" for name, seconds in parts]
         out.append("")
     if scale:
         out += ["## Scale: 1,000 policies", "", "`bench/scale.py`, in this run (" + SCALE_NOTE + ").", "", scale, ""]
     out += ["## The machine", "", "| | |", "| --- | --- |"]
     out += [f"| {k} | {v} |" for k, v in run.machine.items()]
-    out += [f"| load average (1, 5, 15 min) | before {' '.join(run.load_before.split()[:3])}, "
-            f"after {' '.join(run.load_after.split()[:3])} |", ""]
+    out += [
+        f"| load average (1, 5, 15 min) | before {' '.join(run.load_before.split()[:3])}, "
+        f"after {' '.join(run.load_after.split()[:3])} |",
+        "",
+    ]
     client_share = run.cpu("nothing", "GPU", 8, "client") / max(run.cpu("nothing", "GPU", 8, "apiserver"), 1e-9)
     out += ["## Noise", "", NOISE_NOTE.format(rounds=run.args.rounds, client_share=client_share), ""]
     out += ["## What was changed, and what was measured and left", "", TUNING_NOTE, ""]
@@ -740,21 +851,25 @@ def findings(run: Run, decisions: dict[str, dict[str, float]] | None) -> list[st
         f"- **The two serving targets, and why they are not met** (when the table says so): against the no-op, "
         f"gpugate's added p50 is {added['gpugate'] / added['no-op']:.2f}× (target ≤ 1.3×) and its 8-client "
         f"pods/s {m('gpugate', 'GPU', 8, 'rate') / m('no-op', 'GPU', 8, 'rate'):.2f}× (≥ 0.85×). The no-op "
-        f"answers without a patch; answering with gpugate's patch alone (\"no-op + patch\") costs the apiserver "
+        f'answers without a patch; answering with gpugate\'s patch alone ("no-op + patch") costs the apiserver '
         f"{us(patch_cost)} more CPU per pod (decoding the patch, applying it, decoding the object again) and "
         f"takes the no-op to {added['no-op + patch'] / added['no-op']:.2f}× its added p50 and "
         f"{m('no-op + patch', 'GPU', 8, 'rate') / m('no-op', 'GPU', 8, 'rate'):.2f}× its pods/s. Against that "
         f"patching no-op, gpugate's figures are {added['gpugate'] / added['no-op + patch']:.2f}× and "
         f"{m('gpugate', 'GPU', 8, 'rate') / m('no-op + patch', 'GPU', 8, 'rate'):.2f}×: what is left is gpugate's "
-        f"own work, {us(ours - floor)} more server CPU per pod than the no-op for two decisions.")
+        f"own work, {us(ours - floor)} more server CPU per pod than the no-op for two decisions."
+    )
     # CPU pods: the matchConditions keep them from both servers; what remains is the apiserver's CEL.
     cells = run.cells[("nothing", "CPU", 1)]
     spread = max(c.p50 for c in cells) / min(c.p50 for c in cells)
     slower = {r: m(r, "CPU", 1, "p50") / m("nothing", "CPU", 1, "p50") for r in ("no-op", "gpugate")}
     fewer = {r: m(r, "CPU", 8, "rate") / m("nothing", "CPU", 8, "rate") for r in ("no-op", "gpugate")}
     extra = cpu("gpugate", "CPU", 8, "apiserver") - cpu("nothing", "CPU", 8, "apiserver")
-    verdict = ("slower" if slower["gpugate"] > spread and fewer["gpugate"] < 1 / spread
-               else "not measurably slower (the difference is within the round-to-round spread of nothing)")
+    verdict = (
+        "slower"
+        if slower["gpugate"] > spread and fewer["gpugate"] < 1 / spread
+        else "not measurably slower (the difference is within the round-to-round spread of nothing)"
+    )
     out.append(
         f"- **CPU pods with gpugate registered are {verdict}**: p50 {slower['gpugate']:.2f}× and "
         f"{fewer['gpugate']:.2f}× the pods/s of nothing, as with the no-op registered ({slower['no-op']:.2f}×, "
@@ -762,44 +877,58 @@ def findings(run: Run, decisions: dict[str, dict[str, float]] | None) -> list[st
         f"server is called for a CPU pod (gpugate's server CPU per CPU pod: "
         f"{us(cpu('gpugate', 'CPU', 8, 'gpugate server'))}). What a CPU pod pays is the apiserver evaluating "
         f"both webhooks' `matchConditions` (CEL): {us(extra)} of apiserver CPU per pod over nothing. "
-        f"Round-to-round spread of nothing's CPU-pod p50: {spread:.2f}×.")
-    line = (f"- **Where gpugate's time goes**: its server spends {us(ours)} of CPU per GPU pod (a `/mutate` and a "
-            f"`/validate` call) where the no-op on the same stack spends {us(floor)}; the no-op's share is what "
-            f"gunicorn, TLS, flask and JSON cost (the floor).")
+        f"Round-to-round spread of nothing's CPU-pod p50: {spread:.2f}×."
+    )
+    line = (
+        f"- **Where gpugate's time goes**: its server spends {us(ours)} of CPU per GPU pod (a `/mutate` and a "
+        f"`/validate` call) where the no-op on the same stack spends {us(floor)}; the no-op's share is what "
+        f"gunicorn, TLS, flask and JSON cost (the floor)."
+    )
     if decisions:
         small = decisions["small GPU pod"]
-        line += (f" The decision itself, measured alone on the same machine in this run, is "
-                 f"{us(small['mutate'] + small['validate'])} for this pod (mutate + validate).")
+        line += (
+            f" The decision itself, measured alone on the same machine in this run, is "
+            f"{us(small['mutate'] + small['validate'])} for this pod (mutate + validate)."
+        )
     out.append(line)
-    apiserver_cost = {r: cpu(r, "GPU", 8, "apiserver") - cpu("nothing", "GPU", 8, "apiserver")
-                      for r in ("no-op", "no-op + patch", "gpugate", "CEL")}
+    apiserver_cost = {
+        r: cpu(r, "GPU", 8, "apiserver") - cpu("nothing", "GPU", 8, "apiserver")
+        for r in ("no-op", "no-op + patch", "gpugate", "CEL")
+    }
     out.append(
         f"- **What the apiserver itself spends**: over nothing, per GPU pod, {us(apiserver_cost['no-op'])} of "
         f"apiserver CPU to call the no-op's two webhooks, {us(apiserver_cost['no-op + patch'])} when the no-op "
         f"answers with gpugate's patch, {us(apiserver_cost['gpugate'])} to call gpugate's, "
         f"{us(apiserver_cost['CEL'])} to run the CEL policies. A webhook costs the apiserver an HTTPS round "
         f"trip with the object encoded and decoded twice; the CEL policies cost it evaluation and, for the "
-        f"mutation, re-encoding the object.")
-    total = {r: sum(cpu(r, "GPU", 8, p) for p in ("apiserver", "etcd", "no-op server", "gpugate server", "client"))
-             for r in REGISTRATIONS}
+        f"mutation, re-encoding the object."
+    )
+    total = {
+        r: sum(cpu(r, "GPU", 8, p) for p in ("apiserver", "etcd", "no-op server", "gpugate server", "client"))
+        for r in REGISTRATIONS
+    }
     out.append(
         "- **The CPU budget per GPU pod** (apiserver + etcd + webhook server + client, 8 clients): "
         + ", ".join(f"{r} {us(total[r])}" for r in REGISTRATIONS)
         + f". With the cores saturated, pods/s go as the inverse: gpugate's budget is "
         f"{total['no-op'] / total['gpugate']:.2f}× the no-op's inverse. Of gpugate's excess over the no-op, "
         f"{us(apiserver_cost['gpugate'] - apiserver_cost['no-op'])} is the apiserver's (decoding and applying "
-        f"gpugate's JSON patch: the no-op answers without one; \"no-op + patch\" shows the same) and "
-        f"{us(ours - floor)} gpugate's own.")
+        f'gpugate\'s JSON patch: the no-op answers without one; "no-op + patch" shows the same) and '
+        f"{us(ours - floor)} gpugate's own."
+    )
     out.append(
         "- **What the webhook buys over CEL**: bench/cel-equivalent.yaml covers one default policy (runtime "
         "class, toleration, one model selector, the team label) and whole GPUs; gpugate's policies select by "
         "namespace glob and label, pick model classes by what the pod requests, check limits, shapes, holders "
-        "and workload templates, and answer with messages that name the policy and the fix.")
+        "and workload templates, and answer with messages that name the policy and the fix."
+    )
     return out
 
 
-SCALE_NOTE = ("1,000 policies selecting namespaces by glob, exact name and namespaceSelector, some also by "
-              "podSelector, above policies/00-default.yaml as the fallback")
+SCALE_NOTE = (
+    "1,000 policies selecting namespaces by glob, exact name and namespaceSelector, some also by "
+    "podSelector, above policies/00-default.yaml as the fallback"
+)
 
 NOISE_NOTE = """\
 The machine is shared (the load averages above include other people's builds and tests), so:
@@ -872,18 +1001,34 @@ TUNING_NOTE = """\
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved repetitions (default 5)")
-    parser.add_argument("--requests", type=int, default=300,
-                        help="pod creates per cell with 1 client; twice as many with 8 (default 300)")
-    parser.add_argument("--server-args", default="",
-                        help="extra `gpugate serve` options for both servers, e.g. '--workers 2 --threads 4'")
-    parser.add_argument("--registrations", default=",".join(REGISTRATIONS),
-                        help="comma-separated subset to measure, for experiments (the report needs all four)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=300,
+        help="pod creates per cell with 1 client; twice as many with 8 (default 300)",
+    )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="extra `gpugate serve` options for both servers, e.g. '--workers 2 --threads 4'",
+    )
+    parser.add_argument(
+        "--registrations",
+        default=",".join(REGISTRATIONS),
+        help="comma-separated subset to measure, for experiments (the report needs all four)",
+    )
     parser.add_argument("--cel-file", default=str(CEL_FILE), help=f"the CEL equivalent (default {CEL_FILE.name})")
     parser.add_argument("--pods", default=",".join(PODS), help="comma-separated subset of GPU,CPU, for experiments")
-    parser.add_argument("--quick", action="store_true",
-                        help="1 round of 20 requests, no decision or scale benchmark: checks that it all works")
-    parser.add_argument("--write", metavar="FILE", help="also run bench/decisions.py and bench/scale.py and "
-                        "write the whole report there (docs/performance.md)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 round of 20 requests, no decision or scale benchmark: checks that it all works",
+    )
+    parser.add_argument(
+        "--write",
+        metavar="FILE",
+        help="also run bench/decisions.py and bench/scale.py and write the whole report there (docs/performance.md)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.requests = 1, 20
@@ -904,8 +1049,10 @@ def main(argv: list[str] | None = None) -> int:
     text = report(run)
     print()
     print(text)
-    print(f"\n{run.args.rounds} rounds in {run.duration:.0f} s; load average before {run.load_before}, "
-          f"after {run.load_after}")
+    print(
+        f"\n{run.args.rounds} rounds in {run.duration:.0f} s; load average before {run.load_before}, "
+        f"after {run.load_after}"
+    )
     if args.write:
         from bench import decisions as decisions_bench
         from bench import scale as scale_bench

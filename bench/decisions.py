@@ -81,6 +81,7 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
                 return fn(*args, **kwargs)
             finally:
                 spent[name] = spent.get(name, 0.0) + time.process_time() - started
+
         return run
 
     environment = env(load_policies(REPO / "policies"), {"default": {"team": "ml"}})
@@ -88,8 +89,9 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
     mutated = request(apply(obj, mutate(req, environment).patch))
     saved = (list(registry._RULES), admission._subjects, admission.make_patch)
     try:
-        registry._RULES[:] = [dataclasses.replace(r, run=timed(f"rule {r.name} ({r.action})", r.run))
-                              for r in registry._RULES]
+        registry._RULES[:] = [
+            dataclasses.replace(r, run=timed(f"rule {r.name} ({r.action})", r.run)) for r in registry._RULES
+        ]
         admission._subjects = timed("finding the pods and their policies", admission._subjects)
         admission.make_patch = timed("the JSON patch (diff and check)", admission.make_patch)
         started = time.process_time()

@@ -22,8 +22,9 @@ PROBE_ANNOTATION = "bench.gpugate.io/deny"
 PATCH = os.environ.get("BENCH_NOOP_PATCH", "")
 
 
-def build_app(policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None,
-              **_: Any) -> Flask:
+def build_app(
+    policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None, **_: Any
+) -> Flask:
     app = Flask("noop")
 
     def answer(endpoint: str) -> Response:
@@ -34,8 +35,11 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Ca
         if PATCH and endpoint == "mutate" and PROBE_ANNOTATION not in annotations:
             response.update(patchType="JSONPatch", patch=base64.b64encode(PATCH.encode()).decode())
         if annotations.get(PROBE_ANNOTATION) == endpoint:
-            response = {"uid": req["uid"], "allowed": False,
-                        "status": {"code": 403, "message": f"no-op {endpoint} probe"}}
+            response = {
+                "uid": req["uid"],
+                "allowed": False,
+                "status": {"code": 403, "message": f"no-op {endpoint} probe"},
+            }
         body = {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
         return Response(json.dumps(body), mimetype="application/json")
 

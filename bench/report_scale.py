@@ -35,8 +35,16 @@ def fleet(gpus: int) -> Fleet:
         def attribution(kind: str, name: str, team: str = team, node: int = node) -> dict[str, str]:
             return {"team": team, "cost_center": f"cc-{node % 7}", "workload_kind": kind, "workload_name": name}
 
-        def gpu(index: int, pod: tuple[str, str], util: float, *, begin: int = 0, end: int = WEEK,
-                host: str = host, node: int = node) -> None:
+        def gpu(
+            index: int,
+            pod: tuple[str, str],
+            util: float,
+            *,
+            begin: int = 0,
+            end: int = WEEK,
+            host: str = host,
+            node: int = node,
+        ) -> None:
             labels = dcgm_labels(gpu=index, uuid=f"GPU-{node:03d}-{index}", model=A100, host=host, pod=pod)
             fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, begin=begin, end=end)
             fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, util, begin=begin, end=end)
@@ -44,20 +52,39 @@ def fleet(gpus: int) -> Fleet:
 
         namespace = f"ns-{node % 40:02d}"
         train, serve = f"train-{node:03d}-0", f"serve-{node:03d}-0"
-        fleet.pod(namespace, train, node=host, resources={"nvidia_com_gpu": 4},
-                  attribution=attribution("StatefulSet", f"train-{node:03d}"), phases=("Pending", "Running"))
+        fleet.pod(
+            namespace,
+            train,
+            node=host,
+            resources={"nvidia_com_gpu": 4},
+            attribution=attribution("StatefulSet", f"train-{node:03d}"),
+            phases=("Pending", "Running"),
+        )
         for index in range(4):
             gpu(index, (namespace, train), 85.0 if node % 3 else 4.0)
-        fleet.pod(namespace, serve, node=host, resources={"nvidia_com_gpu": 2},
-                  attribution=attribution("Deployment", f"serve-{node:03d}"), phases=("Pending", "Running"))
+        fleet.pod(
+            namespace,
+            serve,
+            node=host,
+            resources={"nvidia_com_gpu": 2},
+            attribution=attribution("Deployment", f"serve-{node:03d}"),
+            phases=("Pending", "Running"),
+        )
         for index in (4, 5):
             gpu(index, (namespace, serve), 40.0 if node % 2 else 2.0)
         for day in range(7):
             for index in (6, 7):
                 job = f"job-{node:03d}-{index}-{day}"
-                fleet.pod(namespace, job, node=host, resources={"nvidia_com_gpu": 1},
-                          attribution=attribution("Job", f"job-{node:03d}-{index}"), begin=day * DAY,
-                          end=(day + 1) * DAY, phases=("Pending", "Running"))
+                fleet.pod(
+                    namespace,
+                    job,
+                    node=host,
+                    resources={"nvidia_com_gpu": 1},
+                    attribution=attribution("Job", f"job-{node:03d}-{index}"),
+                    begin=day * DAY,
+                    end=(day + 1) * DAY,
+                    phases=("Pending", "Running"),
+                )
                 gpu(index, (namespace, job), 60.0 if (day + index) % 2 else 1.0, begin=day * DAY, end=(day + 1) * DAY)
     return fleet
 
@@ -75,8 +102,19 @@ def backfill(gpus: int, directory: Path) -> tuple[int, float, float]:
             samples += description.write(stream, since=part * 12 * HOUR, until=(part + 1) * 12 * HOUR)
         generate += time.monotonic() - started
         started = time.monotonic()
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=12h",
-                        str(openmetrics), str(tsdb)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--max-block-duration=12h",
+                str(openmetrics),
+                str(tsdb),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         load += time.monotonic() - started
         openmetrics.unlink()
         print(f"  backfilled {part + 1}/14 half-days, {samples:,} samples", file=sys.stderr)
@@ -98,18 +136,37 @@ def main() -> None:
     try:
         end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END))
         for output in ("table", "json", "html"):
-            command = [str(Path(sys.executable).with_name("gpugate")), "report", "--prometheus", prometheus.url,
-                       "--end", end, "--window", "7d", "--step", args.step, "-o", output]
+            command = [
+                str(Path(sys.executable).with_name("gpugate")),
+                "report",
+                "--prometheus",
+                prometheus.url,
+                "--end",
+                end,
+                "--window",
+                "7d",
+                "--step",
+                args.step,
+                "-o",
+                output,
+            ]
             started = time.monotonic()
             result = subprocess.run(command, capture_output=True, text=True, check=False)
             elapsed = time.monotonic() - started
             if result.returncode != 0:
                 raise SystemExit(f"gpugate report failed ({result.returncode}): {result.stderr}")
             if output == "table":
-                print("\n".join(result.stdout.splitlines()[:3] + ["  ..."] + [
-                    line for line in result.stdout.splitlines() if line.startswith("TOTAL")]))
-            print(f"-o {output}: {elapsed:.1f} s, {len(result.stdout):,} bytes "
-                  f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)")
+                print(
+                    "\n".join(
+                        result.stdout.splitlines()[:3]
+                        + ["  ..."]
+                        + [line for line in result.stdout.splitlines() if line.startswith("TOTAL")]
+                    )
+                )
+            print(
+                f"-o {output}: {elapsed:.1f} s, {len(result.stdout):,} bytes "
+                f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)"
+            )
     finally:
         prometheus.process.terminate()
         prometheus.process.wait(timeout=60)

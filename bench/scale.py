@@ -129,18 +129,22 @@ def measure(count: int, *, seconds: float = 1.0, rss: bool = True) -> Scale:
         middle = count // 2 - count // 2 % 12  # a namespace-glob policy with a podSelector
         cases = {
             "fallback (every policy passed over)": request(gpu_pod(1, namespace="default")),
-            f"policy {middle} of {count}": request(gpu_pod(1, namespace=f"team-{middle:04d}-x",
-                                                           labels={"app": f"app-{middle:04d}"})),
+            f"policy {middle} of {count}": request(
+                gpu_pod(1, namespace=f"team-{middle:04d}-x", labels={"app": f"app-{middle:04d}"})
+            ),
         }
         for case, req in cases.items():
             env_one = Environment(policies=one_set, namespace_labels=labels_of)
             env_many = Environment(policies=many_set, namespace_labels=labels_of)
             decided = mutate(req, env_many)
             result.governing[case] = decided.policy
-            result.decisions[case] = (per_decision(env_one, req, seconds=seconds),
-                                      per_decision(env_many, req, seconds=seconds))
-        result.reload_seconds, result.worst_request_before_reload, result.worst_request_during_reload = \
+            result.decisions[case] = (
+                per_decision(env_one, req, seconds=seconds),
+                per_decision(env_many, req, seconds=seconds),
+            )
+        result.reload_seconds, result.worst_request_before_reload, result.worst_request_during_reload = (
             reload_under_load(many, cases["fallback (every policy passed over)"])
+        )
         if rss:
             result.rss_mb = worker_rss(many)
     return result
@@ -190,8 +194,11 @@ def worker_rss(policies: Path) -> list[float]:
     body = (REPO / "policies" / "examples" / "review-gpu-pod.json").read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp)
-        subprocess.run([str(GPUGATE), "certs", "--service", "gpugate", "--namespace", "gpugate", "--out", tmp,
-                        "--force"], check=True, capture_output=True)
+        subprocess.run(
+            [str(GPUGATE), "certs", "--service", "gpugate", "--namespace", "gpugate", "--out", tmp, "--force"],
+            check=True,
+            capture_output=True,
+        )
         proc, port = start(certs, "--policies", str(policies))
         try:
             load(port, certs, body, requests=200, clients=4)
@@ -214,24 +221,34 @@ def report(result: Scale, *, rss: list[float] | None = None) -> str:
     w("| --- | --- | --- | --- | --- |")
     for case, (one, many) in result.decisions.items():
         ratio = many / one
-        w(f"| {case}: governed by `{result.governing[case]}` | {one * 1e6:.0f} µs | {many * 1e6:.0f} µs | "
-          f"{ratio:.2f}× | ≤ 1.2× {'met' if ratio <= 1.2 else '**not met**'} |")
+        w(
+            f"| {case}: governed by `{result.governing[case]}` | {one * 1e6:.0f} µs | {many * 1e6:.0f} µs | "
+            f"{ratio:.2f}× | ≤ 1.2× {'met' if ratio <= 1.2 else '**not met**'} |"
+        )
     w("")
     w("| reload | measured | target |")
     w("| --- | --- | --- |")
-    w(f"| a reload of {result.count:,} policies: read, parse and validate (CPU time) | {result.load_seconds:.2f} s | "
-      f"< 1 s {'met' if result.load_seconds < 1 else '**not met**'} |")
-    w(f"| from the edit until the new set is in force, while a thread decides without pause in the same process "
-      f"(wall time: the reload thread shares the GIL and the machine) | {result.reload_seconds:.2f} s | (shown) |")
+    w(
+        f"| a reload of {result.count:,} policies: read, parse and validate (CPU time) | {result.load_seconds:.2f} s | "
+        f"< 1 s {'met' if result.load_seconds < 1 else '**not met**'} |"
+    )
+    w(
+        f"| from the edit until the new set is in force, while a thread decides without pause in the same process "
+        f"(wall time: the reload thread shares the GIL and the machine) | {result.reload_seconds:.2f} s | (shown) |"
+    )
     # A request that waited for the reload would take about as long as the reload itself.
     blocked = result.worst_request_during_reload > result.reload_seconds / 2
-    w(f"| slowest decision while the reload runs (before it: {result.worst_request_before_reload * 1e3:.1f} ms; "
-      f"one that waited for the reload would take ~{result.reload_seconds:.1f} s) | "
-      f"{result.worst_request_during_reload * 1e3:.1f} ms | never blocked: {'**not met**' if blocked else 'met'} |")
+    w(
+        f"| slowest decision while the reload runs (before it: {result.worst_request_before_reload * 1e3:.1f} ms; "
+        f"one that waited for the reload would take ~{result.reload_seconds:.1f} s) | "
+        f"{result.worst_request_during_reload * 1e3:.1f} ms | never blocked: {'**not met**' if blocked else 'met'} |"
+    )
     rss = rss or result.rss_mb
     if rss:
-        w(f"| RSS per `gpugate serve` worker with {result.count:,} policies, after 400 reviews | "
-          f"{', '.join(f'{v:.0f}' for v in rss)} MB | < 100 MB {'met' if max(rss) < 100 else '**not met**'} |")
+        w(
+            f"| RSS per `gpugate serve` worker with {result.count:,} policies, after 400 reviews | "
+            f"{', '.join(f'{v:.0f}' for v in rss)} MB | < 100 MB {'met' if max(rss) < 100 else '**not met**'} |"
+        )
     return "\n".join(lines)
 
 

@@ -35,9 +35,24 @@ def free_port() -> int:
 def start(certs: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([str(GPUGATE), "serve", "--policies", str(REPO / "policies"), "--cert",
-                             str(certs / "tls.crt"), "--key", str(certs / "tls.key"), "--bind", f"127.0.0.1:{port}",
-                             *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(GPUGATE),
+            "serve",
+            "--policies",
+            str(REPO / "policies"),
+            "--cert",
+            str(certs / "tls.crt"),
+            "--key",
+            str(certs / "tls.key"),
+            "--bind",
+            f"127.0.0.1:{port}",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -91,8 +106,11 @@ def main() -> None:
     body = (REPO / "policies" / "examples" / "review-gpu-pod.json").read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp)
-        subprocess.run([str(GPUGATE), "certs", "--service", "gpugate", "--namespace", "gpugate", "--out", tmp,
-                        "--force"], check=True, capture_output=True)
+        subprocess.run(
+            [str(GPUGATE), "certs", "--service", "gpugate", "--namespace", "gpugate", "--out", tmp, "--force"],
+            check=True,
+            capture_output=True,
+        )
         for label, extra in (("no-op", ("--app-factory", "bench.noop:build_app")), ("gpugate /mutate", ())):
             proc, port = start(certs, *extra)
             try:
@@ -102,8 +120,10 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(timeout=30)
             q = statistics.quantiles(latencies, n=100)
-            print(f"{label:16s} {rate:7.0f} req/s   p50 {q[49] * 1e3:5.2f} ms   p99 {q[98] * 1e3:5.2f} ms   "
-                  f"({len(latencies)} requests, {args.clients} keep-alive clients)")
+            print(
+                f"{label:16s} {rate:7.0f} req/s   p50 {q[49] * 1e3:5.2f} ms   p99 {q[98] * 1e3:5.2f} ms   "
+                f"({len(latencies)} requests, {args.clients} keep-alive clients)"
+            )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture(autouse=True)
-def every_patch_yields_a_valid_object(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def every_patch_yields_a_valid_object(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """Every patch the admission code produces in any test is applied with RFC 6902 semantics (python-json-patch)
     to the original, and the result must validate against the newest upstream schema, strictly.
 

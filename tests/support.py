@@ -45,8 +45,11 @@ STANDARD = {
     "runtimeClassName": "nvidia",
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "limits": {"maxPerContainer": 4, "maxPerPod": 8},
-    "models": {"nodeLabel": "nvidia.com/gpu.product", "default": "l4",
-               "classes": {"l4": ["NVIDIA-L4"], "h100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]}},
+    "models": {
+        "nodeLabel": "nvidia.com/gpu.product",
+        "default": "l4",
+        "classes": {"l4": ["NVIDIA-L4"], "h100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]},
+    },
     "attribution": {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}},
 }
 
@@ -55,8 +58,13 @@ def standard(**overrides: Any) -> PolicySet:
     return policy("standard", **{**STANDARD, **overrides})
 
 
-def container(name: str = "main", *, limits: Mapping[str, Any] | None = None,
-              requests: Mapping[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def container(
+    name: str = "main",
+    *,
+    limits: Mapping[str, Any] | None = None,
+    requests: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", **extra}
     resources: dict[str, Any] = {}
     if limits is not None:
@@ -68,9 +76,15 @@ def container(name: str = "main", *, limits: Mapping[str, Any] | None = None,
     return c
 
 
-def pod(*containers: Mapping[str, Any], name: str = "p", namespace: str = "default",
-        labels: Mapping[str, str] | None = None, init: list[Mapping[str, Any]] | None = None,
-        default_requests: bool = True, **spec: Any) -> dict[str, Any]:
+def pod(
+    *containers: Mapping[str, Any],
+    name: str = "p",
+    namespace: str = "default",
+    labels: Mapping[str, str] | None = None,
+    init: list[Mapping[str, Any]] | None = None,
+    default_requests: bool = True,
+    **spec: Any,
+) -> dict[str, Any]:
     """A Pod as the apiserver sends it: requests defaulted from limits unless told otherwise."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
@@ -94,18 +108,27 @@ def gpu_pod(gpus: Any = 1, **kw: Any) -> dict[str, Any]:
     return pod(container(limits={"nvidia.com/gpu": gpus}), **kw)
 
 
-def request(obj: Mapping[str, Any] | None, *, operation: str = "CREATE", old: Mapping[str, Any] | None = None,
-            sub_resource: str | None = None, uid: str = "0b1c-uid") -> dict[str, Any]:
+def request(
+    obj: Mapping[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: Mapping[str, Any] | None = None,
+    sub_resource: str | None = None,
+    uid: str = "0b1c-uid",
+) -> dict[str, Any]:
     source = obj if obj is not None else old
     assert source is not None
     group, _, version = str(source["apiVersion"]).rpartition("/")
     req: dict[str, Any] = {
-        "uid": uid, "operation": operation,
+        "uid": uid,
+        "operation": operation,
         "kind": {"group": group, "version": version, "kind": source["kind"]},
         "resource": {"group": group, "version": version, "resource": source["kind"].lower() + "s"},
         "namespace": source.get("metadata", {}).get("namespace", "default"),
         "name": source.get("metadata", {}).get("name", ""),
-        "object": obj, "oldObject": old, "dryRun": False,
+        "object": obj,
+        "oldObject": old,
+        "dryRun": False,
     }
     if sub_resource:
         req["subResource"] = sub_resource
@@ -133,8 +156,11 @@ def schema_check(obj: Mapping[str, Any]) -> None:
             raise
     for shape in shapes:
         template = dig(obj, shape.template)
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-                                      "template": template}, SCHEMA_VERSION, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template},
+            SCHEMA_VERSION,
+            strict=True,
+        )
 
 
 def apply(obj: Mapping[str, Any], patch: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -145,8 +171,9 @@ def apply(obj: Mapping[str, Any], patch: list[dict[str, Any]] | None) -> dict[st
     return dict(result)
 
 
-def mutated(obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None,
-            check_schema: bool = True) -> tuple[dict[str, Any], Decision]:
+def mutated(
+    obj: Mapping[str, Any], policy_set: PolicySet, *, labels: Any = None, check_schema: bool = True
+) -> tuple[dict[str, Any], Decision]:
     """Run /mutate, apply its patch, and check the result against the upstream schema."""
     decision = mutate(request(obj), env(policy_set, labels))
     result = apply(obj, decision.patch)

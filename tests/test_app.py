@@ -24,8 +24,10 @@ def policy_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def client(policy_dir):
-    app = create_app(policies=PolicyStore(policy_dir, interval=0),
-                     namespace_labels=lambda ns: {"team": "vision"} if ns == "default" else {})
+    app = create_app(
+        policies=PolicyStore(policy_dir, interval=0),
+        namespace_labels=lambda ns: {"team": "vision"} if ns == "default" else {},
+    )
     return app.test_client()
 
 
@@ -69,15 +71,21 @@ def test_v1beta1_reviews_are_answered_in_v1beta1(client):
     assert post(client, "/mutate", body).get_json()["apiVersion"] == "admission.k8s.io/v1beta1"
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    (b"not json", "not JSON"),
-    (b"[1,2]", "not a JSON object"),
-    ({"kind": "Pod", "apiVersion": "v1"}, "expected kind AdmissionReview"),
-    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v2"}, "unsupported AdmissionReview apiVersion"),
-    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "has no request"),
-    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"operation": "CREATE"}}, "no uid"),
-    (b"\xff\xfe", "not JSON"),
-])
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"not json", "not JSON"),
+        (b"[1,2]", "not a JSON object"),
+        ({"kind": "Pod", "apiVersion": "v1"}, "expected kind AdmissionReview"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v2"}, "unsupported AdmissionReview apiVersion"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "has no request"),
+        (
+            {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"operation": "CREATE"}},
+            "no uid",
+        ),
+        (b"\xff\xfe", "not JSON"),
+    ],
+)
 def test_bodies_that_are_not_admission_reviews_get_http_400(client, body, words):
     resp = post(client, "/mutate", body)
     assert resp.status_code == 400
@@ -85,8 +93,11 @@ def test_bodies_that_are_not_admission_reviews_get_http_400(client, body, words)
 
 
 def test_a_malformed_request_with_a_uid_gets_a_review_with_code_400(client):
-    body = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-            "request": {"uid": "u-2", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": "nope"}}
+    body = {
+        "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {"uid": "u-2", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": "nope"},
+    }
     resp = post(client, "/mutate", body)
     assert resp.status_code == 200
     out = resp.get_json()["response"]
@@ -146,13 +157,17 @@ def test_health_readiness_and_metrics(client):
     assert client.get("/readyz").status_code == 200
     denied = {"decision": "denied", "endpoint": "mutate", "kind": "Pod", "operation": "CREATE"}
     violations = {"action": "denied", "policy": "default", "rule": "gpu-quantity"}
-    before = (sample(client, "gpugate_admission_requests_total", **denied),
-              sample(client, "gpugate_violations_total", **violations),
-              sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"))
+    before = (
+        sample(client, "gpugate_admission_requests_total", **denied),
+        sample(client, "gpugate_violations_total", **violations),
+        sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"),
+    )
     post(client, "/mutate", review(gpu_pod("500m")))
-    after = (sample(client, "gpugate_admission_requests_total", **denied),
-             sample(client, "gpugate_violations_total", **violations),
-             sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"))
+    after = (
+        sample(client, "gpugate_admission_requests_total", **denied),
+        sample(client, "gpugate_violations_total", **violations),
+        sample(client, "gpugate_admission_duration_seconds_count", endpoint="mutate"),
+    )
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
     assert sample(client, "gpugate_policy_generation") == 1
     assert sample(client, "gpugate_policy_last_reload_ok") == 1
@@ -161,11 +176,26 @@ def test_health_readiness_and_metrics(client):
 def test_invented_kinds_do_not_become_label_values(client):
     body = review(gpu_pod(1))
     body["request"]["kind"]["kind"] = "Pod-" + "x" * 40
-    before = sample(client, "gpugate_admission_requests_total", decision="patched", endpoint="mutate",
-                    kind="other", operation="CREATE")
+    before = sample(
+        client,
+        "gpugate_admission_requests_total",
+        decision="patched",
+        endpoint="mutate",
+        kind="other",
+        operation="CREATE",
+    )
     assert post(client, "/mutate", body).get_json()["response"]["allowed"]
-    assert sample(client, "gpugate_admission_requests_total", decision="patched", endpoint="mutate",
-                  kind="other", operation="CREATE") == before + 1
+    assert (
+        sample(
+            client,
+            "gpugate_admission_requests_total",
+            decision="patched",
+            endpoint="mutate",
+            kind="other",
+            operation="CREATE",
+        )
+        == before + 1
+    )
     assert "xxxx" not in client.get("/metrics").get_data(as_text=True)
 
 

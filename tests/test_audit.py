@@ -59,41 +59,72 @@ def policies(tmp_path: Path, *, max_per_pod: int = 8, name: str = "p") -> Policy
     return load_policies(directory)
 
 
-def pod(name: str, namespace: str = "ml", *, gpus: str | None = "1", labels: dict[str, str] | None = None,
-        phase: str = "Running", owner: tuple[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    namespace: str = "ml",
+    *,
+    gpus: str | None = "1",
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+    owner: tuple[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "pause"}
     if gpus is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                            "labels": dict(labels or {"app": name})}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "labels": dict(labels or {"app": name}),
+    }
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "o",
-                                    "controller": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec},
-            "status": {"phase": phase}}
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "o", "controller": True}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [container], **spec},
+        "status": {"phase": phase},
+    }
 
 
 def formed(obj: dict[str, Any], pols: PolicySet) -> dict[str, Any]:
     """The pod as it is stored when gpugate's mutating webhook did see it."""
     env = Environment(policies=pols, namespace_labels=lambda ns: LABELS.get(ns, {}))
-    request = {"uid": "u", "operation": "CREATE", "namespace": obj["metadata"]["namespace"],
-               "name": obj["metadata"]["name"], "object": obj, "oldObject": None}
+    request = {
+        "uid": "u",
+        "operation": "CREATE",
+        "namespace": obj["metadata"]["namespace"],
+        "name": obj["metadata"]["name"],
+        "object": obj,
+        "oldObject": None,
+    }
     decision = mutate(request, env)
     assert decision.allowed, decision.message
     return jsonpatch.apply_patch(obj, decision.patch or [])
 
 
-def deployment(name: str, namespace: str = "ml", *, gpus: str = "1", owner: tuple[str, str] | None = None,
-               kind: str = "Deployment") -> dict[str, Any]:
-    template = {"metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "pause",
-                                         "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+def deployment(
+    name: str, namespace: str = "ml", *, gpus: str = "1", owner: tuple[str, str] | None = None, kind: str = "Deployment"
+) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+    }
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "o",
-                                    "controller": True}]
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta,
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template}}
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "o", "controller": True}
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
 
 
 def run(pols: PolicySet, objects: list[dict[str, Any]], **kwargs: Any) -> tuple[audit.Audit, dict[str, Any]]:
@@ -117,11 +148,14 @@ def test_a_pod_the_mutating_webhook_never_saw_lacks_what_it_would_add(tmp_path: 
     assert f["verdict"] == "changed"
     assert f["policy"] == "fleet"
     assert [c["change"] for c in f["wouldAdd"]] == [
-        "runtimeClassName: nvidia", "toleration nvidia.com/gpu Exists:NoSchedule",
-        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4", "label gpugate.io/team=vision",
-        "label gpugate.io/workload-kind=Pod", "label gpugate.io/workload-name=bare"]
-    assert f["missingAttributionLabels"] == ["gpugate.io/team", "gpugate.io/workload-kind",
-                                             "gpugate.io/workload-name"]
+        "runtimeClassName: nvidia",
+        "toleration nvidia.com/gpu Exists:NoSchedule",
+        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4",
+        "label gpugate.io/team=vision",
+        "label gpugate.io/workload-kind=Pod",
+        "label gpugate.io/workload-name=bare",
+    ]
+    assert f["missingAttributionLabels"] == ["gpugate.io/team", "gpugate.io/workload-kind", "gpugate.io/workload-name"]
     assert "mutating webhook never saw this pod" in f["note"]
     assert "runtimeClassName, nodeSelector and affinity cannot change" in f["note"]
     assert "delete and re-create it" in f["note"]
@@ -157,11 +191,14 @@ def test_a_relabelled_namespace_shows_the_old_team(tmp_path: Path) -> None:
     assert "missingAttributionLabels" not in f
 
 
-@pytest.mark.parametrize(("obj", "rule", "text"), [
-    (pod("h200", labels={"gpugate.io/model": "h200"}), "model", "h200"),
-    (pod("greedy", gpus="9"), "gpu-limit", "9"),
-    (pod("squatter", gpus=None, tolerations=[GPU_TAINT]), "toleration", "nvidia.com/gpu"),
-])
+@pytest.mark.parametrize(
+    ("obj", "rule", "text"),
+    [
+        (pod("h200", labels={"gpugate.io/model": "h200"}), "model", "h200"),
+        (pod("greedy", gpus="9"), "gpu-limit", "9"),
+        (pod("squatter", gpus=None, tolerations=[GPU_TAINT]), "toleration", "nvidia.com/gpu"),
+    ],
+)
 def test_refused_shapes_name_their_rule(tmp_path: Path, obj: dict[str, Any], rule: str, text: str) -> None:
     f = finding(run(policies(tmp_path), [obj])[1], obj["metadata"]["name"])
     assert f["verdict"] == "refused"
@@ -188,9 +225,13 @@ def test_a_gpu_deployment_is_fine_and_says_what_its_pods_will_get(tmp_path: Path
     ev = audit.evaluate(deployment("web"), Environment(policies=pols, namespace_labels=lambda ns: LABELS[ns]))
     assert ev is not None and ev.verdict == "fine"
     assert [c.text for c in ev.changes] == [
-        "runtimeClassName: nvidia", "toleration nvidia.com/gpu Exists:NoSchedule",
-        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4", "label gpugate.io/team=vision",
-        "label gpugate.io/workload-kind=Deployment", "label gpugate.io/workload-name=web"]
+        "runtimeClassName: nvidia",
+        "toleration nvidia.com/gpu Exists:NoSchedule",
+        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4",
+        "label gpugate.io/team=vision",
+        "label gpugate.io/workload-kind=Deployment",
+        "label gpugate.io/workload-name=web",
+    ]
     assert run(pols, [deployment("web")])[1]["findings"] == []
 
 
@@ -201,8 +242,11 @@ def test_a_deployment_over_the_limit_is_refused_with_what_its_pods_will_get(tmp_
 
 
 def test_owned_workloads_and_finished_pods_are_skipped(tmp_path: Path) -> None:
-    objects = [deployment("rs", kind="ReplicaSet", owner=("Deployment", "web"), gpus="9"),
-               pod("done", phase="Succeeded"), pod("failed", phase="Failed")]
+    objects = [
+        deployment("rs", kind="ReplicaSet", owner=("Deployment", "web"), gpus="9"),
+        pod("done", phase="Succeeded"),
+        pod("failed", phase="Failed"),
+    ]
     a, report = run(policies(tmp_path), objects)
     assert report["findings"] == []
     assert report["totals"]["skippedOwned"] == 1 and report["totals"]["skippedFinished"] == 2
@@ -220,10 +264,16 @@ def test_kinds_gpugate_does_not_read_are_ignored(tmp_path: Path) -> None:
 def test_summaries_per_namespace_and_team(tmp_path: Path) -> None:
     pols = policies(tmp_path)
     objects = [
-        pod("a", gpus="2"), formed(pod("b"), pols), pod("cpu", gpus=None),
+        pod("a", gpus="2"),
+        formed(pod("b"), pols),
+        pod("cpu", gpus=None),
         pod("r", "research", gpus="1", labels={"gpugate.io/team": "nlp"}),
-        pod("mig", "research", gpus=None, containers=[{"name": "m", "image": "x", "resources": {
-            "limits": {"nvidia.com/mig-1g.10gb": "2"}}}]),
+        pod(
+            "mig",
+            "research",
+            gpus=None,
+            containers=[{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}],
+        ),
     ]
     report = run(pols, objects)[1]
     ml, research = report["namespaces"]["ml"], report["namespaces"]["research"]
@@ -235,32 +285,71 @@ def test_summaries_per_namespace_and_team(tmp_path: Path) -> None:
     assert report["teams"]["nlp"] == {**report["teams"]["nlp"], "gpuPods": 2, "missingAttributionLabels": 2}
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}},
-                     {"resources": {"limits": {"nvidia.com/gpu": "2"}}}]}, {"nvidia.com/gpu": 3}),
-    # an init container runs alone: it counts only when it asks for more than the app containers
-    ({"initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}],
-      "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, {"nvidia.com/gpu": 4}),
-    # a sidecar runs beside everything after it
-    ({"initContainers": [{"restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-                         {"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
-      "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, {"nvidia.com/gpu": 3}),
-    ({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0", "cpu": "1"}}}]}, {}),
-])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {
+                "containers": [
+                    {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    {"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                ]
+            },
+            {"nvidia.com/gpu": 3},
+        ),
+        # an init container runs alone: it counts only when it asks for more than the app containers
+        (
+            {
+                "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+            {"nvidia.com/gpu": 4},
+        ),
+        # a sidecar runs beside everything after it
+        (
+            {
+                "initContainers": [
+                    {"restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    {"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                ],
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+            {"nvidia.com/gpu": 3},
+        ),
+        ({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0", "cpu": "1"}}}]}, {}),
+    ],
+)
 def test_pod_gpus_counts_as_the_scheduler(spec: dict[str, Any], expected: dict[str, int]) -> None:
     assert audit.pod_gpus(spec, lambda r: r.startswith("nvidia.com/")) == expected
 
 
 def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
     before_spec = {"tolerations": [{"key": "a", "operator": "Equal", "value": "b"}]}
-    after_spec = {"tolerations": [GPU_TAINT], "affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A", "B"]}]}]}}}}
-    changes = audit.pod_changes({"spec": before_spec},
-                                {"metadata": {"annotations": {"gpugate.io/policy": "p", "x": "y"}}, "spec": after_spec})
+    after_spec = {
+        "tolerations": [GPU_TAINT],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A", "B"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    changes = audit.pod_changes(
+        {"spec": before_spec}, {"metadata": {"annotations": {"gpugate.io/policy": "p", "x": "y"}}, "spec": after_spec}
+    )
     assert [c.text for c in changes] == [
-        "toleration nvidia.com/gpu Exists:NoSchedule", "toleration a=b removed",
-        "required node affinity nvidia.com/gpu.product In [A, B]", "annotation x=y"]
+        "toleration nvidia.com/gpu Exists:NoSchedule",
+        "toleration a=b removed",
+        "required node affinity nvidia.com/gpu.product In [A, B]",
+        "annotation x=y",
+    ]
     assert [c.action for c in changes] == ["add", "remove", "add", "add"]
 
 
@@ -269,8 +358,14 @@ def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
 
 def test_compare_to_shows_exactly_the_objects_a_tighter_limit_refuses(tmp_path: Path) -> None:
     current, tighter = policies(tmp_path, name="now"), policies(tmp_path, max_per_pod=2, name="next")
-    objects = [formed(pod("one"), current), formed(pod("four", gpus="4"), current), pod("bare-three", gpus="3"),
-               deployment("web", gpus="2"), deployment("big", gpus="3"), pod("cpu", gpus=None)]
+    objects = [
+        formed(pod("one"), current),
+        formed(pod("four", gpus="4"), current),
+        pod("bare-three", gpus="3"),
+        deployment("web", gpus="2"),
+        deployment("big", gpus="3"),
+        pod("cpu", gpus=None),
+    ]
     a, report = run(current, objects, compare_to=tighter)
     report = a.report(policies_source="now", proposed_source="next")
     changed = {(d["kind"], d["name"]): d for d in report["differences"]}
@@ -353,17 +448,24 @@ def test_audited_kinds_come_from_the_pods_registry_and_the_policies(tmp_path: Pa
 
 
 def test_a_raycluster_says_which_template_gets_what(tmp_path: Path) -> None:
-    worker = {"metadata": {}, "spec": {"containers": [{"name": "w", "image": "ray", "resources": {
-        "limits": {"nvidia.com/gpu": "9"}}}]}}
+    worker = {
+        "metadata": {},
+        "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "9"}}}]},
+    }
     head = {"metadata": {}, "spec": {"containers": [{"name": "h", "image": "ray"}]}}
-    ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "ml"},
-           "spec": {"headGroupSpec": {"template": head}, "workerGroupSpecs": [{"template": worker}]}}
+    ray = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "ml"},
+        "spec": {"headGroupSpec": {"template": head}, "workerGroupSpecs": [{"template": worker}]},
+    }
     f = finding(run(policies(tmp_path), [ray])[1], "rc")
     assert f["verdict"] == "refused"
     assert any("spec.workerGroupSpecs[0].template.spec.containers" in v["path"] for v in f["violations"])
     assert "spec.workerGroupSpecs[0].template: runtimeClassName: nvidia" in [c["change"] for c in f["podsWillGet"]]
-    assert not any(c["change"].startswith("spec.headGroupSpec") and "runtimeClassName" in c["change"]
-                   for c in f["podsWillGet"])
+    assert not any(
+        c["change"].startswith("spec.headGroupSpec") and "runtimeClassName" in c["change"] for c in f["podsWillGet"]
+    )
 
 
 def test_the_report_is_plain_data(tmp_path: Path) -> None:

@@ -21,22 +21,33 @@ def closed_port() -> int:
 
 def kubeconfig(tmp_path: Path, server: str) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     return path
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--kubeconfig", "/nonexistent/kubeconfig", "--policies", "policies"], "cannot load a kubeconfig"),
-    (["--policies", "/nonexistent"], "--policies /nonexistent: not a directory"),
-    (["--policies", "policies", "--compare-to", "README.md"], "--compare-to README.md: not a directory"),
-    (["--policies", "policies", "--page-size", "0"], "--page-size must be at least 1"),
-])
-def test_bad_input(args: list[str], words: str, capsys: pytest.CaptureFixture[str],
-                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--kubeconfig", "/nonexistent/kubeconfig", "--policies", "policies"], "cannot load a kubeconfig"),
+        (["--policies", "/nonexistent"], "--policies /nonexistent: not a directory"),
+        (["--policies", "policies", "--compare-to", "README.md"], "--compare-to README.md: not a directory"),
+        (["--policies", "policies", "--page-size", "0"], "--page-size must be at least 1"),
+    ],
+)
+def test_bad_input(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["audit", *args]) == 2
@@ -44,8 +55,9 @@ def test_bad_input(args: list[str], words: str, capsys: pytest.CaptureFixture[st
     assert err.startswith("gpugate audit: ") and words in err and err.count("\n") == 1, err
 
 
-def test_an_unreachable_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(REPO)
     config = kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port()}")
     assert main(["audit", "--kubeconfig", str(config), "--policies", "policies"]) == 2

@@ -25,8 +25,7 @@ def connection_over(data: bytes) -> tuple[apiserver.Connection, socket.socket]:
 
 def test_the_client_reads_length_and_chunked_responses_back_to_back() -> None:
     first = b'HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}'
-    second = (b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n"
-              b"4\r\n{\"b\"\r\n3\r\n:2}\r\n0\r\n\r\n")
+    second = b'HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"b"\r\n3\r\n:2}\r\n0\r\n\r\n'
     conn, peer = connection_over(first + second)
     try:
         assert conn.roundtrip(b"") == (201, b'{"a":1}')
@@ -38,8 +37,10 @@ def test_the_client_reads_length_and_chunked_responses_back_to_back() -> None:
 
 
 def test_each_registration_expects_its_own_injections() -> None:
-    injected = {"metadata": {"labels": {"gpugate.io/team": "ml"}, "annotations": {"gpugate.io/policy": "default"}},
-                "spec": {"runtimeClassName": "nvidia"}}
+    injected = {
+        "metadata": {"labels": {"gpugate.io/team": "ml"}, "annotations": {"gpugate.io/policy": "default"}},
+        "spec": {"runtimeClassName": "nvidia"},
+    }
     by_cel = {"metadata": {"labels": {"gpugate.io/team": "ml"}}, "spec": {"runtimeClassName": "nvidia"}}
     plain: dict[str, Any] = {"metadata": {}, "spec": {}}
     assert apiserver.expectation("gpugate", "GPU")(201, injected) is None
@@ -55,8 +56,12 @@ def test_each_registration_expects_its_own_injections() -> None:
 def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:
     docs = list(yaml.safe_load_all(apiserver.CEL_FILE.read_text()))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
-                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert kinds == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
     assert all(d["apiVersion"] == "admissionregistration.k8s.io/v1" for d in docs)
     # The probe that confirms the ValidatingAdmissionPolicy is in force looks for its name.
     assert docs[2]["metadata"]["name"] == "bench-whole-gpus"
@@ -71,8 +76,13 @@ def test_the_report_computes_the_targets_from_the_medians() -> None:
             for clients in apiserver.CLIENTS:
                 # Three rounds; the middle one is the median, the others are outliers either way.
                 run.cells[(registration, kind, clients)] = [
-                    apiserver.Cell(p50=p50[registration] * f, p99=0.01, rate=rate[registration] / f, requests=10,
-                                   cpu={"apiserver": 1e-3})
+                    apiserver.Cell(
+                        p50=p50[registration] * f,
+                        p99=0.01,
+                        rate=rate[registration] / f,
+                        requests=10,
+                        cpu={"apiserver": 1e-3},
+                    )
                     for f in (0.5, 1.0, 9.0)
                 ]
     text = apiserver.report(run)

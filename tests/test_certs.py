@@ -52,10 +52,15 @@ def test_ca_is_a_p256_ca_limited_to_one_level(ca: certs.Issued) -> None:
 def test_serving_certificate_names_every_service_name_and_host(serving: certs.Issued) -> None:
     san = serving.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == [
-        "gpugate", "gpugate.gpugate", "gpugate.gpugate.svc", "gpugate.gpugate.svc.cluster.local", "localhost",
+        "gpugate",
+        "gpugate.gpugate",
+        "gpugate.gpugate.svc",
+        "gpugate.gpugate.svc.cluster.local",
+        "localhost",
     ]
     assert san.get_values_for_type(x509.IPAddress) == [
-        ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"),
+        ipaddress.ip_address("127.0.0.1"),
+        ipaddress.ip_address("::1"),
     ]
 
 
@@ -95,8 +100,9 @@ def test_bad_service_name_is_refused() -> None:
 
 def test_command_writes_the_four_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    args = command(["--service", "gpugate", "--namespace", "ops", "--host", "10.0.0.1", "--out", str(out),
-                    "--days", "7"])
+    args = command(
+        ["--service", "gpugate", "--namespace", "ops", "--host", "10.0.0.1", "--out", str(out), "--days", "7"]
+    )
     assert certs.run(args, now=NOW) == 0
     assert sorted(p.name for p in out.iterdir()) == ["ca-bundle.b64", "ca.crt", "tls.crt", "tls.key"]
     assert stat.S_IMODE((out / "tls.key").stat().st_mode) == 0o600
@@ -116,8 +122,7 @@ def test_command_writes_the_four_files(tmp_path: Path, capsys: pytest.CaptureFix
     assert not list(out.glob(".*.tmp"))
 
 
-def test_command_refuses_to_overwrite_without_force(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--service", "gpugate", "--namespace", "gpugate", "--out", str(tmp_path)]
     assert certs.run(command(argv), now=NOW) == 0
     before = (tmp_path / "tls.crt").read_bytes()
@@ -136,8 +141,9 @@ def test_command_refuses_to_overwrite_without_force(tmp_path: Path,
         (["--days", "0"], "--days must be between 1 and 3650"),
     ],
 )
-def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                     extra: list[str], message: str) -> None:
+def test_command_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
     argv = ["--service", "gpugate", "--namespace", "gpugate", "--out", str(tmp_path / "o"), *extra]
     assert certs.run(command(argv), now=NOW) == 2
     err = capsys.readouterr().err

@@ -21,8 +21,15 @@ GPUGATE = Path(sys.executable).with_name("gpugate")
 
 
 def gpugate(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, input=stdin, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        input=stdin,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def installed_version() -> str:
@@ -109,18 +116,48 @@ def test_namespace_labels_errors_name_the_flag_not_the_manifest(bad: str) -> Non
 
 
 def test_busy_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    made = subprocess.run([str(GPUGATE), "certs", "--service", "gpugate", "--namespace", "gpugate",
-                           "--host", "127.0.0.1", "--out", str(tmp_path / "certs")],
-                          capture_output=True, text=True, check=False, timeout=60)
+    made = subprocess.run(
+        [
+            str(GPUGATE),
+            "certs",
+            "--service",
+            "gpugate",
+            "--namespace",
+            "gpugate",
+            "--host",
+            "127.0.0.1",
+            "--out",
+            str(tmp_path / "certs"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
         done = subprocess.run(
-            [str(GPUGATE), "serve", "--policies", str(REPO / "policies"), "--cert", str(tmp_path / "certs" / "tls.crt"),
-             "--key", str(tmp_path / "certs" / "tls.key"), "--bind", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path)
+            [
+                str(GPUGATE),
+                "serve",
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(tmp_path / "certs" / "tls.crt"),
+                "--key",
+                str(tmp_path / "certs" / "tls.key"),
+                "--bind",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            cwd=tmp_path,
+        )
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith(f"gpugate serve: --bind 127.0.0.1:{port}: Address already in use"), line
@@ -132,8 +169,14 @@ def test_busy_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_help_prints_the_bind_value() -> None:
-    done = subprocess.run(["make", "--no-print-directory", "help", "BIND=127.0.0.1:9443"], cwd=REPO,
-                          capture_output=True, text=True, check=True, timeout=30)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "help", "BIND=127.0.0.1:9443"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     [run] = [line for line in done.stdout.splitlines() if line.split()[:1] == ["run"]]
     assert "https://127.0.0.1:9443 " in run
     assert "$(BIND)" not in done.stdout
@@ -150,18 +193,26 @@ def readme_decoder() -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize(("review", "expected"), [
-    ("review-gpu-pod.json", '"path":"/spec/runtimeClassName"'),
-    ("review-fractional.json", "must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("review", "expected"),
+    [
+        ("review-gpu-pod.json", '"path":"/spec/runtimeClassName"'),
+        ("review-fractional.json", "must be an integer"),
+    ],
+)
 def test_readme_decode_one_liner_works_on_a_patch_and_on_a_denial(review: str, expected: str) -> None:
     from webhook.app import build_app
 
     app = build_app(str(REPO / "policies"))  # no kubeconfig, not in a pod: no namespace labels
-    answer = app.test_client().post("/mutate", data=(EXAMPLES / review).read_bytes(),
-                                    content_type="application/json")
+    answer = app.test_client().post("/mutate", data=(EXAMPLES / review).read_bytes(), content_type="application/json")
     assert answer.status_code == 200
-    done = subprocess.run(["python3", "-c", readme_decoder()], input=answer.get_data(as_text=True),
-                          capture_output=True, text=True, check=False, timeout=30)
+    done = subprocess.run(
+        ["python3", "-c", readme_decoder()],
+        input=answer.get_data(as_text=True),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout

@@ -16,15 +16,18 @@ def test_shorten_keeps_text_at_the_limit_and_cuts_longer_text_to_it():
     assert len(cut) == 120 and cut.endswith("x…")
 
 
-@pytest.mark.parametrize(("items", "expected"), [
-    # 3 + 50 + 2 + 65 == 120: exactly at the limit, still one warning
-    (["a" * 50, "b" * 65], ["p: " + "a" * 50 + ", " + "b" * 65]),
-    # 3 + 50 + 2 + 66 == 121: one over, two warnings, the second starting afresh
-    (["a" * 50, "b" * 66], ["p: " + "a" * 50, "p: " + "b" * 66]),
-    # a single item longer than the limit: one shortened warning, no empty one before it
-    (["c" * 130], [shorten("p: " + "c" * 130)]),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        # 3 + 50 + 2 + 65 == 120: exactly at the limit, still one warning
+        (["a" * 50, "b" * 65], ["p: " + "a" * 50 + ", " + "b" * 65]),
+        # 3 + 50 + 2 + 66 == 121: one over, two warnings, the second starting afresh
+        (["a" * 50, "b" * 66], ["p: " + "a" * 50, "p: " + "b" * 66]),
+        # a single item longer than the limit: one shortened warning, no empty one before it
+        (["c" * 130], [shorten("p: " + "c" * 130)]),
+        ([], []),
+    ],
+)
 def test_pack_fills_each_warning_up_to_the_limit(items, expected):
     assert pack("p: ", items) == expected
 
@@ -61,7 +64,9 @@ def test_unavailable_namespace_labels_say_to_retry():
     policy = standard()
     decision = mutate(request(gpu_pod(1)), Environment(policies=policy, namespace_labels=lambda ns: None))
     assert decision.code == 503
-    assert decision.message.endswith("policy selects or attributes by them; retry in a few seconds (see gpugate's logs)")
+    assert decision.message.endswith(
+        "policy selects or attributes by them; retry in a few seconds (see gpugate's logs)"
+    )
 
 
 def crd(kind: str, api_version: str, spec: dict) -> dict:
@@ -72,15 +77,31 @@ def gpu_template() -> dict:
     return {"spec": {"containers": [container("w", limits={"nvidia.com/gpu": 1}, requests={"nvidia.com/gpu": 1})]}}
 
 
-@pytest.mark.parametrize(("obj", "named"), [
-    (crd("RayCluster", "ray.io/v1", {"headGroupSpec": {"template": {"spec": {"containers": [container("h")]}}},
-                                     "workerGroupSpecs": [{"template": gpu_template()}]}),
-     'RayCluster "w" workerGroupSpecs[0]: pods will get '),
-    (crd("JobSet", "jobset.x-k8s.io/v1alpha2",
-         {"replicatedJobs": [{"name": "r", "template": {"spec": {"template": gpu_template()}}}]}),
-     'JobSet "w" replicatedJobs[0]: pods will get '),
-    (crd("Deployment", "apps/v1", {"selector": {}, "template": gpu_template()}), 'Deployment "w": pods will get '),
-])
+@pytest.mark.parametrize(
+    ("obj", "named"),
+    [
+        (
+            crd(
+                "RayCluster",
+                "ray.io/v1",
+                {
+                    "headGroupSpec": {"template": {"spec": {"containers": [container("h")]}}},
+                    "workerGroupSpecs": [{"template": gpu_template()}],
+                },
+            ),
+            'RayCluster "w" workerGroupSpecs[0]: pods will get ',
+        ),
+        (
+            crd(
+                "JobSet",
+                "jobset.x-k8s.io/v1alpha2",
+                {"replicatedJobs": [{"name": "r", "template": {"spec": {"template": gpu_template()}}}]},
+            ),
+            'JobSet "w" replicatedJobs[0]: pods will get ',
+        ),
+        (crd("Deployment", "apps/v1", {"selector": {}, "template": gpu_template()}), 'Deployment "w": pods will get '),
+    ],
+)
 def test_a_warning_names_the_template_of_a_workload_with_several(obj, named):
     verdict = validated(obj, standard())
     assert any(w.startswith(named) for w in verdict.warnings), verdict.warnings

@@ -21,8 +21,9 @@ REAL_EXPECTED = yaml.safe_load((REAL / "expected.yaml").read_text())
 
 
 def gpugate(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, input=stdin, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args], capture_output=True, text=True, cwd=REPO, input=stdin, timeout=60
+    )
 
 
 def at(obj, dotted):
@@ -38,11 +39,15 @@ def test_every_example_has_an_expected_verdict(directory, expected):
     assert listed == {p.name for p in directory.glob("*.yaml")} - {"expected.yaml"}
 
 
-@pytest.mark.parametrize("case", [*EXPECTED, *({**c, "directory": REAL} for c in REAL_EXPECTED)],
-                         ids=[c["file"] for c in [*EXPECTED, *REAL_EXPECTED]])
+@pytest.mark.parametrize(
+    "case",
+    [*EXPECTED, *({**c, "directory": REAL} for c in REAL_EXPECTED)],
+    ids=[c["file"] for c in [*EXPECTED, *REAL_EXPECTED]],
+)
 def test_example_verdict(case):
-    labels = [f"{ns}=" + ",".join(f"{k}={v}" for k, v in kv.items())
-              for ns, kv in (case.get("namespaceLabels") or {}).items()]
+    labels = [
+        f"{ns}=" + ",".join(f"{k}={v}" for k, v in kv.items()) for ns, kv in (case.get("namespaceLabels") or {}).items()
+    ]
     source = case.get("directory", EXAMPLES) / case["file"]
     args = ["check", "--policies", "policies", "-f", str(source), "-o", "json"]
     for item in labels:
@@ -76,12 +81,20 @@ def test_policy_validate_names_file_document_and_field_on_a_broken_copy(tmp_path
     broken = tmp_path / "policies"
     shutil.copytree(REPO / "policies", broken, ignore=shutil.ignore_patterns("examples"))
     text = (broken / "10-serving.yaml").read_text()
-    (broken / "10-serving.yaml").write_text(text.replace("maxPerContainer: 4", "maxPerContainer: four")
-                                            + "---\napiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: default}\n")
+    (broken / "10-serving.yaml").write_text(
+        text.replace("maxPerContainer: 4", "maxPerContainer: four")
+        + "---\napiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: default}\n"
+    )
     proc = gpugate("policy", "validate", str(broken))
     assert proc.returncode == 1
-    assert "10-serving.yaml: document 0: spec.limits.maxPerContainer: must be a whole number of at least 1, got 'four'" in proc.stderr
-    assert "10-serving.yaml: document 1: metadata.name: 'default' is already defined in 00-default.yaml document 0" in proc.stderr
+    assert (
+        "10-serving.yaml: document 0: spec.limits.maxPerContainer: must be a whole number of at least 1, got 'four'"
+        in proc.stderr
+    )
+    assert (
+        "10-serving.yaml: document 1: metadata.name: 'default' is already defined in 00-default.yaml document 0"
+        in proc.stderr
+    )
 
 
 def test_check_exit_code_2_on_bad_input(tmp_path):
@@ -98,4 +111,8 @@ def test_check_reads_several_objects_and_prints_patches():
     proc = gpugate("check", "--policies", "policies", "-f", "-", "-o", "patch", stdin=manifest)
     assert proc.returncode == 1
     patches = json.loads(proc.stdout)
-    assert len(patches) == 2 and patches[1] == [] and {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in patches[0]
+    assert (
+        len(patches) == 2
+        and patches[1] == []
+        and {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in patches[0]
+    )

@@ -18,8 +18,12 @@ TEAM = {"default": {"team": "vision"}}
 ATTRIBUTION = {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}}
 # Two policies that differ only in attribution; the pod's `tier` label picks between them.
 PLAIN_AND_ATTRIBUTED = policies(
-    {"name": "plain", "priority": 200, "match": {"podSelector": {"matchLabels": {"tier": "plain"}}},
-     **{k: v for k, v in STANDARD.items() if k != "attribution"}},
+    {
+        "name": "plain",
+        "priority": 200,
+        "match": {"podSelector": {"matchLabels": {"tier": "plain"}}},
+        **{k: v for k, v in STANDARD.items() if k != "attribution"},
+    },
     {"name": "attributed", "priority": 100, **STANDARD, "attribution": ATTRIBUTION},
 )
 
@@ -49,9 +53,16 @@ def test_the_same_pod_on_create_is_refused_without_its_team_label():
 
 @pytest.fixture
 def policy_dir(tmp_path: Path) -> Path:
-    (tmp_path / "attributed.yaml").write_text(json.dumps({
-        "apiVersion": "gpugate.io/v1", "kind": "GPUPolicy", "metadata": {"name": "attributed"},
-        "spec": {**STANDARD, "attribution": ATTRIBUTION}}))
+    (tmp_path / "attributed.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "gpugate.io/v1",
+                "kind": "GPUPolicy",
+                "metadata": {"name": "attributed"},
+                "spec": {**STANDARD, "attribution": ATTRIBUTION},
+            }
+        )
+    )
     return tmp_path
 
 
@@ -60,8 +71,9 @@ def test_unknown_namespace_labels_are_a_503_not_a_guess(policy_dir, endpoint):
     """When the namespace cache cannot say what a namespace's labels are, gpugate must not guess the team
     ("unassigned") nor let the pod through: it answers 503 so the apiserver's failurePolicy applies."""
     app = create_app(policies=PolicyStore(policy_dir), namespace_labels=lambda ns: None)
-    resp = app.test_client().post(endpoint, data=json.dumps(review(gpu_pod(1), uid="u-503")),
-                                  content_type="application/json")
+    resp = app.test_client().post(
+        endpoint, data=json.dumps(review(gpu_pod(1), uid="u-503")), content_type="application/json"
+    )
     out = resp.get_json()["response"]
     assert resp.status_code == 200 and out["uid"] == "u-503"
     assert out["allowed"] is False and out["status"]["code"] == 503

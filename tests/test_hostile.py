@@ -103,14 +103,17 @@ def test_numbers_are_quantities_too(client, quantity):
     assert out["allowed"] is True and out["patchType"] == "JSONPatch"
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    (("request", "userInfo"), "root"),
-    (("request", "userInfo"), {"username": 7, "groups": "system:masters"}),
-    (("request", "resource"), ["pods"]),
-    (("request", "options"), 3),
-    (("request", "object", "status"), "Running"),
-    (("request", "object", "spec", "containers", 0, "ports"), "8080"),
-])
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("request", "userInfo"), "root"),
+        (("request", "userInfo"), {"username": 7, "groups": "system:masters"}),
+        (("request", "resource"), ["pods"]),
+        (("request", "options"), 3),
+        (("request", "object", "status"), "Running"),
+        (("request", "object", "spec", "containers", 0, "ports"), "8080"),
+    ],
+)
 @pytest.mark.fuzzer_fixture  # the objects are not schema-valid on purpose; the answer is compared instead
 def test_wrong_types_in_fields_gpugate_never_reads_get_the_normal_answer(client, path, value):
     expected = post(client, review(gpu_pod(1))).get_json()
@@ -121,7 +124,12 @@ def test_wrong_types_in_fields_gpugate_never_reads_get_the_normal_answer(client,
 
 
 def test_a_body_nested_deeper_than_json_can_parse_is_a_400(client):
-    body = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    body = (
+        b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}"
+    )
     resp = post(client, body)
     assert resp.status_code == 400
     assert resp.get_json()["kind"] == "Status" and "nested too deeply" in resp.get_json()["message"]
@@ -172,16 +180,26 @@ def test_thousands_of_wrong_fields_are_reported_briefly(client):
 def test_a_workload_crd_template_with_a_wrong_type_is_a_400_naming_the_field(client):
     """Custom resources reach a mutating webhook before their schema is checked, so this can even come from
     an apiserver: the answer names the field instead of crashing on it."""
-    template = {"metadata": {"labels": {"app": "ray"}},
-                "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    template = {
+        "metadata": {"labels": {"app": "ray"}},
+        "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
     broken = copy.deepcopy(template)
     broken["spec"]["containers"] = {"w": {"image": "ray"}}
-    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc", "namespace": "default"},
-               "spec": {"headGroupSpec": {"template": template},
-                        "workerGroupSpecs": [{"template": template}, {"template": broken}]}}
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "default"},
+        "spec": {
+            "headGroupSpec": {"template": template},
+            "workerGroupSpecs": [{"template": template}, {"template": broken}],
+        },
+    }
     body = review(gpu_pod(1))
     body["request"]["kind"] = {"group": "ray.io", "version": "v1", "kind": "RayCluster"}
     body["request"]["object"] = cluster
     out = post(client, body).get_json()["response"]
     assert out["allowed"] is False and out["status"]["code"] == 400
-    assert "request.object.spec.workerGroupSpecs[1].template.spec.containers: expected a list" in out["status"]["message"]
+    assert (
+        "request.object.spec.workerGroupSpecs[1].template.spec.containers: expected a list" in out["status"]["message"]
+    )

@@ -63,8 +63,7 @@ class Server:
 
     def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         with self.connect() as connection:
-            connection.request("POST", path, body=body,
-                               headers={"Content-Type": "application/json", **(headers or {})})
+            connection.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
             response = connection.getresponse()
             return response.status, response.read()
 
@@ -88,9 +87,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = root / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(GPUGATE), "serve", "--policies", str(policies), "--cert", str(certs / "tls.crt"),
-             "--key", str(certs / "tls.key"), "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"],
-            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+            [
+                str(GPUGATE),
+                "serve",
+                "--policies",
+                str(policies),
+                "--cert",
+                str(certs / "tls.crt"),
+                "--key",
+                str(certs / "tls.key"),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "2",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
         )
     running = Server(process, port, certs / "ca.crt", policies, log)
 
@@ -153,8 +169,13 @@ def test_a_body_at_the_limit_is_read_and_judged(server: Server) -> None:
 def test_a_chunked_body_over_the_limit_gets_413(server: Server) -> None:
     with server.connect() as connection:
         chunks = (b"x" * (1024 * 1024) for _ in range(9))
-        connection.request("POST", "/mutate", body=chunks, encode_chunked=True,
-                           headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        connection.request(
+            "POST",
+            "/mutate",
+            body=chunks,
+            encode_chunked=True,
+            headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+        )
         response = connection.getresponse()
         answer = response.read()
         assert response.status == 413 and json.loads(answer)["code"] == 413, answer
@@ -162,7 +183,12 @@ def test_a_chunked_body_over_the_limit_gets_413(server: Server) -> None:
 
 
 def test_a_deeply_nested_body_gets_400(server: Server) -> None:
-    body = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    body = (
+        b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":'
+        + b"[" * 200_000
+        + b"]" * 200_000
+        + b"}"
+    )
     status, answer = server.post("/validate", body)
     assert status == 400 and b"nested too deeply" in answer
     assert_healthy(server)
@@ -186,8 +212,10 @@ def test_a_wrong_type_over_tls_gets_a_400_review(server: Server) -> None:
 def test_a_body_shorter_than_its_content_length_is_closed_and_harmless(server: Server) -> None:
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY)
     with server.tls(raw) as sock:
-        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100000\r\n\r\n{\"kind\":")
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100000\r\n\r\n{"kind":'
+        )
         started = time.monotonic()
         assert closed_by_server(sock)
         assert time.monotonic() - started < REQUEST_READ_TIMEOUT + SAFETY
@@ -235,8 +263,10 @@ def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(ser
         assert_healthy(server)
         body = json.dumps(review(gpu_pod(1), uid="parked")).encode()
         for sock in idle:
-            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+            )
             answer = b""
             while chunk := sock.recv(65536):
                 answer += chunk
@@ -273,8 +303,11 @@ def test_clients_that_vanish_mid_request_are_harmless(server: Server) -> None:
     for cut in (1, len(data) // 2, len(data) - 1):
         raw = socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY)
         with server.tls(raw) as sock:
-            sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         + f"Content-Length: {len(data)}\r\n\r\n".encode() + data[:cut])
+            sock.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data[:cut]
+            )
     assert_healthy(server)
 
 

@@ -145,8 +145,14 @@ class FakeNamespaceAPI:
             with self.cond:
                 obj = self.namespaces.get(name)
             if obj is None:
-                status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                          "message": f'namespaces "{name}" not found', "code": 404}
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "message": f'namespaces "{name}" not found',
+                    "code": 404,
+                }
                 self.send_json(req, 404, status)
             else:
                 self.send_json(req, 200, obj)
@@ -192,8 +198,18 @@ class FakeNamespaceAPI:
         since = int(query.get("resourceVersion") or 0)
         deadline = time.monotonic() + int(query.get("timeoutSeconds", "60"))
         if since < self.compacted and self.refuse_with_http_410:
-            self.send_json(req, 410, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                      "reason": "Expired", "code": 410, "message": "too old resource version"})
+            self.send_json(
+                req,
+                410,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": "too old resource version",
+                },
+            )
             return
         req.send_response(200)
         req.send_header("Content-Type", "application/json")
@@ -210,9 +226,19 @@ class FakeNamespaceAPI:
             generation = self.generation
         try:
             if since < self.compacted:
-                chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                   "reason": "Expired", "code": 410,
-                                                   "message": f"too old resource version: {since}"}})
+                chunk(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "reason": "Expired",
+                            "code": 410,
+                            "message": f"too old resource version: {since}",
+                        },
+                    }
+                )
                 return
             while True:
                 with self.cond:
@@ -221,8 +247,18 @@ class FakeNamespaceAPI:
                         if self.closing or time.monotonic() > deadline:
                             return
                         if self.generation != generation:
-                            pending = [(self.rv, "ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
-                                                           "message": "too old resource version"})]
+                            pending = [
+                                (
+                                    self.rv,
+                                    "ERROR",
+                                    {
+                                        "kind": "Status",
+                                        "code": 410,
+                                        "reason": "Expired",
+                                        "message": "too old resource version",
+                                    },
+                                )
+                            ]
                         else:
                             self.cond.wait(0.05)
                             if client_gone(req):
@@ -477,9 +513,7 @@ def test_trickling_apiserver_cannot_stretch_the_bound(api: FakeNamespaceAPI, mak
     assert cache.labels("ml-serving") == {"team": "vision", "cost-center": "cc-100"}  # others unaffected
 
 
-def test_concurrent_callers_share_one_lookup_and_failures_back_off(
-    api: FakeNamespaceAPI, make_cache: Any
-) -> None:
+def test_concurrent_callers_share_one_lookup_and_failures_back_off(api: FakeNamespaceAPI, make_cache: Any) -> None:
     api.hanging.set()
     cache = make_cache(api, lookup_timeout=0.3, failure_backoff=60.0)
 
@@ -545,7 +579,8 @@ def test_labels_are_read_only(api: FakeNamespaceAPI, make_cache: Any) -> None:
 
 
 def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
-        api: FakeNamespaceAPI, make_cache: Any, tmp_path: Path) -> None:
+    api: FakeNamespaceAPI, make_cache: Any, tmp_path: Path
+) -> None:
     """A policy selecting by namespaceSelector and attributing fromNamespaceLabel, answered by the app."""
     import base64
     import json

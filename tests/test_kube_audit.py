@@ -17,19 +17,35 @@ import yaml
 
 from webhook import kube
 
-PODS = [{"metadata": {"name": f"p{i}", "namespace": "ml", "managedFields": [{"manager": "kubectl"}]}}
-        for i in range(5)]
+PODS = [{"metadata": {"name": f"p{i}", "namespace": "ml", "managedFields": [{"manager": "kubectl"}]}} for i in range(5)]
 DISCOVERY: dict[str, Any] = {
-    "/api/v1": {"resources": [{"name": "pods", "kind": "Pod", "verbs": ["get", "list"]},
-                              {"name": "pods/status", "kind": "Pod", "verbs": ["get"]}]},
-    "/apis": {"groups": [
-        {"name": "ray.io", "versions": [{"version": "v1"}, {"version": "v1alpha1"}],
-         "preferredVersion": {"version": "v1"}},
-        {"name": "batch.volcano.sh", "versions": [{"version": "v1alpha1"}], "preferredVersion": {"version": "v1alpha1"}},
-    ]},
+    "/api/v1": {
+        "resources": [
+            {"name": "pods", "kind": "Pod", "verbs": ["get", "list"]},
+            {"name": "pods/status", "kind": "Pod", "verbs": ["get"]},
+        ]
+    },
+    "/apis": {
+        "groups": [
+            {
+                "name": "ray.io",
+                "versions": [{"version": "v1"}, {"version": "v1alpha1"}],
+                "preferredVersion": {"version": "v1"},
+            },
+            {
+                "name": "batch.volcano.sh",
+                "versions": [{"version": "v1alpha1"}],
+                "preferredVersion": {"version": "v1alpha1"},
+            },
+        ]
+    },
     "/apis/ray.io/v1": {"resources": [{"name": "rayclusters", "kind": "RayCluster", "verbs": ["list"]}]},
-    "/apis/ray.io/v1alpha1": {"resources": [{"name": "rayclusters", "kind": "RayCluster", "verbs": ["list"]},
-                                            {"name": "rayjobs", "kind": "RayJob", "verbs": ["list"]}]},
+    "/apis/ray.io/v1alpha1": {
+        "resources": [
+            {"name": "rayclusters", "kind": "RayCluster", "verbs": ["list"]},
+            {"name": "rayjobs", "kind": "RayJob", "verbs": ["list"]},
+        ]
+    },
     "/apis/batch.volcano.sh/v1alpha1": {"resources": [{"name": "jobs", "kind": "Job", "verbs": ["list"]}]},
 }
 
@@ -61,12 +77,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/v1/pods":
             token = query.get("continue", [""])[0]
             if token == "page-2":  # compacted away: continue from the next key, in a newer snapshot
-                status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "continue expired",
-                          "metadata": {"continue": "page-2-newer"} if self.expire_with_token else {}}
+                status = {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "continue expired",
+                    "metadata": {"continue": "page-2-newer"} if self.expire_with_token else {},
+                }
                 return self._send(410, status)
             start = {"": 0, "page-2-newer": 2, "page-3": 4}[token]
             following = {0: "page-2", 2: "page-3"}.get(start, "")
-            return self._send(200, {"items": PODS[start:start + 2], "metadata": {"continue": following}})
+            return self._send(200, {"items": PODS[start : start + 2], "metadata": {"continue": following}})
         return self._send(404, {"kind": "Status", "code": 404})
 
 
@@ -77,11 +98,18 @@ def server(tmp_path: Path) -> Iterator[tuple[Path, type[_Handler]]]:
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{httpd.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{httpd.server_address[1]}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     try:
         yield config, handler
     finally:
@@ -90,8 +118,9 @@ def server(tmp_path: Path) -> Iterator[tuple[Path, type[_Handler]]]:
         thread.join()
 
 
-def test_pages_follow_continue_and_survive_an_expired_token(server: tuple[Path, type[_Handler]],
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_pages_follow_continue_and_survive_an_expired_token(
+    server: tuple[Path, type[_Handler]], caplog: pytest.LogCaptureFixture
+) -> None:
     config, handler = server
     client = kube.api_client(str(config))
     with caplog.at_level(logging.WARNING, logger="webhook.kube"):
@@ -101,7 +130,11 @@ def test_pages_follow_continue_and_survive_an_expired_token(server: tuple[Path, 
     assert all(i["apiVersion"] == "v1" and i["kind"] == "Pod" and "managedFields" not in i["metadata"] for i in items)
     pages = [parse_qs(urlparse(p).query) for p in handler.requests if p.startswith("/api/v1/pods")]
     assert [(q["limit"], q.get("continue")) for q in pages] == [
-        (["2"], None), (["2"], ["page-2"]), (["2"], ["page-2-newer"]), (["2"], ["page-3"])]
+        (["2"], None),
+        (["2"], ["page-2"]),
+        (["2"], ["page-2-newer"]),
+        (["2"], ["page-3"]),
+    ]
     assert "continue token expired; the rest of the list is from a newer snapshot" in caplog.text
 
 
@@ -119,20 +152,29 @@ def test_forbidden_says_which_request_and_which_roles(server: tuple[Path, type[_
     with pytest.raises(kube.ClusterError) as caught:
         list(kube.list_objects(client, group="", version="v1", plural="pods", kind="Pod", namespace="secret"))
     client.close()
-    assert str(caught.value) == ('list /api/v1/namespaces/secret/pods: HTTP 403: pods is forbidden: User "x" cannot '
-                                 'list (grant the gpugate-auditor roles in deploy/audit; see docs/audit.md)')
+    assert str(caught.value) == (
+        'list /api/v1/namespaces/secret/pods: HTTP 403: pods is forbidden: User "x" cannot '
+        "list (grant the gpugate-auditor roles in deploy/audit; see docs/audit.md)"
+    )
 
 
 def test_discovery_picks_a_registry_version_the_group_serves(server: tuple[Path, type[_Handler]]) -> None:
     client = kube.api_client(str(server[0]))
-    served = kube.served_kinds(client, wanted=[
-        ("", "Pod", "pods", ["v1"]),
-        ("ray.io", "RayCluster", "rayclusters", ["v1"]),
-        ("ray.io", "RayJob", "rayjobs", ["v1beta9", "v1alpha1"]),      # the first listed version served
-        ("batch.volcano.sh", "Job", "jobs", ["v1alpha1"]),
-        ("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"]),          # not installed: left out
-        ("ray.io", "RayService", "rayservices", ["v1"]),                # group served, kind not: left out
-    ])
+    served = kube.served_kinds(
+        client,
+        wanted=[
+            ("", "Pod", "pods", ["v1"]),
+            ("ray.io", "RayCluster", "rayclusters", ["v1"]),
+            ("ray.io", "RayJob", "rayjobs", ["v1beta9", "v1alpha1"]),  # the first listed version served
+            ("batch.volcano.sh", "Job", "jobs", ["v1alpha1"]),
+            ("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"]),  # not installed: left out
+            ("ray.io", "RayService", "rayservices", ["v1"]),  # group served, kind not: left out
+        ],
+    )
     client.close()
-    assert served == {("", "Pod"): ("v1", "pods"), ("ray.io", "RayCluster"): ("v1", "rayclusters"),
-                      ("ray.io", "RayJob"): ("v1alpha1", "rayjobs"), ("batch.volcano.sh", "Job"): ("v1alpha1", "jobs")}
+    assert served == {
+        ("", "Pod"): ("v1", "pods"),
+        ("ray.io", "RayCluster"): ("v1", "rayclusters"),
+        ("ray.io", "RayJob"): ("v1alpha1", "rayjobs"),
+        ("batch.volcano.sh", "Job"): ("v1alpha1", "jobs"),
+    }

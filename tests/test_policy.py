@@ -13,37 +13,94 @@ from webhook.policy.store import PolicyStore
 HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
 
 
-@pytest.mark.parametrize(("spec", "error"), [
-    ("spec: {mode: strict}", "spec.mode: 'strict' is not one of enforce, warn, audit"),
-    ("spec: {priority: high}", "spec.priority: must be a whole number, got 'high'"),
-    ("spec: {limits: {maxPerPod: 0}}", "spec.limits.maxPerPod: must be a whole number of at least 1"),
-    ("spec: {runtimeClassName: NVIDIA}", "spec.runtimeClassName: 'NVIDIA' is not a valid RuntimeClass name"),
-    ("spec: {tolerations: [{key: nvidia.com/gpu, operator: Exists, value: x}]}", "spec.tolerations[0].value: must be empty when operator is Exists"),
-    ("spec: {tolerations: [{key: a, effect: NoSchedule, tolerationSeconds: 5}]}", "spec.tolerations[0].tolerationSeconds: is only allowed with effect NoExecute"),
-    ("spec: {tolerations: [{operator: Equal}]}", "spec.tolerations[0].key: is required unless operator is Exists"),
-    ("spec: {models: {nodeLabel: nvidia.com/gpu.product, default: a100, classes: {l4: [NVIDIA-L4]}}}", "spec.models.default: 'a100' is not one of the classes (l4)"),
-    ("spec: {models: {nodeLabel: nvidia.com/gpu.product, classes: {}}}", "spec.models.classes: must map at least one class name"),
-    ("spec: {models: {classes: {l4: [NVIDIA-L4]}}}", "spec.models.classes.l4: give the class as {values: [...], resources: [...]}"),
-    ("spec: {attribution: {labels: {gpugate.io/team: {value: 'has space'}}}}", "spec.attribution.labels[gpugate.io/team].value: 'has space' is not a valid label value"),
-    ("spec: {attribution: {labels: {'bad key!': {value: x}}}}", "spec.attribution.labels[bad key!]: 'bad key!' is not a valid label key"),
-    ("spec: {attribution: {labels: {gpugate.io/team: {value: x, fromNamespaceLabel: team}}}}", "spec.attribution.labels[gpugate.io/team]: give exactly one of fromNamespaceLabel or value"),
-    ("spec: {match: {podSelector: {matchExpressions: [{key: app, operator: In}]}}}", "spec.match.podSelector.matchExpressions[0].values: must be non-empty for operator In"),
-    ("spec: {nonGPUPods: {gpuTolerations: maybe}}", "spec.nonGPUPods.gpuTolerations: 'maybe' is not one of deny, strip, allow"),
-    ("spec: {gpuResources: []}", "spec.gpuResources: must not be empty"),
-    ("spec: {runtimeClass: nvidia}", "spec.runtimeClass: unknown field"),
-    ("spec: {mutateTemplates: yes-please}", "spec.mutateTemplates: must be true or false"),
-    ("spec: {devices: {tpu: {runtimeClassName: x}}}", "spec.devices.tpu.resources: must list the resources that count as this vendor's GPUs"),
-    ("spec: {devices: {nvidia: {modelLabel: 'bad label!'}}}", "spec.devices.nvidia.modelLabel: 'bad label!' is not a valid node label key"),
-    ("spec: {devices: {nvidia: {tolerations: [{operator: Equal}]}}}", "spec.devices.nvidia.tolerations[0].key: is required unless operator is Exists"),
-    ("spec: {devices: {nvidia: {gpus: 1}}}", "spec.devices.nvidia.gpus: unknown field"),
-    ("spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, runtimeClassName: nvidia}", "spec.runtimeClassName: cannot be combined with spec.devices: move it into spec.devices.<vendor>"),
-    ("spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {l4: {values: [NVIDIA-L4]}}}}", "spec.models.classes.l4.resources: must list the GPU resources this class's nodes offer"),
-    ("spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {x: {values: [A], resources: [example.com/fpga]}}}}", "spec.models.classes.x.resources: example.com/fpga must all be GPU resources of exactly one device (found none)"),
-    ("spec: {models: {classes: {mi: {values: [A], resources: [amd.com/gpu]}}}}", "spec.models.classes.mi: device 'amd' has no modelLabel to select class 'mi' by"),
-    ("spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {x: {values: [A], resources: [nvidia.com/gpu], device: tpu}}}}", "spec.models.classes.x.device: 'tpu' is not a device of this policy"),
-    ("spec: {initOnlyGPUs: sometimes}", "spec.initOnlyGPUs: 'sometimes' is not one of deny, warn, allow"),
-    ("spec: {gpuHolders: {resourceClaims: maybe}}", "spec.gpuHolders.resourceClaims: must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("spec: {mode: strict}", "spec.mode: 'strict' is not one of enforce, warn, audit"),
+        ("spec: {priority: high}", "spec.priority: must be a whole number, got 'high'"),
+        ("spec: {limits: {maxPerPod: 0}}", "spec.limits.maxPerPod: must be a whole number of at least 1"),
+        ("spec: {runtimeClassName: NVIDIA}", "spec.runtimeClassName: 'NVIDIA' is not a valid RuntimeClass name"),
+        (
+            "spec: {tolerations: [{key: nvidia.com/gpu, operator: Exists, value: x}]}",
+            "spec.tolerations[0].value: must be empty when operator is Exists",
+        ),
+        (
+            "spec: {tolerations: [{key: a, effect: NoSchedule, tolerationSeconds: 5}]}",
+            "spec.tolerations[0].tolerationSeconds: is only allowed with effect NoExecute",
+        ),
+        ("spec: {tolerations: [{operator: Equal}]}", "spec.tolerations[0].key: is required unless operator is Exists"),
+        (
+            "spec: {models: {nodeLabel: nvidia.com/gpu.product, default: a100, classes: {l4: [NVIDIA-L4]}}}",
+            "spec.models.default: 'a100' is not one of the classes (l4)",
+        ),
+        (
+            "spec: {models: {nodeLabel: nvidia.com/gpu.product, classes: {}}}",
+            "spec.models.classes: must map at least one class name",
+        ),
+        (
+            "spec: {models: {classes: {l4: [NVIDIA-L4]}}}",
+            "spec.models.classes.l4: give the class as {values: [...], resources: [...]}",
+        ),
+        (
+            "spec: {attribution: {labels: {gpugate.io/team: {value: 'has space'}}}}",
+            "spec.attribution.labels[gpugate.io/team].value: 'has space' is not a valid label value",
+        ),
+        (
+            "spec: {attribution: {labels: {'bad key!': {value: x}}}}",
+            "spec.attribution.labels[bad key!]: 'bad key!' is not a valid label key",
+        ),
+        (
+            "spec: {attribution: {labels: {gpugate.io/team: {value: x, fromNamespaceLabel: team}}}}",
+            "spec.attribution.labels[gpugate.io/team]: give exactly one of fromNamespaceLabel or value",
+        ),
+        (
+            "spec: {match: {podSelector: {matchExpressions: [{key: app, operator: In}]}}}",
+            "spec.match.podSelector.matchExpressions[0].values: must be non-empty for operator In",
+        ),
+        (
+            "spec: {nonGPUPods: {gpuTolerations: maybe}}",
+            "spec.nonGPUPods.gpuTolerations: 'maybe' is not one of deny, strip, allow",
+        ),
+        ("spec: {gpuResources: []}", "spec.gpuResources: must not be empty"),
+        ("spec: {runtimeClass: nvidia}", "spec.runtimeClass: unknown field"),
+        ("spec: {mutateTemplates: yes-please}", "spec.mutateTemplates: must be true or false"),
+        (
+            "spec: {devices: {tpu: {runtimeClassName: x}}}",
+            "spec.devices.tpu.resources: must list the resources that count as this vendor's GPUs",
+        ),
+        (
+            "spec: {devices: {nvidia: {modelLabel: 'bad label!'}}}",
+            "spec.devices.nvidia.modelLabel: 'bad label!' is not a valid node label key",
+        ),
+        (
+            "spec: {devices: {nvidia: {tolerations: [{operator: Equal}]}}}",
+            "spec.devices.nvidia.tolerations[0].key: is required unless operator is Exists",
+        ),
+        ("spec: {devices: {nvidia: {gpus: 1}}}", "spec.devices.nvidia.gpus: unknown field"),
+        (
+            "spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, runtimeClassName: nvidia}",
+            "spec.runtimeClassName: cannot be combined with spec.devices: move it into spec.devices.<vendor>",
+        ),
+        (
+            "spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {l4: {values: [NVIDIA-L4]}}}}",
+            "spec.models.classes.l4.resources: must list the GPU resources this class's nodes offer",
+        ),
+        (
+            "spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {x: {values: [A], resources: [example.com/fpga]}}}}",
+            "spec.models.classes.x.resources: example.com/fpga must all be GPU resources of exactly one device (found none)",
+        ),
+        (
+            "spec: {models: {classes: {mi: {values: [A], resources: [amd.com/gpu]}}}}",
+            "spec.models.classes.mi: device 'amd' has no modelLabel to select class 'mi' by",
+        ),
+        (
+            "spec: {devices: {nvidia: {modelLabel: nvidia.com/gpu.product}}, models: {classes: {x: {values: [A], resources: [nvidia.com/gpu], device: tpu}}}}",
+            "spec.models.classes.x.device: 'tpu' is not a device of this policy",
+        ),
+        ("spec: {initOnlyGPUs: sometimes}", "spec.initOnlyGPUs: 'sometimes' is not one of deny, warn, allow"),
+        ("spec: {gpuHolders: {resourceClaims: maybe}}", "spec.gpuHolders.resourceClaims: must be true or false"),
+    ],
+)
 def test_each_invalid_field_is_reported_with_file_document_and_path(tmp_path, spec, error):
     (tmp_path / "a.yaml").write_text("---\n" + HEAD.replace("name: p", "name: ok") + "---\n" + HEAD + spec + "\n")
     with pytest.raises(PolicyError) as err:
@@ -52,8 +109,10 @@ def test_each_invalid_field_is_reported_with_file_document_and_path(tmp_path, sp
 
 
 def test_a_gpu_workload_kind_document_is_validated(tmp_path):
-    (tmp_path / "a.yaml").write_text(HEAD + "spec: {}\n---\napiVersion: gpugate.io/v1\nkind: GPUWorkloadKind\n"
-                                     "metadata: {name: x}\nspec: {group: example.com, podTemplates: ['spec..template']}\n")
+    (tmp_path / "a.yaml").write_text(
+        HEAD + "spec: {}\n---\napiVersion: gpugate.io/v1\nkind: GPUWorkloadKind\n"
+        "metadata: {name: x}\nspec: {group: example.com, podTemplates: ['spec..template']}\n"
+    )
     with pytest.raises(PolicyError) as err:
         load_policies(tmp_path)
     assert "a.yaml: document 1: spec.podTemplates[0]: 'spec..template' is not a template path" in str(err.value)
@@ -61,10 +120,14 @@ def test_a_gpu_workload_kind_document_is_validated(tmp_path):
 
 
 def test_a_0_1_policy_file_still_loads_as_one_nvidia_device():
-    legacy = policies({"name": "old", "runtimeClassName": "nvidia",
-                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                       "models": {"nodeLabel": "nvidia.com/gpu.product", "default": "l4",
-                                  "classes": {"l4": ["NVIDIA-L4"]}}}).policies[0]
+    legacy = policies(
+        {
+            "name": "old",
+            "runtimeClassName": "nvidia",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "models": {"nodeLabel": "nvidia.com/gpu.product", "default": "l4", "classes": {"l4": ["NVIDIA-L4"]}},
+        }
+    ).policies[0]
     nvidia = legacy.devices["nvidia"]
     assert nvidia.runtime_class_name == "nvidia" and nvidia.model_label == "nvidia.com/gpu.product"
     assert legacy.models is not None and legacy.models.classes["l4"].resources == nvidia.resources
@@ -122,8 +185,12 @@ def test_the_highest_priority_matching_policy_governs():
     assert pick("team-a").name == "high"
     assert pick("default").name == "low"
     assert pick("team-a", {"app": "vllm"}).name == "pods"
-    assert policies({"name": "only", "match": {"namespaces": ["x"]}}).governing(
-        namespace="y", pod_labels={}, namespace_labels=dict) is BUILTIN
+    assert (
+        policies({"name": "only", "match": {"namespaces": ["x"]}}).governing(
+            namespace="y", pod_labels={}, namespace_labels=dict
+        )
+        is BUILTIN
+    )
 
 
 def test_namespace_selectors_need_labels_and_say_so_when_they_are_unknown():
@@ -197,11 +264,19 @@ def test_every_shipped_policy_points_at_the_schema_and_passes_it():
             assert not list(validator.iter_errors(document)), path
 
 
-@pytest.mark.parametrize("spec", [
-    "spec: {mode: strict}", "spec: {limits: {maxPerPod: 0}}", "spec: {runtimeClass: nvidia}",
-    "spec: {devices: {nvidia: {gpus: 1}}}", "spec: {initOnlyGPUs: sometimes}", "spec: {mutateTemplates: yes-please}",
-    "spec: {models: {classes: {l4: {values: [NVIDIA-L4]}}}}", "spec: {gpuHolders: {resourceClaims: maybe}}",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "spec: {mode: strict}",
+        "spec: {limits: {maxPerPod: 0}}",
+        "spec: {runtimeClass: nvidia}",
+        "spec: {devices: {nvidia: {gpus: 1}}}",
+        "spec: {initOnlyGPUs: sometimes}",
+        "spec: {mutateTemplates: yes-please}",
+        "spec: {models: {classes: {l4: {values: [NVIDIA-L4]}}}}",
+        "spec: {gpuHolders: {resourceClaims: maybe}}",
+    ],
+)
 def test_the_schema_refuses_what_the_loader_refuses(tmp_path, spec):
     document = yaml.safe_load(HEAD + spec)
     assert list(jsonschema.Draft202012Validator(policy_schema()).iter_errors(document))

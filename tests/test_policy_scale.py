@@ -31,7 +31,9 @@ requirements = st.builds(
     operator=st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
     values=st.lists(st.sampled_from(VALUES), max_size=2).map(tuple),
 )
-selectors = st.builds(LabelSelector, match_labels=labels, match_expressions=st.lists(requirements, max_size=2).map(tuple))
+selectors = st.builds(
+    LabelSelector, match_labels=labels, match_expressions=st.lists(requirements, max_size=2).map(tuple)
+)
 matches = st.builds(
     Match,
     namespaces=st.lists(st.sampled_from(["*", "a*", "team-*", "prod", "b-?", "x"]), max_size=2).map(tuple),
@@ -55,8 +57,11 @@ def outcome(decide: Callable[..., Policy], **kwargs: Any) -> object:
 def test_the_index_governs_as_the_scan_does(policies: list[Policy], requests: list[Any]) -> None:
     policy_set = PolicySet.of(policies)
     for namespace, pod_labels, namespace_labels in requests * 2:  # twice: the second time from the index
-        request = {"namespace": namespace, "pod_labels": pod_labels,
-                   "namespace_labels": lambda found=namespace_labels: found}
+        request = {
+            "namespace": namespace,
+            "pod_labels": pod_labels,
+            "namespace_labels": lambda found=namespace_labels: found,
+        }
         indexed = outcome(policy_set.governing, **request)
         scanned = outcome(functools.partial(_scan, policy_set.policies), **request)
         assert indexed == scanned, (namespace, pod_labels, namespace_labels)

@@ -18,14 +18,17 @@ NAMESPACES = {"default": {"team": "vision"}, "other": {}}
 names = st.sampled_from(["a", "b", "c", "trainer", "x-1"])
 label_keys = st.sampled_from(["app", "tier", "example.com/owner", "gpugate.io/team", "gpugate.io/model"])
 label_values = st.sampled_from(["", "x", "h100", "l4", "someone-else", "v1.2"])
-tolerations = st.sampled_from([
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-    {"key": "example.com/dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
-])
+tolerations = st.sampled_from(
+    [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "example.com/dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+    ]
+)
 gpu_amounts = st.sampled_from(["1", "2", "1000m", "2e0", 3, "4"])
-other_resources = st.fixed_dictionaries({}, optional={"cpu": st.sampled_from(["100m", "1"]),
-                                                      "memory": st.sampled_from(["1Gi", "512Mi"])})
+other_resources = st.fixed_dictionaries(
+    {}, optional={"cpu": st.sampled_from(["100m", "1"]), "memory": st.sampled_from(["1Gi", "512Mi"])}
+)
 
 
 @st.composite
@@ -52,9 +55,20 @@ def pods(draw, gpu: bool | None = None):
     if draw(st.booleans()):
         spec["nodeSelector"] = {"kubernetes.io/os": "linux"}
     if draw(st.booleans()):
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a", "b"]}]}
-            for _ in range(draw(st.integers(1, 2)))]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a", "b"]}
+                            ]
+                        }
+                        for _ in range(draw(st.integers(1, 2)))
+                    ]
+                }
+            }
+        }
     return pod(*cs, namespace=draw(st.sampled_from(list(NAMESPACES))), labels=labels, **spec)
 
 
@@ -136,16 +150,34 @@ from webhook.rules import registry  # noqa: E402
 FLEET = load_policies(REPO / "policies")
 BUILTIN_RULES = {r.name for r in registry.rules("validate") if r.builtin}
 any_resources = st.dictionaries(
-    st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb",
-                     "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores", "nvidia.com/gpumem",
-                     "example.com/fpga", "cpu"]),
-    st.sampled_from(["1", "2", "0", "500m", "-1", "100", "x"]), max_size=3)
-any_tolerations = st.lists(st.sampled_from([
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    {"operator": "Exists"},
-    {"key": "example.com/dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
-]), max_size=2)
+    st.sampled_from(
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/gpu.shared",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-2g.20gb",
+            "amd.com/gpu",
+            "gpu.intel.com/i915",
+            "gpu.intel.com/millicores",
+            "nvidia.com/gpumem",
+            "example.com/fpga",
+            "cpu",
+        ]
+    ),
+    st.sampled_from(["1", "2", "0", "500m", "-1", "100", "x"]),
+    max_size=3,
+)
+any_tolerations = st.lists(
+    st.sampled_from(
+        [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"operator": "Exists"},
+            {"key": "example.com/dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        ]
+    ),
+    max_size=2,
+)
 
 
 @st.composite
@@ -168,12 +200,21 @@ def any_pods(draw):
     if draw(st.booleans()):
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
     if draw(st.booleans()):
-        spec["nodeSelector"] = draw(st.sampled_from([{"nvidia.com/gpu.product": "NVIDIA-L4"},
-                                                     {"cloud.google.com/gke-accelerator": "nvidia-l4"},
-                                                     {"nvidia.com/gpu.product": "Unknown-GPU"}]))
-    labels = {"gpugate.io/model": draw(st.sampled_from(["l4", "a100", "h100-mig", "nope"]))} if draw(st.booleans()) else None
-    obj = pod(*cs, init=init, labels=labels, namespace=draw(st.sampled_from(["default", "ml-serving", "research-x"])),
-              **spec)
+        spec["nodeSelector"] = draw(
+            st.sampled_from(
+                [
+                    {"nvidia.com/gpu.product": "NVIDIA-L4"},
+                    {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+                    {"nvidia.com/gpu.product": "Unknown-GPU"},
+                ]
+            )
+        )
+    labels = (
+        {"gpugate.io/model": draw(st.sampled_from(["l4", "a100", "h100-mig", "nope"]))} if draw(st.booleans()) else None
+    )
+    obj = pod(
+        *cs, init=init, labels=labels, namespace=draw(st.sampled_from(["default", "ml-serving", "research-x"])), **spec
+    )
     if draw(st.booleans()):
         obj["metadata"]["annotations"] = {draw(st.sampled_from(["gpu-fraction", "nvidia.com/use-gputype"])): "0.5"}
     return obj

@@ -35,8 +35,13 @@ MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 
 
 def repository_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     files = [REPO / name for name in listed if name]
     return sorted(p for p in files if p.is_file() and p.resolve() != THIS)
 
@@ -50,8 +55,15 @@ def text_of(path: Path) -> str | None:
 
 def test_the_scan_sees_the_whole_repository() -> None:
     names = {p.relative_to(REPO).as_posix() for p in repository_files()}
-    for expected in ("README.md", "Makefile", "webhook/cli.py", "docs/operations.md", "tests/support.py",
-                     "deploy/base/deployment.yaml", "policies/README.md"):
+    for expected in (
+        "README.md",
+        "Makefile",
+        "webhook/cli.py",
+        "docs/operations.md",
+        "tests/support.py",
+        "deploy/base/deployment.yaml",
+        "policies/README.md",
+    ):
         assert expected in names
 
 
@@ -69,14 +81,24 @@ def test_no_file_refers_to_a_path_outside_the_repository() -> None:
     assert not hits, "files that refer outside the repository; move the facts into docs/:\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("pattern", [f"../{SIBLING}/fixtures", "PRODUCT.md §2", "see apiserver-contract.md",
-                                     "/work/main/tests", "reference-fleet.md"])
+@pytest.mark.parametrize(
+    "pattern",
+    [f"../{SIBLING}/fixtures", "PRODUCT.md §2", "see apiserver-contract.md", "/work/main/tests", "reference-fleet.md"],
+)
 def test_the_patterns_catch_what_they_are_for(pattern: str) -> None:
     assert OUTSIDE.search(pattern)
 
 
-@pytest.mark.parametrize("pattern", ["~/.cache/gpugate-tools", "/root/.cache/gpugate-e2e", "docs/admission-contract.md",
-                                     "https://example.com/work/main", "policies/README.md"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "~/.cache/gpugate-tools",
+        "/root/.cache/gpugate-e2e",
+        "docs/admission-contract.md",
+        "https://example.com/work/main",
+        "policies/README.md",
+    ],
+)
 def test_the_patterns_leave_inside_paths_alone(pattern: str) -> None:
     assert not OUTSIDE.search(pattern)
 

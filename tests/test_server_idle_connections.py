@@ -30,11 +30,28 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
     log = root / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(GPUGATE), "serve", "--policies", str(REPO / "policies"), "--cert", str(certs / "tls.crt"),
-             "--key", str(certs / "tls.key"), "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "1"],
-            stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+            [
+                str(GPUGATE),
+                "serve",
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(certs / "tls.crt"),
+                "--key",
+                str(certs / "tls.key"),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "1",
+                "--threads",
+                "1",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
         )
     try:
+
         def up() -> bool:
             assert process.poll() is None, log.read_text(errors="replace")
             try:

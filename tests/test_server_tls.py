@@ -31,13 +31,13 @@ RELOAD_INTERVAL = 1.0  # webhook.tls checks the certificate files at most once a
 
 
 def gpugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(GPUGATE), *args], capture_output=True, text=True, check=False, env=env,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [str(GPUGATE), *args], capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120
+    )
 
 
 def make_certs(out: Path) -> Path:
-    done = gpugate("certs", "--service", "gpugate", "--namespace", "gpugate", "--host", "127.0.0.1",
-                   "--out", str(out))
+    done = gpugate("certs", "--service", "gpugate", "--namespace", "gpugate", "--host", "127.0.0.1", "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out
 
@@ -170,16 +170,30 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     volume.publish(tls_files(first))
     tmpdir = root / "tmp"
     tmpdir.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PROMETHEUS_MULTIPROC_DIR", "KUBERNETES_SERVICE_HOST")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "KUBERNETES_SERVICE_HOST")}
     env["TMPDIR"] = str(tmpdir)
     port = free_port()
     log = root / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(GPUGATE), "serve", "--policies", str(REPO / "policies"), "--cert", str(volume.cert),
-             "--key", str(volume.key), "--bind", f"127.0.0.1:{port}", "--workers", "2"],
-            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+            [
+                str(GPUGATE),
+                "serve",
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(volume.cert),
+                "--key",
+                str(volume.key),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "2",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
         )
     running = Server(process, port, volume, log, tmpdir, first)
 
@@ -214,12 +228,19 @@ def test_admission_reviews_over_tls_as_the_apiserver_sends_them(server: Server) 
     import base64
     import json
 
-    headers = {"Host": f"{SERVICE_NAME}:443", "Content-Type": "application/json",
-               "Accept": "application/json, */*", "User-Agent": "kube-apiserver-admission"}
+    headers = {
+        "Host": f"{SERVICE_NAME}:443",
+        "Content-Type": "application/json",
+        "Accept": "application/json, */*",
+        "User-Agent": "kube-apiserver-admission",
+    }
     with server.connect(server.first / "ca.crt") as connection:
         answers = {}
-        for name, path in (("gpu-pod", "/mutate?timeout=10s"), ("fractional", "/mutate?timeout=10s"),
-                           ("gpu-pod", "/validate?timeout=10s")):
+        for name, path in (
+            ("gpu-pod", "/mutate?timeout=10s"),
+            ("fractional", "/mutate?timeout=10s"),
+            ("gpu-pod", "/validate?timeout=10s"),
+        ):
             body = (REPO / "policies" / "examples" / f"review-{name}.json").read_bytes()
             connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
@@ -276,8 +297,10 @@ def test_old_tls_versions_are_refused(server: Server, version: ssl.TLSVersion) -
     context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer what the server must refuse
     context.minimum_version = version
     context.maximum_version = version
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
-            pytest.raises(ssl.SSLError, match="PROTOCOL_VERSION"):  # the server's alert, not ours
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLError, match="PROTOCOL_VERSION"),
+    ):  # the server's alert, not ours
         context.wrap_socket(raw, server_hostname=SERVICE_NAME)
 
 
@@ -300,14 +323,35 @@ def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> Non
     broken.mkdir()
     (broken / "bad.yaml").write_text("apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {}\n")
     cases = [
-        (["--policies", str(broken), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")],
-         "bad.yaml"),
-        (["--policies", str(REPO / "policies"), "--cert", str(first / "ca.crt"), "--key", str(first / "tls.key")],
-         "does not belong to the certificate"),
-        (["--policies", str(REPO / "policies"), "--cert", str(tmp_path / "missing.crt"),
-          "--key", str(first / "tls.key")], "missing.crt"),
-        (["--policies", str(REPO / "policies"), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key"),
-          "--bind", "nowhere"], "HOST:PORT"),
+        (["--policies", str(broken), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")], "bad.yaml"),
+        (
+            ["--policies", str(REPO / "policies"), "--cert", str(first / "ca.crt"), "--key", str(first / "tls.key")],
+            "does not belong to the certificate",
+        ),
+        (
+            [
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(tmp_path / "missing.crt"),
+                "--key",
+                str(first / "tls.key"),
+            ],
+            "missing.crt",
+        ),
+        (
+            [
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(first / "tls.crt"),
+                "--key",
+                str(first / "tls.key"),
+                "--bind",
+                "nowhere",
+            ],
+            "HOST:PORT",
+        ),
     ]
     for args, fragment in cases:
         done = gpugate("serve", *args)
@@ -361,8 +405,7 @@ def test_rotation_reaches_new_handshakes_without_a_restart(server: Server, tmp_p
 def test_broken_new_files_keep_the_old_certificate(server: Server, tmp_path: Path) -> None:
     current, third = server.first, make_certs(tmp_path / "gen3")
     # A certificate with somebody else's key: unusable.
-    server.volume.publish({"tls.crt": (third / "tls.crt").read_bytes(),
-                           "tls.key": (current / "tls.key").read_bytes()})
+    server.volume.publish({"tls.crt": (third / "tls.crt").read_bytes(), "tls.key": (current / "tls.key").read_bytes()})
 
     def reported() -> bool:
         with server.connect(current / "ca.crt") as connection:  # handshakes are what look at the files
@@ -383,8 +426,9 @@ def test_every_worker_follows_a_rotation_without_handshakes(server: Server, tmp_
     rotated, broken_with = make_certs(tmp_path / "quiet"), make_certs(tmp_path / "other")
     server.volume.publish(tls_files(rotated))
     time.sleep(3 * RELOAD_INTERVAL)  # no handshake meanwhile
-    server.volume.publish({"tls.crt": (broken_with / "tls.crt").read_bytes(),
-                           "tls.key": (rotated / "tls.key").read_bytes()})
+    server.volume.publish(
+        {"tls.crt": (broken_with / "tls.crt").read_bytes(), "tls.key": (rotated / "tls.key").read_bytes()}
+    )
     time.sleep(2 * RELOAD_INTERVAL)
     for _ in range(12):  # two workers: twelve handshakes reach both with near certainty
         with server.connect(rotated / "ca.crt") as connection:
@@ -403,8 +447,10 @@ def test_prometheus_client_is_not_imported_before_serve_sets_its_directory() -> 
     # prometheus_client picks single- or multi-process values at import time; `gpugate serve`
     # sets PROMETHEUS_MULTIPROC_DIR before the workers import it. An import on the way there
     # (the CLI, the policy check) would silently make every worker count for itself.
-    probe = ("import sys, webhook.cli, webhook.server, webhook.policy.loader, webhook.certs, webhook.tls; "
-             "sys.exit('prometheus_client' in sys.modules)")
+    probe = (
+        "import sys, webhook.cli, webhook.server, webhook.policy.loader, webhook.certs, webhook.tls; "
+        "sys.exit('prometheus_client' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=False).returncode == 0
 
 
@@ -542,7 +588,12 @@ def test_encrypted_key_is_refused_without_a_prompt(three_certs: list[Path], tmp_
 
     key = serialization.load_pem_private_key((three_certs[0] / "tls.key").read_bytes(), password=None)
     encrypted = tmp_path / "tls.key"
-    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                            serialization.BestAvailableEncryption(b"secret")))
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
     with pytest.raises(TLSConfigError, match="is encrypted"):
         server_context(str(three_certs[0] / "tls.crt"), str(encrypted))

@@ -11,29 +11,57 @@ from webhook.admission import mutate, validate
 
 
 def template(kind, gpus="1", *, labels=None, name="w"):
-    pod_template = {"metadata": {"labels": {"app": "w", **(labels or {})}},
-                    "spec": {"restartPolicy": "Never" if kind in ("Job", "CronJob") else "Always",
-                             "containers": [container("worker", limits={"nvidia.com/gpu": gpus})]}}
+    pod_template = {
+        "metadata": {"labels": {"app": "w", **(labels or {})}},
+        "spec": {
+            "restartPolicy": "Never" if kind in ("Job", "CronJob") else "Always",
+            "containers": [container("worker", limits={"nvidia.com/gpu": gpus})],
+        },
+    }
     selector = {"matchLabels": {"app": "w"}}
     meta = {"name": name, "namespace": "default"}
     if kind == "Deployment":
-        return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": {"selector": selector, "template": pod_template}}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"selector": selector, "template": pod_template},
+        }
     if kind == "StatefulSet":
-        return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta,
-                "spec": {"selector": selector, "serviceName": "w", "template": pod_template}}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"selector": selector, "serviceName": "w", "template": pod_template},
+        }
     if kind in ("DaemonSet", "ReplicaSet"):
-        return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": {"selector": selector, "template": pod_template}}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"selector": selector, "template": pod_template},
+        }
     if kind == "Job":
         return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": {"template": pod_template}}
     if kind == "CronJob":
-        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta,
-                "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": pod_template}}}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": pod_template}}},
+        }
     return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta, "template": pod_template}
 
 
-PREFIX = {"Deployment": "spec.template.spec", "StatefulSet": "spec.template.spec", "DaemonSet": "spec.template.spec",
-          "ReplicaSet": "spec.template.spec", "Job": "spec.template.spec",
-          "CronJob": "spec.jobTemplate.spec.template.spec", "PodTemplate": "template.spec"}
+PREFIX = {
+    "Deployment": "spec.template.spec",
+    "StatefulSet": "spec.template.spec",
+    "DaemonSet": "spec.template.spec",
+    "ReplicaSet": "spec.template.spec",
+    "Job": "spec.template.spec",
+    "CronJob": "spec.jobTemplate.spec.template.spec",
+    "PodTemplate": "template.spec",
+}
 KINDS = list(PREFIX)
 
 
@@ -53,7 +81,7 @@ def test_disallowed_model_class_in_templates_is_denied_at_validate(kind):
     assert mutate(request(obj), env(standard())).allowed
     verdict = validate(request(obj), env(standard()))
     assert not verdict.allowed
-    assert f'{PREFIX[kind].removesuffix(".spec")}.metadata.labels[gpugate.io/model]' in verdict.message
+    assert f"{PREFIX[kind].removesuffix('.spec')}.metadata.labels[gpugate.io/model]" in verdict.message
     assert 'GPU model class "a100" is not allowed' in verdict.message
 
 
@@ -113,12 +141,18 @@ def test_templates_without_gpus_get_no_warnings():
 
 
 def test_template_patch_validates_against_the_schema():
-    result = apply(template("Deployment"), mutate(request(template("Deployment")), env(standard(mutateTemplates=True))).patch)
+    result = apply(
+        template("Deployment"), mutate(request(template("Deployment")), env(standard(mutateTemplates=True))).patch
+    )
     schema_check(result)
 
 
 def test_other_kinds_and_subresources_are_allowed_untouched():
-    scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w", "namespace": "default"},
-             "spec": {"replicas": 3}}
+    scale = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {"replicas": 3},
+    }
     assert mutate(request(scale), env(standard())).allowed
     assert validated(scale, standard()).allowed

@@ -98,8 +98,9 @@ class _Subject:
         return self.ctx.shape
 
 
-def _subjects(obj: Any, request: Mapping[str, Any], env: Environment, *,
-              old: Mapping[str, Any] | None = None) -> list[_Subject] | None:
+def _subjects(
+    obj: Any, request: Mapping[str, Any], env: Environment, *, old: Mapping[str, Any] | None = None
+) -> list[_Subject] | None:
     """Every pod template in ``obj`` with its context, or None for kinds gpugate does not read.
     ``old``: the object before an UPDATE, whose templates at the same paths are each subject's ``old``."""
     if not isinstance(obj, Mapping):
@@ -123,8 +124,7 @@ def _subjects(obj: Any, request: Mapping[str, Any], env: Environment, *,
         if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
             continue
         pod_labels = meta.get("labels") or {}
-        policy = env.policies.governing(namespace=namespace, pod_labels=pod_labels,
-                                        namespace_labels=namespace_labels)
+        policy = env.policies.governing(namespace=namespace, pod_labels=pod_labels, namespace_labels=namespace_labels)
         labels: Mapping[str, str] = {}
         if policy.uses_namespace_labels:
             found = namespace_labels()
@@ -133,12 +133,23 @@ def _subjects(obj: Any, request: Mapping[str, Any], env: Environment, *,
             labels = found
         old_spec = dig(old, shape.spec_keys) if old is not None else None
         old_meta = dig(old, shape.meta_keys) if old is not None else None
-        before = (PodView(old_meta if isinstance(old_meta, Mapping) else {}, old_spec)
-                  if isinstance(old_spec, Mapping) else None)
+        before = (
+            PodView(old_meta if isinstance(old_meta, Mapping) else {}, old_spec)
+            if isinstance(old_spec, Mapping)
+            else None
+        )
         mutable = not shape.is_template or policy.mutate_templates
-        ctx = PodContext(shape=shape, policy=policy, namespace=namespace, namespace_labels=labels,
-                         operation=str(request.get("operation")), object_meta=obj.get("metadata") or {},
-                         gpu=gpu_use(meta, spec, policy), old=before, mutable=mutable)
+        ctx = PodContext(
+            shape=shape,
+            policy=policy,
+            namespace=namespace,
+            namespace_labels=labels,
+            operation=str(request.get("operation")),
+            object_meta=obj.get("metadata") or {},
+            gpu=gpu_use(meta, spec, policy),
+            old=before,
+            mutable=mutable,
+        )
         subjects.append(_Subject(PodView(meta, spec), ctx))
     return subjects
 
@@ -155,11 +166,16 @@ def _mutations(obj: Mapping[str, Any], subjects: list[_Subject]) -> tuple[PodEdi
 
 def _unapplied(subject: _Subject, changes: list[Change]) -> list[Violation]:
     """Mutations the policy requires that the final object lacks (the mutating call was skipped)."""
-    return [Violation("not-mutated", subject.ctx.spec_field(c.field) if c.field != "labels"
-                      else subject.ctx.meta_field("labels"), "pod",
-                      f'lacks {c.summary} that policy "{subject.policy.name}" requires',
-                      "re-create it so gpugate's mutating webhook can add it, or add it yourself")
-            for c in changes]
+    return [
+        Violation(
+            "not-mutated",
+            subject.ctx.spec_field(c.field) if c.field != "labels" else subject.ctx.meta_field("labels"),
+            "pod",
+            f'lacks {c.summary} that policy "{subject.policy.name}" requires',
+            "re-create it so gpugate's mutating webhook can add it, or add it yourself",
+        )
+        for c in changes
+    ]
 
 
 def _denial_message(subject: _Subject, found: list[tuple[_Subject, Violation]]) -> str:
@@ -172,8 +188,13 @@ def _denial_message(subject: _Subject, found: list[tuple[_Subject, Violation]]) 
     return "\n".join(lines)
 
 
-def _verdict(subjects: list[_Subject], found: list[tuple[_Subject, Violation]], *, warnings: list[str],
-             patch: list[Operation] | None = None) -> Decision:
+def _verdict(
+    subjects: list[_Subject],
+    found: list[tuple[_Subject, Violation]],
+    *,
+    warnings: list[str],
+    patch: list[Operation] | None = None,
+) -> Decision:
     """Apply each policy's mode: enforce denies, warn warns, audit records; built-in violations always deny,
     advisory ones never do."""
     policy = subjects[0].policy
@@ -237,8 +258,7 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     obj = request.get("object")
     old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
-        subjects = _subjects(obj, request, env,
-                             old=old_obj if isinstance(old_obj, Mapping) else None)
+        subjects = _subjects(obj, request, env, old=old_obj if isinstance(old_obj, Mapping) else None)
         olds = _subjects(old_obj, request, env) if isinstance(old_obj, Mapping) else None
     except NamespaceLabelsUnavailable as err:
         return _labels_unavailable(err)
@@ -257,12 +277,19 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
         old = before_by_shape.get(subject.shape.template)
         if old is not None:
             _, (old_changes,) = _mutations(old_obj, [old])  # type: ignore[arg-type]
-            before = {(v.rule, v.path, v.text) for v in
-                      validate_pod(old.view, old.ctx) + (_unapplied(old, old_changes) if subject.ctx.mutable else [])}
-            violations = [v for v in violations
-                          if (v.rule == "attribution" and v.text.startswith("attribution label"))
-                          or ((v.rule, v.path, v.text) not in before
-                              and not (v.rule == "not-mutated" and v.path.endswith(".labels")))]
+            before = {
+                (v.rule, v.path, v.text)
+                for v in validate_pod(old.view, old.ctx) + (_unapplied(old, old_changes) if subject.ctx.mutable else [])
+            }
+            violations = [
+                v
+                for v in violations
+                if (v.rule == "attribution" and v.text.startswith("attribution label"))
+                or (
+                    (v.rule, v.path, v.text) not in before
+                    and not (v.rule == "not-mutated" and v.path.endswith(".labels"))
+                )
+            ]
         found += [(subject, v) for v in violations]
     return _verdict(subjects, found, warnings=warnings)
 
@@ -278,6 +305,9 @@ def _where(subject: _Subject) -> str:
 
 
 def _labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:
-    return errored(f'gpugate cannot read the labels of namespace "{err.namespace}" right now, and a GPU '
-                   "policy selects or attributes by them; retry in a few seconds (see gpugate's logs)",
-                   code=503, reason="ServiceUnavailable")
+    return errored(
+        f'gpugate cannot read the labels of namespace "{err.namespace}" right now, and a GPU '
+        "policy selects or attributes by them; retry in a few seconds (see gpugate's logs)",
+        code=503,
+        reason="ServiceUnavailable",
+    )

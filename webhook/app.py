@@ -47,12 +47,26 @@ def _json(body: Any, status: int = 200) -> Response:
 def _status(code: int, message: str) -> Response:
     """A metav1.Status body, for requests that are not AdmissionReviews (no uid to answer with)."""
     reason = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge"}
-    return _json({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                  "reason": reason.get(code, "InternalError"), "code": code}, code)
+    return _json(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message,
+            "reason": reason.get(code, "InternalError"),
+            "code": code,
+        },
+        code,
+    )
 
 
-def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | None = None,
-               tls_ready: Callable[[], bool] | None = None, namespace_cache: Any = None) -> Flask:
+def create_app(
+    *,
+    policies: PolicyStore,
+    namespace_labels: NamespaceLabels | None = None,
+    tls_ready: Callable[[], bool] | None = None,
+    namespace_cache: Any = None,
+) -> Flask:
     """The WSGI app. Tests inject a PolicyStore over a temp dir; ``build_app`` wires the real cluster."""
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
@@ -104,12 +118,17 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
         try:
             decision = decide(req, environment())
         except RecursionError:  # parsed, but too deep to copy or diff: not an object any apiserver sends
-            decision = errored(f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
-                               code=400, reason="BadRequest")
+            decision = errored(
+                f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
+                code=400,
+                reason="BadRequest",
+            )
         except Exception:  # a bug in a rule must never become a 500 page to the apiserver
             log.exception("gpugate failed on %s %s uid=%s", req.get("operation"), kind, req["uid"])
-            decision = errored(f"gpugate failed to evaluate this {kind} (uid {req['uid']}); "
-                               "the cause is in gpugate's logs. Please report it to the platform team.")
+            decision = errored(
+                f"gpugate failed to evaluate this {kind} (uid {req['uid']}); "
+                "the cause is in gpugate's logs. Please report it to the platform team."
+            )
         _record(endpoint, req, decision)
         body = _json(response_review(decision, uid=req["uid"], api_version=review["apiVersion"]))
         metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
@@ -152,8 +171,11 @@ def create_app(*, policies: PolicyStore, namespace_labels: NamespaceLabels | Non
     def http_error(err: HTTPException) -> Response:
         code = err.code or 500
         if code == 413:
-            answer = _status(413, f"request entity is too large; limit is {MAX_BODY} bytes "
-                                  "(kube-apiserver never sends an AdmissionReview this large)")
+            answer = _status(
+                413,
+                f"request entity is too large; limit is {MAX_BODY} bytes "
+                "(kube-apiserver never sends an AdmissionReview this large)",
+            )
             if not _drain(request.environ.get("wsgi.input"), limit=DRAIN_LIMIT):
                 answer.headers["Connection"] = "close"
             return answer
@@ -206,13 +228,24 @@ def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
         obj = req.get("object") or {}
         meta = obj.get("metadata") or {}
         name = req.get("name") or meta.get("name") or meta.get("generateName", "")
-        log.info("%s %s %s %s/%s uid=%s policy=%s mode=%s dryRun=%s: %s", endpoint, decision.verdict,
-                 kind, req.get("namespace", ""), name, req["uid"], decision.policy, decision.mode,
-                 bool(req.get("dryRun")), "; ".join(v.message() for v in decision.violations) or decision.message)
+        log.info(
+            "%s %s %s %s/%s uid=%s policy=%s mode=%s dryRun=%s: %s",
+            endpoint,
+            decision.verdict,
+            kind,
+            req.get("namespace", ""),
+            name,
+            req["uid"],
+            decision.policy,
+            decision.mode,
+            bool(req.get("dryRun")),
+            "; ".join(v.message() for v in decision.violations) or decision.message,
+        )
 
 
-def build_app(policies_dir: str, *, kubeconfig: str | None = None,
-              tls_ready: Callable[[], bool] | None = None) -> Flask:
+def build_app(
+    policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None
+) -> Flask:
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
     from . import kube
 
@@ -223,8 +256,10 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
         cache.start()
         labels_of = cache.labels
     else:
-        log.warning("no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
-                    "empty, so namespaceSelector policies do not match and attribution uses defaults")
+        log.warning(
+            "no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
+            "empty, so namespaceSelector policies do not match and attribution uses defaults"
+        )
     app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
     refresh = app.extensions["gpugate.refresh"]
     copy = lastgood.location()
@@ -237,8 +272,12 @@ def build_app(policies_dir: str, *, kubeconfig: str | None = None,
             # follows, and serve it while its neighbours serve the rotated one.
             tls_ready()
         current = refresh()
-        if (copy is not None and store.last_error is None and current.digest != saved[0]
-                and lastgood.save(policies_dir, current, into=copy)):
+        if (
+            copy is not None
+            and store.last_error is None
+            and current.digest != saved[0]
+            and lastgood.save(policies_dir, current, into=copy)
+        ):
             saved[0] = current.digest
 
     refresh_and_keep_a_copy()
@@ -255,13 +294,17 @@ def _policy_store(policies_dir: str) -> PolicyStore:
         if copy is None:
             raise
         fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
-        log.error("the policies in %s are invalid; this worker starts with the last good copy (%s)",
-                  policies_dir, fallback.digest)
+        log.error(
+            "the policies in %s are invalid; this worker starts with the last good copy (%s)",
+            policies_dir,
+            fallback.digest,
+        )
         return PolicyStore(policies_dir, background=True, fallback=fallback)
 
 
 def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
     """Run ``action`` every ``interval`` seconds in a daemon thread of this worker, for its whole life."""
+
     def loop() -> None:
         while True:
             time.sleep(interval)

@@ -85,17 +85,23 @@ class Evaluation:
     error: str = ""
 
     def fingerprint(self) -> tuple[str, frozenset[tuple[str, str]], frozenset[str]]:
-        return (self.verdict, frozenset((v[0], v[2]) for v in self.violations),
-                frozenset(c.text for c in self.changes))
+        return (self.verdict, frozenset((v[0], v[2]) for v in self.violations), frozenset(c.text for c in self.changes))
 
 
 def _request(obj: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
     """A CREATE AdmissionReview request for a stored object, as the apiserver would build it."""
     meta = obj.get("metadata") or {}
     group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-    return {"uid": uid, "operation": "CREATE", "namespace": meta.get("namespace", ""), "name": meta.get("name", ""),
-            "kind": {"group": group, "version": version, "kind": obj.get("kind")},
-            "object": obj, "oldObject": None, "dryRun": True}
+    return {
+        "uid": uid,
+        "operation": "CREATE",
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "kind": {"group": group, "version": version, "kind": obj.get("kind")},
+        "object": obj,
+        "oldObject": None,
+        "dryRun": True,
+    }
 
 
 def _fmt_toleration(t: Mapping[str, Any]) -> str:
@@ -110,14 +116,19 @@ def _fmt_toleration(t: Mapping[str, Any]) -> str:
 
 
 def _required_terms(spec: Mapping[str, Any]) -> list[Any]:
-    return dig(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                      "nodeSelectorTerms")) or []
+    return (
+        dig(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+        or []
+    )
 
 
 def _fmt_requirement(r: Mapping[str, Any]) -> str:
     values = r.get("values") or []
-    return f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]" if values else \
-        f"{r.get('key')} {r.get('operator')}"
+    return (
+        f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]"
+        if values
+        else f"{r.get('key')} {r.get('operator')}"
+    )
 
 
 def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[PodChange]:
@@ -131,13 +142,23 @@ def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Pod
     old_tol = list(before_spec.get("tolerations") or [])
     new_tol = list(after_spec.get("tolerations") or [])
     out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)}") for t in new_tol if t not in old_tol]
-    out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)} removed", action="remove")
-            for t in old_tol if t not in new_tol]
+    out += [
+        PodChange("tolerations", f"toleration {_fmt_toleration(t)} removed", action="remove")
+        for t in old_tol
+        if t not in new_tol
+    ]
     old_sel = before_spec.get("nodeSelector") or {}
     for key, value in (after_spec.get("nodeSelector") or {}).items():
         if old_sel.get(key) != value:
-            out.append(PodChange("nodeSelector", f"nodeSelector {key}={value}",
-                                 action="replace" if key in old_sel else "add", key=key, value=str(value)))
+            out.append(
+                PodChange(
+                    "nodeSelector",
+                    f"nodeSelector {key}={value}",
+                    action="replace" if key in old_sel else "add",
+                    key=key,
+                    value=str(value),
+                )
+            )
     if before_spec.get("affinity") != after_spec.get("affinity"):
         old_reqs = [r for term in _required_terms(before_spec) for r in term.get("matchExpressions") or []]
         new_reqs = [r for term in _required_terms(after_spec) for r in term.get("matchExpressions") or []]
@@ -150,8 +171,9 @@ def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Pod
             if old.get(key) == value or (section == "annotations" and key in BOOKKEEPING_ANNOTATIONS):
                 continue
             text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
-            out.append(PodChange(section, text, action="add" if key not in old else "replace", key=key,
-                                 value=str(value)))
+            out.append(
+                PodChange(section, text, action="add" if key not in old else "replace", key=key, value=str(value))
+            )
     handled = {"runtimeClassName", "tolerations", "nodeSelector", "affinity"}
     for key in sorted(set(before_spec) | set(after_spec)):
         if key not in handled and before_spec.get(key) != after_spec.get(key):
@@ -185,13 +207,21 @@ def _pod_of_template(obj: Mapping[str, Any], template: Mapping[str, Any]) -> dic
     owner = obj.get("metadata") or {}
     meta["namespace"] = owner.get("namespace", "")
     meta["generateName"] = f"{owner.get('name', '')}-"
-    meta["ownerReferences"] = [{"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                                "name": owner.get("name", ""), "uid": owner.get("uid", ""), "controller": True}]
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": owner.get("name", ""),
+            "uid": owner.get("uid", ""),
+            "controller": True,
+        }
+    ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
 
 
-def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str,
-                      prefix: str) -> list[PodChange]:
+def _template_changes(
+    obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str, prefix: str
+) -> list[PodChange]:
     """What /mutate would add to the pods a workload's controller creates from one of its templates."""
     template = dig(obj, shape.template)
     if not isinstance(template, Mapping):
@@ -201,8 +231,7 @@ def _template_changes(obj: Mapping[str, Any], shape: PodShape, env: Environment,
     if not mutation.allowed or not mutation.patch:
         return []
     changes = pod_changes(pod, mutated)
-    return [PodChange(c.field, f"{prefix}{c.text}", c.action, c.key, c.value) for c in changes] if prefix \
-        else changes
+    return [PodChange(c.field, f"{prefix}{c.text}", c.action, c.key, c.value) for c in changes] if prefix else changes
 
 
 def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") -> Evaluation | None:
@@ -231,8 +260,7 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
         verdict = "changed"
     else:
         verdict = "fine"
-    return Evaluation(verdict, final.policy or mutation.policy, final.mode or mutation.mode, violations,
-                      tuple(changes))
+    return Evaluation(verdict, final.policy or mutation.policy, final.mode or mutation.mode, violations, tuple(changes))
 
 
 def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
@@ -266,9 +294,13 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str
 
 def describe(obj: Mapping[str, Any]) -> dict[str, str]:
     meta = obj.get("metadata") or {}
-    return {"apiVersion": str(obj.get("apiVersion", "")), "kind": str(obj.get("kind", "")),
-            "namespace": str(meta.get("namespace", "")), "name": str(meta.get("name", "")),
-            "uid": str(meta.get("uid", ""))}
+    return {
+        "apiVersion": str(obj.get("apiVersion", "")),
+        "kind": str(obj.get("kind", "")),
+        "namespace": str(meta.get("namespace", "")),
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+    }
 
 
 def controller_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -295,15 +327,21 @@ def _remedy(obj: Mapping[str, Any], changes: Iterable[PodChange]) -> str:
         template_hash = (meta.get("labels") or {}).get("pod-template-hash")
         if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
             kind, name = "Deployment", name[: -len(template_hash) - 1]  # the ReplicaSet a Deployment made
-        recreate = (f"re-create it: kubectl rollout restart {kind.lower()}/{name}" if kind in _RESTARTABLE
-                    else f"delete it and let its {kind} {name} re-create it")
+        recreate = (
+            f"re-create it: kubectl rollout restart {kind.lower()}/{name}"
+            if kind in _RESTARTABLE
+            else f"delete it and let its {kind} {name} re-create it"
+        )
     if fields <= {"labels", "annotations"}:
         return "the mutating webhook never saw this pod; labels can be added in place (kubectl label), or " + recreate
     if fields <= IN_PLACE_FIELDS:
-        return "the mutating webhook never saw this pod; labels and added tolerations can be set in place, or " + \
-            recreate
-    return "the mutating webhook never saw this pod, and a running pod's runtimeClassName, nodeSelector and " \
-           "affinity cannot change: " + recreate
+        return (
+            "the mutating webhook never saw this pod; labels and added tolerations can be set in place, or " + recreate
+        )
+    return (
+        "the mutating webhook never saw this pod, and a running pod's runtimeClassName, nodeSelector and "
+        "affinity cannot change: " + recreate
+    )
 
 
 @dataclass
@@ -316,25 +354,36 @@ class _Tally:
     verdicts: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"gpuPods": self.gpu_pods,
-                "gpus": {r: format_quantity(Fraction(v)) for r, v in sorted(self.gpus.items())},
-                "missingAttributionLabels": self.unlabelled,
-                **{v: self.verdicts.get(v, 0) for v in (*VERDICTS, "error")}}
+        return {
+            "gpuPods": self.gpu_pods,
+            "gpus": {r: format_quantity(Fraction(v)) for r, v in sorted(self.gpus.items())},
+            "missingAttributionLabels": self.unlabelled,
+            **{v: self.verdicts.get(v, 0) for v in (*VERDICTS, "error")},
+        }
 
 
 class Audit:
     """Feed it stored objects one at a time (`add`); it keeps only findings and counts, never the objects,
     so memory stays flat however many pods a cluster holds. `compare_to` previews a policy change."""
 
-    def __init__(self, policies: PolicySet, *, namespace_labels: Mapping[str, Mapping[str, str]],
-                 compare_to: PolicySet | None = None, team_label: str = TEAM_LABEL) -> None:
+    def __init__(
+        self,
+        policies: PolicySet,
+        *,
+        namespace_labels: Mapping[str, Mapping[str, str]],
+        compare_to: PolicySet | None = None,
+        team_label: str = TEAM_LABEL,
+    ) -> None:
         self.policies = policies
         self.proposed = compare_to
         self.team_label = team_label
         labels = namespace_labels
         self.env = Environment(policies=policies, namespace_labels=lambda ns: labels.get(ns, {}))
-        self.proposed_env = (Environment(policies=compare_to, namespace_labels=lambda ns: labels.get(ns, {}))
-                             if compare_to is not None else None)
+        self.proposed_env = (
+            Environment(policies=compare_to, namespace_labels=lambda ns: labels.get(ns, {}))
+            if compare_to is not None
+            else None
+        )
         # The kinds judged; a ReplicaSet that a Deployment controls (a Job a CronJob, a RayCluster a RayJob)
         # repeats its owner's template, so a workload controlled by one of these kinds is skipped.
         self.kinds = {(w.group, w.kind) for w in audited_kinds(policies, compare_to)}
@@ -399,8 +448,7 @@ class Audit:
         if ev.error:
             record["error"] = ev.error
         if ev.violations:
-            record["violations"] = [{"rule": r, "path": p, "message": m, "enforced": e}
-                                    for r, p, m, e in ev.violations]
+            record["violations"] = [{"rule": r, "path": p, "message": m, "enforced": e} for r, p, m, e in ev.violations]
         if ev.changes:
             record["podsWillGet" if template else "wouldAdd"] = [c.as_dict() for c in ev.changes]
         if missing and not template:
@@ -455,8 +503,11 @@ def _difference(obj: Mapping[str, Any], before: Evaluation, after: Evaluation) -
     new_v = {(v[0], v[2]) for v in after.violations}
     old_c = {c.text for c in before.changes}
     new_c = {c.text for c in after.changes}
-    out: dict[str, Any] = {**describe(obj), "verdict": {"from": before.verdict, "to": after.verdict},
-                           "policy": {"from": before.policy, "to": after.policy}}
+    out: dict[str, Any] = {
+        **describe(obj),
+        "verdict": {"from": before.verdict, "to": after.verdict},
+        "policy": {"from": before.policy, "to": after.policy},
+    }
     if new_v - old_v:
         out["newViolations"] = sorted(m for _, m in new_v - old_v)
     if old_v - new_v:
@@ -492,11 +543,20 @@ def render_table(report: Mapping[str, Any]) -> str:
             lines.append("No object changes verdict or injections.")
         for d in diffs:
             where = f"{d['kind']} {d['namespace']}/{d['name']}"
-            lines.append(f"{where}: {d['verdict']['from']} -> {d['verdict']['to']}"
-                         + (f" (policy {d['policy']['from']} -> {d['policy']['to']})"
-                            if d["policy"]["from"] != d["policy"]["to"] else ""))
-            for key, sign in (("newViolations", "+ violation"), ("resolvedViolations", "- violation"),
-                              ("newChanges", "+ adds"), ("droppedChanges", "- no longer adds")):
+            lines.append(
+                f"{where}: {d['verdict']['from']} -> {d['verdict']['to']}"
+                + (
+                    f" (policy {d['policy']['from']} -> {d['policy']['to']})"
+                    if d["policy"]["from"] != d["policy"]["to"]
+                    else ""
+                )
+            )
+            for key, sign in (
+                ("newViolations", "+ violation"),
+                ("resolvedViolations", "- violation"),
+                ("newChanges", "+ adds"),
+                ("droppedChanges", "- no longer adds"),
+            ):
                 lines += [f"    {sign}: {item}" for item in d.get(key, [])]
         lines.append("")
     else:
@@ -504,8 +564,16 @@ def render_table(report: Mapping[str, Any]) -> str:
         findings = report["findings"]
         if findings:
             rows = [["NAMESPACE", "KIND", "NAME", "VERDICT", "POLICY"]]
-            rows += [[f["namespace"], f["kind"], f["name"], f["verdict"].upper() if f["verdict"] == "refused"
-                      else f["verdict"], f["policy"]] for f in findings]
+            rows += [
+                [
+                    f["namespace"],
+                    f["kind"],
+                    f["name"],
+                    f["verdict"].upper() if f["verdict"] == "refused" else f["verdict"],
+                    f["policy"],
+                ]
+                for f in findings
+            ]
             header, *body = _columns(rows)
             lines.append(header)
             for finding, row in zip(findings, body, strict=True):
@@ -529,16 +597,28 @@ def render_table(report: Mapping[str, Any]) -> str:
         if not table:
             continue
         rows = [[title, "GPU PODS", "GPUS", "MISSING LABELS", "REFUSED", "WARNED", "CHANGED", "FINE"]]
-        rows += [[name or "-", str(t["gpuPods"]), _gpus_text(t["gpus"]), str(t["missingAttributionLabels"]),
-                  str(t["refused"]), str(t["warned"]), str(t["changed"]), str(t["fine"])]
-                 for name, t in table.items()]
+        rows += [
+            [
+                name or "-",
+                str(t["gpuPods"]),
+                _gpus_text(t["gpus"]),
+                str(t["missingAttributionLabels"]),
+                str(t["refused"]),
+                str(t["warned"]),
+                str(t["changed"]),
+                str(t["fine"]),
+            ]
+            for name, t in table.items()
+        ]
         lines += [*_columns(rows), ""]
     listed = ", ".join(f"{n} {k}" for k, n in totals["listed"].items()) or "nothing"
-    lines.append(f"Listed {listed}; audited {totals['audited']}: {totals['refused']} refused, {totals['warned']} "
-                 f"warned, {totals['changed']} changed, {totals['fine']} fine"
-                 + (f", {totals['error']} errors" if totals["error"] else "")
-                 + f" ({totals['skippedOwned']} owned workloads and {totals['skippedFinished']} finished pods "
-                   "skipped).")
+    lines.append(
+        f"Listed {listed}; audited {totals['audited']}: {totals['refused']} refused, {totals['warned']} "
+        f"warned, {totals['changed']} changed, {totals['fine']} fine"
+        + (f", {totals['error']} errors" if totals["error"] else "")
+        + f" ({totals['skippedOwned']} owned workloads and {totals['skippedFinished']} finished pods "
+        "skipped)."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -564,17 +644,36 @@ def policy_reports(report: Mapping[str, Any], *, now: datetime.datetime) -> list
     by_namespace: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for finding in report["findings"]:
         resource = {k: finding[k] for k in ("apiVersion", "kind", "namespace", "name", "uid") if finding.get(k)}
-        base = {"source": "gpugate", "policy": finding["policy"] or "built-in", "category": "GPU",
-                "severity": _SEVERITY[finding["verdict"]], "timestamp": stamp, "resources": [resource],
-                "scored": True}
+        base = {
+            "source": "gpugate",
+            "policy": finding["policy"] or "built-in",
+            "category": "GPU",
+            "severity": _SEVERITY[finding["verdict"]],
+            "timestamp": stamp,
+            "resources": [resource],
+            "scored": True,
+        }
         results = by_namespace[finding["namespace"]]
         for v in finding.get("violations", []):
-            results.append({**base, "rule": v["rule"], "result": "fail" if v["enforced"] else "warn",
-                            "message": v["message"], "properties": {"path": v["path"]}})
+            results.append(
+                {
+                    **base,
+                    "rule": v["rule"],
+                    "result": "fail" if v["enforced"] else "warn",
+                    "message": v["message"],
+                    "properties": {"path": v["path"]},
+                }
+            )
         if finding.get("wouldAdd"):
             changes = "; ".join(c["change"] for c in finding["wouldAdd"])
-            results.append({**base, "rule": "not-mutated", "result": "fail",
-                            "message": f"lacks what gpugate's mutating webhook adds: {changes}. {finding['note']}"})
+            results.append(
+                {
+                    **base,
+                    "rule": "not-mutated",
+                    "result": "fail",
+                    "message": f"lacks what gpugate's mutating webhook adds: {changes}. {finding['note']}",
+                }
+            )
         if finding.get("error"):
             results.append({**base, "rule": "error", "result": "error", "message": finding["error"]})
     out = []
@@ -583,17 +682,31 @@ def policy_reports(report: Mapping[str, Any], *, now: datetime.datetime) -> list
         summary = Counter(r["result"] for r in results)
         if len(results) > MAX_RESULTS:
             left_out = len(results) - MAX_RESULTS + 1
-            results = [*results[:MAX_RESULTS - 1], {
-                "source": "gpugate", "policy": "gpugate-audit", "rule": "truncated", "result": "skip",
-                "timestamp": stamp,
-                "message": f"{left_out} more results left out (the summary counts them): "
-                           f"run gpugate audit -n {namespace} for all of them"}]
-        out.append({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": "PolicyReport",
-            "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
-            "summary": {"pass": tally["fine"], "fail": summary["fail"], "warn": summary["warn"],
-                        "error": summary["error"], "skip": 0},
-            "results": results,
-        })
+            results = [
+                *results[: MAX_RESULTS - 1],
+                {
+                    "source": "gpugate",
+                    "policy": "gpugate-audit",
+                    "rule": "truncated",
+                    "result": "skip",
+                    "timestamp": stamp,
+                    "message": f"{left_out} more results left out (the summary counts them): "
+                    f"run gpugate audit -n {namespace} for all of them",
+                },
+            ]
+        out.append(
+            {
+                "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                "kind": "PolicyReport",
+                "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                "summary": {
+                    "pass": tally["fine"],
+                    "fail": summary["fail"],
+                    "warn": summary["warn"],
+                    "error": summary["error"],
+                    "skip": 0,
+                },
+                "results": results,
+            }
+        )
     return out

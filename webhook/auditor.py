@@ -24,29 +24,57 @@ DEFAULT_EXCLUDED = ("kube-system", "gpugate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the "
-                                             "in-cluster service account when run in a pod)")
+    parser.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the "
+        "in-cluster service account when run in a pod)",
+    )
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument("--policies", metavar="DIR",
-                        help="judge with these policies (default: the installed gpugate's, from its ConfigMap)")
-    parser.add_argument("--compare-to", metavar="DIR",
-                        help="preview a policy change: list the objects whose verdict or injections differ "
-                             "between the installed (or --policies) policies and these")
+    parser.add_argument(
+        "--policies",
+        metavar="DIR",
+        help="judge with these policies (default: the installed gpugate's, from its ConfigMap)",
+    )
+    parser.add_argument(
+        "--compare-to",
+        metavar="DIR",
+        help="preview a policy change: list the objects whose verdict or injections differ "
+        "between the installed (or --policies) policies and these",
+    )
     parser.add_argument("--namespace", "-n", help="audit this namespace only (default: all)")
-    parser.add_argument("--exclude-namespace", action="append", metavar="NS",
-                        help="skip this namespace (repeatable; default: " + ", ".join(DEFAULT_EXCLUDED) +
-                             ", which gpugate's webhooks exclude)")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml", "none"), default="table",
-                        help="table (default), json or yaml on stdout; none prints nothing (with --report)")
-    parser.add_argument("--exit-zero", action="store_true",
-                        help="exit 0 when something is found (a scheduled run whose reports say what); bad input "
-                             "and cluster errors still exit 2")
-    parser.add_argument("--report", choices=("policyreports",),
-                        help="also write the results as wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace")
+    parser.add_argument(
+        "--exclude-namespace",
+        action="append",
+        metavar="NS",
+        help="skip this namespace (repeatable; default: "
+        + ", ".join(DEFAULT_EXCLUDED)
+        + ", which gpugate's webhooks exclude)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml", "none"),
+        default="table",
+        help="table (default), json or yaml on stdout; none prints nothing (with --report)",
+    )
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 when something is found (a scheduled run whose reports say what); bad input "
+        "and cluster errors still exit 2",
+    )
+    parser.add_argument(
+        "--report",
+        choices=("policyreports",),
+        help="also write the results as wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace",
+    )
     parser.add_argument("--gpugate-namespace", default="gpugate", help="where gpugate is installed")
     parser.add_argument("--gpugate-deployment", default="gpugate", help="gpugate's Deployment")
-    parser.add_argument("--policies-configmap", metavar="NAME",
-                        help="read the installed policies from this ConfigMap instead of the one the Deployment mounts")
+    parser.add_argument(
+        "--policies-configmap",
+        metavar="NAME",
+        help="read the installed policies from this ConfigMap instead of the one the Deployment mounts",
+    )
     parser.add_argument("--team-label", default=audit.TEAM_LABEL, help="the pod label that names a team")
     parser.add_argument("--page-size", type=int, default=500, help="objects per list request")
 
@@ -81,8 +109,9 @@ def _load(directory: str, what: str) -> PolicySet:
 def _installed(client: Any, args: argparse.Namespace) -> tuple[str, PolicySet]:
     from . import kube
 
-    source, files = kube.installed_policies(client, namespace=args.gpugate_namespace,
-                                           deployment=args.gpugate_deployment, configmap=args.policies_configmap)
+    source, files = kube.installed_policies(
+        client, namespace=args.gpugate_namespace, deployment=args.gpugate_deployment, configmap=args.policies_configmap
+    )
     with tempfile.TemporaryDirectory(prefix="gpugate-audit-") as tmp:
         for name, text in files.items():
             if "/" not in name and not name.startswith("."):
@@ -124,19 +153,29 @@ def _run(args: argparse.Namespace) -> int:
     excluded = set(args.exclude_namespace if args.exclude_namespace is not None else DEFAULT_EXCLUDED)
     excluded.discard(args.namespace)  # a namespace asked for by name is audited
     run = audit.Audit(policies, namespace_labels=labels, compare_to=proposed, team_label=args.team_label)
-    served = kube.served_kinds(client, wanted=[(w.group, w.kind, w.plural, w.versions)
-                                               for w in audit.audited_kinds(policies, proposed)])
+    served = kube.served_kinds(
+        client, wanted=[(w.group, w.kind, w.plural, w.versions) for w in audit.audited_kinds(policies, proposed)]
+    )
     if ("", "Pod") not in served:  # discovery that finds no pods is a broken answer, not an empty cluster
         raise kube.ClusterError("API discovery (GET /api/v1) lists no pods resource: is this a Kubernetes apiserver?")
     listed = 0
     for (group, kind), (version, plural) in served.items():
-        for obj in kube.list_objects(client, group=group, version=version, plural=plural, kind=kind,
-                                     namespace=args.namespace, page_size=args.page_size):
+        for obj in kube.list_objects(
+            client,
+            group=group,
+            version=version,
+            plural=plural,
+            kind=kind,
+            namespace=args.namespace,
+            page_size=args.page_size,
+        ):
             listed += 1
             if (obj.get("metadata") or {}).get("namespace") not in excluded:
                 run.add(obj)
-            progress.show(f"gpugate audit: {kind}: {listed} objects listed, {run.counts['audited']} audited, "
-                          f"{len(run.findings)} findings")
+            progress.show(
+                f"gpugate audit: {kind}: {listed} objects listed, {run.counts['audited']} audited, "
+                f"{len(run.findings)} findings"
+            )
     progress.done()
     report = run.report(policies_source=source, proposed_source=args.compare_to)
     if args.output == "json":
@@ -148,8 +187,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.report == "policyreports":
         reports = audit.policy_reports(report, now=datetime.datetime.now(datetime.UTC))
         selector = ",".join(f"{k}={v}" for k, v in audit.MANAGED_BY.items())
-        written, deleted = kube.replace_policy_reports(client, reports, label_selector=selector,
-                                                       namespace=args.namespace)
-        print(f"gpugate audit: wrote {written} PolicyReports ({audit.REPORT_NAME}), deleted {deleted} stale ones",
-              file=sys.stderr)
+        written, deleted = kube.replace_policy_reports(
+            client, reports, label_selector=selector, namespace=args.namespace
+        )
+        print(
+            f"gpugate audit: wrote {written} PolicyReports ({audit.REPORT_NAME}), deleted {deleted} stale ones",
+            file=sys.stderr,
+        )
     return EXIT_FOUND if run.found and not args.exit_zero else EXIT_CLEAN

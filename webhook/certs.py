@@ -64,8 +64,7 @@ def service_hosts(service: str, *, namespace: str) -> list[str]:
                 f"{what} {value!r} is not a valid Kubernetes name "
                 "(lowercase letters, digits and '-', at most 63 characters)"
             )
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-            f"{service}.{namespace}.svc.cluster.local"]
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
 
 
 def subject_alternative_name(host: str) -> x509.GeneralName:
@@ -111,9 +110,15 @@ def build_ca(*, common_name: str, now: dt.datetime, valid_for: dt.timedelta) -> 
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -123,9 +128,7 @@ def build_ca(*, common_name: str, now: dt.datetime, valid_for: dt.timedelta) -> 
     return Issued(certificate, key)
 
 
-def build_serving_certificate(
-    ca: Issued, hosts: Sequence[str], *, now: dt.datetime, valid_for: dt.timedelta
-) -> Issued:
+def build_serving_certificate(ca: Issued, hosts: Sequence[str], *, now: dt.datetime, valid_for: dt.timedelta) -> Issued:
     """A serverAuth certificate for `hosts` (DNS names and IP addresses), signed by `ca`."""
     if not hosts:
         raise CertificateError("a serving certificate needs at least one host")
@@ -147,18 +150,22 @@ def build_serving_certificate(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca.private_key, hashes.SHA256())
     )
     return Issued(certificate, key)
@@ -207,10 +214,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", required=True, metavar="NAME", help="Service name of the webhook")
     parser.add_argument("--namespace", required=True, metavar="NS", help="namespace of that Service")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to write the files to")
-    parser.add_argument("--host", action="append", default=[], metavar="H",
-                        help="extra SAN: a DNS name or an IP address (repeatable)")
-    parser.add_argument("--days", type=int, default=DEFAULT_DAYS, metavar="N",
-                        help=f"validity of the CA and the certificate in days (default {DEFAULT_DAYS})")
+    parser.add_argument(
+        "--host", action="append", default=[], metavar="H", help="extra SAN: a DNS name or an IP address (repeatable)"
+    )
+    parser.add_argument(
+        "--days",
+        type=int,
+        default=DEFAULT_DAYS,
+        metavar="N",
+        help=f"validity of the CA and the certificate in days (default {DEFAULT_DAYS})",
+    )
     parser.add_argument("--force", action="store_true", help="replace existing files in DIR")
 
 
@@ -222,8 +235,7 @@ def run(args: argparse.Namespace, *, now: dt.datetime | None = None) -> int:
             raise CertificateError(f"--days must be between 1 and 3650, not {args.days}")
         hosts = [*service_hosts(args.service, namespace=args.namespace), *args.host]
         valid_for = dt.timedelta(days=args.days)
-        ca = build_ca(common_name=f"gpugate CA for {args.service}.{args.namespace}.svc",
-                      now=now, valid_for=valid_for)
+        ca = build_ca(common_name=f"gpugate CA for {args.service}.{args.namespace}.svc", now=now, valid_for=valid_for)
         serving = build_serving_certificate(ca, hosts, now=now, valid_for=valid_for)
         ca_pem = ca.certificate_pem()
         bundle = ca_bundle(ca_pem)
@@ -244,8 +256,7 @@ def run(args: argparse.Namespace, *, now: dt.datetime | None = None) -> int:
         print(f"gpugate certs: {err}", file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"gpugate certs: cannot write to {err.filename or args.out}: {err.strerror or err}",
-              file=sys.stderr)
+        print(f"gpugate certs: cannot write to {err.filename or args.out}: {err.strerror or err}", file=sys.stderr)
         return 2
     not_after = serving.certificate.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"caBundle: {bundle}")

@@ -81,13 +81,25 @@ def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, A
     api_version = str(obj.get("apiVersion"))
     group, _, version = api_version.rpartition("/")
     meta = obj.get("metadata") or {}
-    return {"uid": uid, "operation": "CREATE", "namespace": meta.get("namespace") or namespace,
-            "name": meta.get("name", ""), "kind": {"group": group, "version": version, "kind": obj.get("kind")},
-            "object": obj, "oldObject": None, "dryRun": True}
+    return {
+        "uid": uid,
+        "operation": "CREATE",
+        "namespace": meta.get("namespace") or namespace,
+        "name": meta.get("name", ""),
+        "kind": {"group": group, "version": version, "kind": obj.get("kind")},
+        "object": obj,
+        "oldObject": None,
+        "dryRun": True,
+    }
 
 
-def check_objects(objects: Iterable[Mapping[str, Any]], *, policies: PolicySet,
-                  namespace_labels: Mapping[str, Mapping[str, str]], namespace: str = "default") -> list[Result]:
+def check_objects(
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    policies: PolicySet,
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    namespace: str = "default",
+) -> list[Result]:
     env = Environment(policies=policies, namespace_labels=lambda ns: namespace_labels.get(ns, {}))
     kinds = workload_kinds(policies.workloads)
     results = []
@@ -104,6 +116,7 @@ def check_objects(objects: Iterable[Mapping[str, Any]], *, policies: PolicySet,
         patch = mutation.patch or []
         mutated = jsonpatch.apply_patch(obj, patch) if patch else obj
         validation = validate(_request(mutated, namespace=namespace, uid=f"check-{index}"), env)
-        results.append(Result(obj, mutated, patch, mutation, validation,
-                              list(mutation.warnings) + list(validation.warnings)))
+        results.append(
+            Result(obj, mutated, patch, mutation, validation, list(mutation.warnings) + list(validation.warnings))
+        )
     return results

@@ -56,24 +56,26 @@ def _check(args: argparse.Namespace) -> int:
         print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not objects:  # an empty file is a mistake (wrong path, failed render), never "all allowed"
-        print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)",
-              file=sys.stderr)
+        print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    results = check_objects(objects, policies=policies, namespace_labels=namespace_labels,
-                            namespace=args.namespace)
+    results = check_objects(objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace)
     outputs: list[Any] = []
     for result in results:
         decision = result.decision
         policy = f' (policy "{decision.policy}")' if decision.policy else ""
         if result.skipped:
-            print(f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
-                  "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
-                  file=sys.stderr)
+            print(
+                f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+                "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+                file=sys.stderr,
+            )
         elif result.allowed:
             print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
         else:
-            print(f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
-                  file=sys.stderr)
+            print(
+                f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
+                file=sys.stderr,
+            )
         for warning in result.warnings:
             print(f"  Warning: {warning}", file=sys.stderr)
         for key, value in decision.audit_annotations.items():
@@ -83,8 +85,11 @@ def _check(args: argparse.Namespace) -> int:
         elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
             outputs.append(result.mutated)
     if outputs and args.output == "json":
-        print(json.dumps(outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs},
-                         indent=2))
+        print(
+            json.dumps(
+                outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}, indent=2
+            )
+        )
     elif outputs and args.output == "patch":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
     elif outputs and args.output == "yaml":
@@ -123,11 +128,21 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--policies", required=True, help="policy directory")
     check.add_argument("-f", "--filename", required=True, help="manifest file, or - for standard input")
     check.add_argument("--namespace", default="default", help="namespace for objects that name none")
-    check.add_argument("--namespace-labels", action="append", default=[], metavar="NS=k=v,...",
-                       help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)")
-    check.add_argument("-o", "--output", choices=("yaml", "json", "patch", "none"), default="yaml",
-                       help="print the objects as they would be stored (yaml, the default; json), the JSON "
-                            "patches (patch), or only the verdicts on stderr (none)")
+    check.add_argument(
+        "--namespace-labels",
+        action="append",
+        default=[],
+        metavar="NS=k=v,...",
+        help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)",
+    )
+    check.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "patch", "none"),
+        default="yaml",
+        help="print the objects as they would be stored (yaml, the default; json), the JSON "
+        "patches (patch), or only the verdicts on stderr (none)",
+    )
     check.set_defaults(run=_check)
 
     from . import auditor
@@ -150,8 +165,9 @@ def parser() -> argparse.ArgumentParser:
 
     from .report import command as report_command
 
-    report = sub.add_parser("report", help="allocated-but-idle GPU-hours by team, cost center or workload, "
-                                           "from Prometheus")
+    report = sub.add_parser(
+        "report", help="allocated-but-idle GPU-hours by team, cost center or workload, from Prometheus"
+    )
     report_command.add_arguments(report)
     report.set_defaults(run=report_command.run)
     return top

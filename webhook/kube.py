@@ -21,6 +21,7 @@ import urllib3
 
 log = logging.getLogger(__name__)
 
+
 class _Expired(Exception):
     """The resourceVersion we hold is older than the apiserver's watch window (HTTP 410 Gone)."""
 
@@ -147,9 +148,7 @@ class NamespaceLabelCache:
         result: Mapping[str, str] | None = None
         failed = False
         try:
-            response = self._api.read_namespace(
-                name, _preload_content=False, _request_timeout=self._lookup_timeout
-            )
+            response = self._api.read_namespace(name, _preload_content=False, _request_timeout=self._lookup_timeout)
             _, result = _labels_of(_read_json(response))
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
@@ -356,9 +355,7 @@ def namespace_cache(kubeconfig: str | None, **options: Any) -> NamespaceLabelCac
     configuration = kubernetes.client.Configuration()
     config: Any = kubernetes.config  # its loaders carry no type hints
     if kubeconfig:
-        config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration, persist_config=False
-        )
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration, persist_config=False)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
     else:
@@ -398,8 +395,9 @@ def api_client(kubeconfig: str | None, *, context: str | None = None) -> Any:
         if not kubeconfig and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                                    persist_config=False)
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+            )
     except (config.ConfigException, OSError, ValueError, TypeError) as exc:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ClusterError(f"cannot load a kubeconfig from {where}: {exc}") from exc
@@ -431,8 +429,9 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     return _read_json(response)
 
 
-def served_kinds(client: Any, *, wanted: Iterable[tuple[str, str, str, Sequence[str]]]
-                 ) -> dict[tuple[str, str], tuple[str, str]]:
+def served_kinds(
+    client: Any, *, wanted: Iterable[tuple[str, str, str, Sequence[str]]]
+) -> dict[tuple[str, str], tuple[str, str]]:
     """(group, kind) -> (version, plural) for each wanted (group, kind, plural, versions) the cluster serves,
     through discovery: the first of `versions` the group serves, else its preferred version. Kinds it does not
     serve (a CRD that is not installed) are left out."""
@@ -454,8 +453,10 @@ def served_kinds(client: Any, *, wanted: Iterable[tuple[str, str, str, Sequence[
             else:
                 body = _call(f"discovery GET /apis/{group}/{version}", custom.get_api_resources, group, version)
             resources[(group, version)] = {
-                str(r.get("kind")): str(r.get("name")) for r in (body or {}).get("resources") or []
-                if "/" not in str(r.get("name", "")) and "list" in (r.get("verbs") or [])}
+                str(r.get("kind")): str(r.get("name"))
+                for r in (body or {}).get("resources") or []
+                if "/" not in str(r.get("name", "")) and "list" in (r.get("verbs") or [])
+            }
         return resources[(group, version)]
 
     out: dict[tuple[str, str], tuple[str, str]] = {}
@@ -471,8 +472,9 @@ def served_kinds(client: Any, *, wanted: Iterable[tuple[str, str, str, Sequence[
     return out
 
 
-def list_objects(client: Any, *, group: str, version: str, plural: str, kind: str,
-                 namespace: str | None = None, page_size: int = 500) -> Iterator[dict[str, Any]]:
+def list_objects(
+    client: Any, *, group: str, version: str, plural: str, kind: str, namespace: str | None = None, page_size: int = 500
+) -> Iterator[dict[str, Any]]:
     """Every object of one resource, a page (`limit`/`continue`) at a time: only one page is in memory.
     Items get their apiVersion and kind back (a list response leaves them out of each item)."""
     api_version = f"{group}/{version}" if group else version
@@ -486,8 +488,7 @@ def list_objects(client: Any, *, group: str, version: str, plural: str, kind: st
             kwargs["_continue"] = token
         what = f"list {path}"
         try:
-            body = _page(what, core, custom, group=group, version=version, plural=plural, namespace=namespace,
-                         **kwargs)
+            body = _page(what, core, custom, group=group, version=version, plural=plural, namespace=namespace, **kwargs)
         except _ContinueExpired as expired:
             if not expired.token:
                 raise
@@ -508,16 +509,20 @@ def list_objects(client: Any, *, group: str, version: str, plural: str, kind: st
             return
 
 
-def _page(what: str, core: Any, custom: Any, *, group: str, version: str, plural: str, namespace: str | None,
-          **kwargs: Any) -> Any:
+def _page(
+    what: str, core: Any, custom: Any, *, group: str, version: str, plural: str, namespace: str | None, **kwargs: Any
+) -> Any:
     """One page of a list, through the generated client method for the resource."""
     if group:
         if namespace:
             return _call(what, custom.list_namespaced_custom_object, group, version, namespace, plural, **kwargs)
         return _call(what, custom.list_cluster_custom_object, group, version, plural, **kwargs)
-    method = {("pods", True): core.list_namespaced_pod, ("pods", False): core.list_pod_for_all_namespaces,
-              ("podtemplates", True): core.list_namespaced_pod_template,
-              ("podtemplates", False): core.list_pod_template_for_all_namespaces}[(plural, bool(namespace))]
+    method = {
+        ("pods", True): core.list_namespaced_pod,
+        ("pods", False): core.list_pod_for_all_namespaces,
+        ("podtemplates", True): core.list_namespaced_pod_template,
+        ("podtemplates", False): core.list_pod_template_for_all_namespaces,
+    }[(plural, bool(namespace))]
     return _call(what, method, *([namespace] if namespace else []), **kwargs)
 
 
@@ -537,8 +542,9 @@ def namespace_labels(client: Any) -> dict[str, dict[str, str]]:
             return out
 
 
-def installed_policies(client: Any, *, namespace: str, deployment: str, configmap: str | None,
-                       policies_path: str = "") -> tuple[str, dict[str, str]]:
+def installed_policies(
+    client: Any, *, namespace: str, deployment: str, configmap: str | None, policies_path: str = ""
+) -> tuple[str, dict[str, str]]:
     """(where they came from, file name -> text) of the policies the installed gpugate serves: the ConfigMap
     mounted at its --policies directory (kustomize gives the ConfigMap a content-hash suffix, so the
     Deployment is the only reliable pointer), or the ConfigMap named by `configmap`."""
@@ -546,12 +552,16 @@ def installed_policies(client: Any, *, namespace: str, deployment: str, configma
         apps: Any = kubernetes.client.AppsV1Api(client)
         body = _call(f"get deployment {namespace}/{deployment}", apps.read_namespaced_deployment, deployment, namespace)
         if body is None:
-            raise ClusterError(f"no gpugate Deployment {namespace}/{deployment}: is gpugate installed? "
-                               "Name it with --gpugate-namespace/--gpugate-deployment, or pass --policies DIR")
+            raise ClusterError(
+                f"no gpugate Deployment {namespace}/{deployment}: is gpugate installed? "
+                "Name it with --gpugate-namespace/--gpugate-deployment, or pass --policies DIR"
+            )
         configmap = _policies_configmap(body, policies_path)
         if configmap is None:
-            raise ClusterError(f"deployment {namespace}/{deployment} mounts no policy ConfigMap; "
-                               "name it with --policies-configmap, or pass --policies DIR")
+            raise ClusterError(
+                f"deployment {namespace}/{deployment} mounts no policy ConfigMap; "
+                "name it with --policies-configmap, or pass --policies DIR"
+            )
     core: Any = kubernetes.client.CoreV1Api(client)
     found = _call(f"get configmap {namespace}/{configmap}", core.read_namespaced_config_map, configmap, namespace)
     if found is None:
@@ -579,14 +589,18 @@ def _policies_configmap(deployment: Mapping[str, Any], policies_path: str) -> st
 REPORT_GROUP, REPORT_VERSION, REPORT_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 
 
-def replace_policy_reports(client: Any, reports: Iterable[Mapping[str, Any]], *, label_selector: str,
-                           namespace: str | None = None) -> tuple[int, int]:
+def replace_policy_reports(
+    client: Any, reports: Iterable[Mapping[str, Any]], *, label_selector: str, namespace: str | None = None
+) -> tuple[int, int]:
     """Create or replace each report, then delete our reports (by `label_selector`) in namespaces this run
     did not report on (within `namespace` when given). Returns (written, deleted)."""
     if not served_kinds(client, wanted=[(REPORT_GROUP, "PolicyReport", REPORT_PLURAL, [REPORT_VERSION])]).get(
-            (REPORT_GROUP, "PolicyReport")) == (REPORT_VERSION, REPORT_PLURAL):
-        raise ClusterError("the cluster serves no wgpolicyk8s.io PolicyReport: install its CRD "
-                           "(Kyverno and Policy Reporter ship it; see docs/audit.md)")
+        (REPORT_GROUP, "PolicyReport")
+    ) == (REPORT_VERSION, REPORT_PLURAL):
+        raise ClusterError(
+            "the cluster serves no wgpolicyk8s.io PolicyReport: install its CRD "
+            "(Kyverno and Policy Reporter ship it; see docs/audit.md)"
+        )
     custom: Any = kubernetes.client.CustomObjectsApi(client)
     args = (REPORT_GROUP, REPORT_VERSION)
     written: set[tuple[str, str]] = set()
@@ -602,15 +616,27 @@ def replace_policy_reports(client: Any, reports: Iterable[Mapping[str, Any]], *,
             _call(f"replace {what}", custom.replace_namespaced_custom_object, *args, ns, REPORT_PLURAL, name, body)
         written.add((ns, name))
     deleted = 0
-    stale = list_objects(client, group=REPORT_GROUP, version=REPORT_VERSION, plural=REPORT_PLURAL,
-                         kind="PolicyReport", namespace=namespace)
+    stale = list_objects(
+        client,
+        group=REPORT_GROUP,
+        version=REPORT_VERSION,
+        plural=REPORT_PLURAL,
+        kind="PolicyReport",
+        namespace=namespace,
+    )
     for item in list(stale):
         meta = item.get("metadata") or {}
         if not _matches(meta.get("labels") or {}, label_selector):
             continue
         if (meta.get("namespace"), meta.get("name")) not in written:
-            _call(f"delete policyreport {meta.get('namespace')}/{meta.get('name')}",
-                  custom.delete_namespaced_custom_object, *args, meta["namespace"], REPORT_PLURAL, meta["name"])
+            _call(
+                f"delete policyreport {meta.get('namespace')}/{meta.get('name')}",
+                custom.delete_namespaced_custom_object,
+                *args,
+                meta["namespace"],
+                REPORT_PLURAL,
+                meta["name"],
+            )
             deleted += 1
     return len(written), deleted
 

@@ -84,6 +84,8 @@ def claim(key: str) -> bool:
     except FileExistsError:
         return False
     return True
+
+
 # The usual *_build_info pattern (a constant 1 whose labels carry the version), so a dashboard can
 # tell which release answers; every worker sets the same value.
 BUILD_INFO = Gauge(

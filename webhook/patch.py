@@ -56,8 +56,11 @@ def _diff(a: Any, b: Any, path: list[str], ops: list[Operation]) -> None:
         for index, (x, y) in enumerate(pairs):
             _diff(x, y, [*path, str(index)], ops)
         return
-    if isinstance(a, list) and isinstance(b, list) and len(b) >= len(a) and all(
-        _same(x, y) for x, y in zip(a, b, strict=False)
+    if (
+        isinstance(a, list)
+        and isinstance(b, list)
+        and len(b) >= len(a)
+        and all(_same(x, y) for x, y in zip(a, b, strict=False))
     ):
         for index in range(len(a), len(b)):
             ops.append({"op": "add", "path": _pointer([*path, str(index)]), "value": b[index]})
@@ -131,7 +134,8 @@ def make_patch(original: Mapping[str, Any], mutated: Mapping[str, Any]) -> list[
             raise PatchError(f"patch does not apply ({err!r}): {canonical(ops)[:500]}") from None
         same = applied == mutated and all(
             (a := _resolve(applied, path)) is (b := _resolve(mutated, path)) or canonical(a) == canonical(b)
-            for op, path in zip(ops, paths, strict=True) if op["op"] != "remove"
+            for op, path in zip(ops, paths, strict=True)
+            if op["op"] != "remove"
         )
         if not same:
             raise PatchError(f"patch does not reproduce the mutated object: {canonical(ops)[:500]}")

@@ -24,23 +24,45 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     WorkloadKind("batch", "Job", ("spec.template",), "jobs", ("v1",)),
     WorkloadKind("batch", "CronJob", ("spec.jobTemplate.spec.template",), "cronjobs", ("v1",)),
     # KubeRay (ray-project/kuberay ray-operator/config/crd/bases)
-    WorkloadKind("ray.io", "RayCluster", ("spec.headGroupSpec.template", "spec.workerGroupSpecs[*].template"),
-                 "rayclusters", ("v1",)),
-    WorkloadKind("ray.io", "RayJob", ("spec.rayClusterSpec.headGroupSpec.template",
-                                      "spec.rayClusterSpec.workerGroupSpecs[*].template",
-                                      "spec.submitterPodTemplate"), "rayjobs", ("v1",)),
-    WorkloadKind("ray.io", "RayService", ("spec.rayClusterConfig.headGroupSpec.template",
-                                          "spec.rayClusterConfig.workerGroupSpecs[*].template"),
-                 "rayservices", ("v1",)),
+    WorkloadKind(
+        "ray.io",
+        "RayCluster",
+        ("spec.headGroupSpec.template", "spec.workerGroupSpecs[*].template"),
+        "rayclusters",
+        ("v1",),
+    ),
+    WorkloadKind(
+        "ray.io",
+        "RayJob",
+        (
+            "spec.rayClusterSpec.headGroupSpec.template",
+            "spec.rayClusterSpec.workerGroupSpecs[*].template",
+            "spec.submitterPodTemplate",
+        ),
+        "rayjobs",
+        ("v1",),
+    ),
+    WorkloadKind(
+        "ray.io",
+        "RayService",
+        ("spec.rayClusterConfig.headGroupSpec.template", "spec.rayClusterConfig.workerGroupSpecs[*].template"),
+        "rayservices",
+        ("v1",),
+    ),
     # Kubeflow training-operator
     WorkloadKind("kubeflow.org", "PyTorchJob", ("spec.pytorchReplicaSpecs.*.template",), "pytorchjobs", ("v1",)),
     # kubernetes-sigs/jobset: each replicated job is a Job template
-    WorkloadKind("jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[*].template.spec.template",), "jobsets",
-                 ("v1alpha2",)),
+    WorkloadKind(
+        "jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[*].template.spec.template",), "jobsets", ("v1alpha2",)
+    ),
     # kubernetes-sigs/lws
-    WorkloadKind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", ("spec.leaderWorkerTemplate.leaderTemplate",
-                                                                 "spec.leaderWorkerTemplate.workerTemplate"),
-                 "leaderworkersets", ("v1",)),
+    WorkloadKind(
+        "leaderworkerset.x-k8s.io",
+        "LeaderWorkerSet",
+        ("spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"),
+        "leaderworkersets",
+        ("v1",),
+    ),
     # volcano-sh/volcano
     WorkloadKind("batch.volcano.sh", "Job", ("spec.tasks[*].template",), "jobs", ("v1alpha1",)),
 )
@@ -124,8 +146,9 @@ class PodShape:
         return f'{self.kind} "{self.name}"' if self.name else self.kind
 
 
-def shapes_of(obj: Mapping[str, Any], *, name: str = "",
-              workloads: Mapping[tuple[str, str], WorkloadKind] | None = None) -> list[PodShape] | None:
+def shapes_of(
+    obj: Mapping[str, Any], *, name: str = "", workloads: Mapping[tuple[str, str], WorkloadKind] | None = None
+) -> list[PodShape] | None:
     """Every pod template in an object (one for a Pod), or None for kinds gpugate does not read."""
     api_version = obj.get("apiVersion") or ""
     kind = obj.get("kind") or ""

@@ -80,8 +80,9 @@ def parse_review(body: bytes) -> Review:
     if not problems:
         problems = request_problems(request)
     if problems:
-        raise RequestError("malformed AdmissionReview request: " + "; ".join(problems),
-                           api_version=str(api_version), uid=uid)
+        raise RequestError(
+            "malformed AdmissionReview request: " + "; ".join(problems), api_version=str(api_version), uid=uid
+        )
     return review  # type: ignore[return-value]
 
 

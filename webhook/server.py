@@ -88,21 +88,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", required=True, metavar="DIR", help="directory of policy YAML files")
     parser.add_argument("--cert", required=True, metavar="FILE", help="PEM serving certificate (chain)")
     parser.add_argument("--key", required=True, metavar="FILE", help="PEM private key of --cert")
-    parser.add_argument("--bind", default=DEFAULT_BIND, metavar="HOST:PORT",
-                        help=f"address to listen on (default {DEFAULT_BIND})")
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
-                        help=f"worker processes (default {DEFAULT_WORKERS})")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, metavar="N",
-                        help=f"threads per worker (default {DEFAULT_THREADS})")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="kubeconfig for reading namespace labels (default: in-cluster config)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                        help="log level (default info)")
+    parser.add_argument(
+        "--bind", default=DEFAULT_BIND, metavar="HOST:PORT", help=f"address to listen on (default {DEFAULT_BIND})"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        metavar="N",
+        help=f"worker processes (default {DEFAULT_WORKERS})",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        metavar="N",
+        help=f"threads per worker (default {DEFAULT_THREADS})",
+    )
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig for reading namespace labels (default: in-cluster config)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)"
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request to stdout")
     # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
-    parser.add_argument("--app-factory", default=APP_FACTORY, metavar="MODULE:CALLABLE",
-                        help="WSGI app factory, called as f(policies_dir, kubeconfig=, tls_ready=) "
-                             f"in every worker (default {APP_FACTORY}; for benchmarks and tests)")
+    parser.add_argument(
+        "--app-factory",
+        default=APP_FACTORY,
+        metavar="MODULE:CALLABLE",
+        help="WSGI app factory, called as f(policies_dir, kubeconfig=, tls_ready=) "
+        f"in every worker (default {APP_FACTORY}; for benchmarks and tests)",
+    )
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -131,8 +148,9 @@ def check_bind_free(bind: str) -> None:
         try:
             probe.bind(address)
         except OSError as err:
-            raise ValueError(f"--bind {bind}: {err.strerror or err} (another process listens there? "
-                             "stop it or pick another --bind)") from None
+            raise ValueError(
+                f"--bind {bind}: {err.strerror or err} (another process listens there? stop it or pick another --bind)"
+            ) from None
 
 
 def check_factory(spec: str) -> str:
@@ -205,8 +223,15 @@ def _child_exit(server: Any, worker: Any) -> None:
 class Server(BaseApplication):  # type: ignore[misc]
     """gunicorn, configured in code; the WSGI app is built in each worker after fork."""
 
-    def __init__(self, options: dict[str, Any], *, factory: str, policies: str,
-                 kubeconfig: str | None, certificate: ReloadingCertificate) -> None:
+    def __init__(
+        self,
+        options: dict[str, Any],
+        *,
+        factory: str,
+        policies: str,
+        kubeconfig: str | None,
+        certificate: ReloadingCertificate,
+    ) -> None:
         self.options = options
         self.factory = factory
         self.policies = policies
@@ -224,8 +249,9 @@ class Server(BaseApplication):  # type: ignore[misc]
         return build(self.policies, kubeconfig=self.kubeconfig, tls_ready=self.certificate.ready)
 
 
-def gunicorn_options(args: argparse.Namespace, *, certificate: ReloadingCertificate,
-                     metrics_dir: str | None) -> dict[str, Any]:
+def gunicorn_options(
+    args: argparse.Namespace, *, certificate: ReloadingCertificate, metrics_dir: str | None
+) -> dict[str, Any]:
     def ssl_context(config: Any, default_factory: Callable[[], Any]) -> Any:
         return certificate.context()
 
@@ -282,11 +308,15 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(metrics_dir, ignore_errors=True)
         return 2
     if not certificate.ready():
-        print(f"gpugate serve: warning: the certificate is outside its validity period "
-              f"({describe(certificate.certificate())}); /readyz reports not ready", file=sys.stderr)
+        print(
+            f"gpugate serve: warning: the certificate is outside its validity period "
+            f"({describe(certificate.certificate())}); /readyz reports not ready",
+            file=sys.stderr,
+        )
     options = gunicorn_options(args, certificate=certificate, metrics_dir=metrics_dir)
-    server = Server(options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig,
-                    certificate=certificate)
+    server = Server(
+        options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig, certificate=certificate
+    )
     if hasattr(gthread, "DEFAULT_WORKER_DATA_TIMEOUT"):  # read at call time; workers inherit it on fork
         gthread.DEFAULT_WORKER_DATA_TIMEOUT = FIRST_BYTES_TIMEOUT
     try:

@@ -181,8 +181,14 @@ class ReloadingCertificate:
     previous certificate stays in service, and the files are retried when they change again.
     """
 
-    def __init__(self, cert_file: str, key_file: str, *, interval: float = CHECK_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        *,
+        interval: float = CHECK_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self._interval = interval
@@ -246,11 +252,11 @@ class ReloadingCertificate:
         if signature == self._failed:
             return
         self._failed = signature
-        log.error("TLS certificate reload failed, still serving %s: %s",
-                  describe(self._current.certificate), error)
+        log.error("TLS certificate reload failed, still serving %s: %s", describe(self._current.certificate), error)
 
-    def _on_client_hello(self, sock: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
-                         context: ssl.SSLContext) -> None:
+    def _on_client_hello(
+        self, sock: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, context: ssl.SSLContext
+    ) -> None:
         current = self.context()
         if sock.context is not current:
             sock.context = current

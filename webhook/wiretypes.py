@@ -64,8 +64,7 @@ POD_SPEC = {
 }
 
 MAX_REPORTED = 10  # a hostile object can be wrong in thousands of places; the first few say enough
-_NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string",
-          ANY_OBJECT: "an object"}
+_NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string", ANY_OBJECT: "an object"}
 
 
 def _json_type(value: Any) -> str:

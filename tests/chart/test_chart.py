@@ -37,8 +37,9 @@ NO_SCHEMA = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}  # CRDs kubernete
 def helm_binary() -> Path:
     if override := os.environ.get("GPUGATE_HELM"):
         return Path(override)
-    printed = subprocess.run([str(REPO / "tests" / "chart" / "build-helm.sh"), "--print"], capture_output=True,
-                             text=True, check=True)
+    printed = subprocess.run(
+        [str(REPO / "tests" / "chart" / "build-helm.sh"), "--print"], capture_output=True, text=True, check=True
+    )
     path = Path(printed.stdout.strip().splitlines()[-1])
     if not path.is_file():
         reason = f"helm is not built at {path}: run scripts/install-tools (or tests/chart/build-helm.sh)"
@@ -53,10 +54,16 @@ def helm() -> Path:
     return helm_binary()
 
 
-def run_helm(helm: Path, *args: str, kubeconfig: Path | None = None, check: bool = True,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/gpugate-helm/cache", "HELM_CONFIG_HOME": "/tmp/gpugate-helm/config",
-           "HELM_DATA_HOME": "/tmp/gpugate-helm/data", "NO_PROXY": "127.0.0.1,localhost"}
+def run_helm(
+    helm: Path, *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": "/tmp/gpugate-helm/cache",
+        "HELM_CONFIG_HOME": "/tmp/gpugate-helm/config",
+        "HELM_DATA_HOME": "/tmp/gpugate-helm/data",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
     done = subprocess.run([str(helm), *args], capture_output=True, text=True, check=False, timeout=timeout, env=env)
@@ -93,8 +100,15 @@ VARIANTS: dict[str, list[str]] = {
     "namespace": ["namespace.create=true"],
     "auditor RBAC": ["audit.rbac.enabled=true"],
     "existing configmap": ["policies.existingConfigMap=fleet-policies"],
-    "tuned": ["replicas=3", "workers=4", "threads=8", "logLevel=debug", "priorityClassName=system-cluster-critical",
-              "webhooks.validating.failurePolicy=Ignore", "webhooks.excludedNamespaces={kube-system,gpu-operator}"],
+    "tuned": [
+        "replicas=3",
+        "workers=4",
+        "threads=8",
+        "logLevel=debug",
+        "priorityClassName=system-cluster-critical",
+        "webhooks.validating.failurePolicy=Ignore",
+        "webhooks.excludedNamespaces={kube-system,gpu-operator}",
+    ],
 }
 
 
@@ -138,12 +152,15 @@ def test_secret_mode_requires_the_ca_bundle(helm: Path) -> None:
 # ---- one source: the chart's files are deploy/'s ------------------------------------------------
 
 
-@pytest.mark.parametrize(("copy_", "source"), [
-    ("base/webhooks.yaml", DEPLOY / "base" / "webhooks.yaml"),
-    ("base/admission-policy.yaml", DEPLOY / "base" / "admission-policy.yaml"),
-    ("gpugate-attribution.rules.yaml", DEPLOY / "monitoring" / "gpugate-attribution.rules.yaml"),
-    ("audit/rbac.yaml", DEPLOY / "audit" / "rbac.yaml"),
-])
+@pytest.mark.parametrize(
+    ("copy_", "source"),
+    [
+        ("base/webhooks.yaml", DEPLOY / "base" / "webhooks.yaml"),
+        ("base/admission-policy.yaml", DEPLOY / "base" / "admission-policy.yaml"),
+        ("gpugate-attribution.rules.yaml", DEPLOY / "monitoring" / "gpugate-attribution.rules.yaml"),
+        ("audit/rbac.yaml", DEPLOY / "audit" / "rbac.yaml"),
+    ],
+)
 def test_chart_files_equal_deploy(copy_: str, source: Path) -> None:
     assert filecmp.cmp(FILES / copy_, source, shallow=False), f"charts/gpugate/files/{copy_} differs: make chart-sync"
 
@@ -153,8 +170,9 @@ def test_chart_policies_equal_deploy_base_policies() -> None:
     theirs = sorted(p.name for p in (DEPLOY / "base" / "policies").iterdir())
     assert ours == theirs, "the policy files differ: make chart-sync"
     for name in ours:
-        assert filecmp.cmp(FILES / "policies" / name, DEPLOY / "base" / "policies" / name, shallow=False), \
+        assert filecmp.cmp(FILES / "policies" / name, DEPLOY / "base" / "policies" / name, shallow=False), (
             f"charts/gpugate/files/policies/{name} differs: make chart-sync"
+        )
 
 
 # ---- the default render against the kustomize base ------------------------------------------------
@@ -179,8 +197,9 @@ def test_default_render_holds_the_base_objects(default: list[dict[str, Any]], ba
     assert kinds(default) == sorted(expected)
 
 
-def test_webhooks_equal_the_base_but_for_the_ca_bundle(default: list[dict[str, Any]],
-                                                        base: list[dict[str, Any]]) -> None:
+def test_webhooks_equal_the_base_but_for_the_ca_bundle(
+    default: list[dict[str, Any]], base: list[dict[str, Any]]
+) -> None:
     ours, theirs = webhooks(default), webhooks(base)
     assert [h["name"] for h in ours] == [h["name"] for h in theirs] == ["mutate.gpugate.io", "validate.gpugate.io"]
     secret = find(default, "Secret", "gpugate-tls")
@@ -190,8 +209,17 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(default: list[dict[str, A
         assert mine == reference
 
 
-@pytest.mark.parametrize("kind", ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                                  "ClusterRole", "Service", "ServiceAccount", "PodDisruptionBudget"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ClusterRole",
+        "Service",
+        "ServiceAccount",
+        "PodDisruptionBudget",
+    ],
+)
 def test_object_bodies_equal_the_base(default: list[dict[str, Any]], base: list[dict[str, Any]], kind: str) -> None:
     def body(obj: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in copy.deepcopy(obj).items() if k != "metadata"}
@@ -240,7 +268,11 @@ def test_generated_certificate_serves_the_service_names(default: list[dict[str, 
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == [
-        "gpugate", "gpugate.gpugate", "gpugate.gpugate.svc", "gpugate.gpugate.svc.cluster.local"]
+        "gpugate",
+        "gpugate.gpugate",
+        "gpugate.gpugate.svc",
+        "gpugate.gpugate.svc.cluster.local",
+    ]
     leaf.verify_directly_issued_by(ca)
 
 
@@ -267,7 +299,10 @@ def test_failure_policies_and_exclusions(helm: Path) -> None:
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-operator", "gpugate"]
     binding = find(objects, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "kube-system", "gpu-operator", "gpugate"]
+        "kube-system",
+        "gpu-operator",
+        "gpugate",
+    ]
     deployment = find(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 3
     pod = deployment["spec"]["template"]["spec"]
@@ -312,15 +347,21 @@ def test_url_client_config(helm: Path) -> None:
 def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> None:
     objects = template(helm, *VARIANTS["workload CRDs"])
     hooks = {h["name"]: h for h in webhooks(objects)}
-    assert sorted(hooks) == ["mutate-workloads.gpugate.io", "mutate.gpugate.io", "validate-workloads.gpugate.io",
-                             "validate.gpugate.io"]
+    assert sorted(hooks) == [
+        "mutate-workloads.gpugate.io",
+        "mutate.gpugate.io",
+        "validate-workloads.gpugate.io",
+        "validate.gpugate.io",
+    ]
     crd = hooks["mutate-workloads.gpugate.io"]
     assert "matchConditions" not in crd
     groups = [g for rule in crd["rules"] for g in rule["apiGroups"]]
     assert groups == ["ray.io", "kubeflow.org", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io", "batch.volcano.sh"]
     assert all(r["operations"] == ["CREATE", "UPDATE"] and r["scope"] == "Namespaced" for r in crd["rules"])
     assert crd["failurePolicy"] == "Ignore" and hooks["validate-workloads.gpugate.io"]["failurePolicy"] == "Fail"
-    assert hooks["mutate.gpugate.io"] == webhooks(default)[0] | {"clientConfig": hooks["mutate.gpugate.io"]["clientConfig"]}
+    assert hooks["mutate.gpugate.io"] == webhooks(default)[0] | {
+        "clientConfig": hooks["mutate.gpugate.io"]["clientConfig"]
+    }
 
 
 def test_workload_crd_rules_are_the_kinds_gpugate_reads() -> None:
@@ -328,8 +369,12 @@ def test_workload_crd_rules_are_the_kinds_gpugate_reads() -> None:
     from webhook.pods import BUILTIN_WORKLOADS
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    ours = sorted((g, r, tuple(rule["apiVersions"])) for rule in values["workloadCRDs"]["rules"]
-                  for g in rule["apiGroups"] for r in rule["resources"])
+    ours = sorted(
+        (g, r, tuple(rule["apiVersions"]))
+        for rule in values["workloadCRDs"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    )
     builtin = sorted((w.group, w.plural, w.versions) for w in BUILTIN_WORKLOADS if w.group not in ("", "apps", "batch"))
     assert ours == builtin
 
@@ -355,24 +400,43 @@ def test_namespace_create(helm: Path, base: list[dict[str, Any]]) -> None:
 
 def test_auditor_rbac_is_deploy_audit_pinned_to_the_release(helm: Path) -> None:
     assert not [o for o in template(helm) if o["metadata"]["name"].endswith("-auditor")]  # off by default
-    objects = template(helm, "audit.rbac.enabled=true", "policies.existingConfigMap=fleet-policies",
-                       namespace="gpu-system", release="gate")
+    objects = template(
+        helm,
+        "audit.rbac.enabled=true",
+        "policies.existingConfigMap=fleet-policies",
+        namespace="gpu-system",
+        release="gate",
+    )
     shipped = [d for d in yaml.safe_load_all((DEPLOY / "audit" / "rbac.yaml").read_text()) if d]
     assert find(objects, "ClusterRole", "gate-gpugate-auditor")["rules"] == find(shipped, "ClusterRole")["rules"]
     role = find(objects, "Role", "gate-gpugate-auditor")
     assert role["metadata"]["namespace"] == "gpu-system"
     assert [(r["resources"], r["resourceNames"], r["verbs"]) for r in role["rules"]] == [
-        (["deployments"], ["gate-gpugate"], ["get"]), (["configmaps"], ["fleet-policies"], ["get"])]
+        (["deployments"], ["gate-gpugate"], ["get"]),
+        (["configmaps"], ["fleet-policies"], ["get"]),
+    ]
     for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         binding = find(objects, kind, "gate-gpugate-auditor")
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
-                                      "name": "gate-gpugate-auditor"}
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": "gate-gpugate-auditor",
+        }
         assert binding["subjects"] == find(shipped, kind)["subjects"]
 
 
 def test_auditor_rbac_without_subjects_is_refused_with_a_message(helm: Path) -> None:
-    done = run_helm(helm, "template", "gpugate", str(CHART), "--set", "audit.rbac.enabled=true",
-                    "--set", "audit.rbac.subjects=null", check=False)
+    done = run_helm(
+        helm,
+        "template",
+        "gpugate",
+        str(CHART),
+        "--set",
+        "audit.rbac.enabled=true",
+        "--set",
+        "audit.rbac.subjects=null",
+        check=False,
+    )
     assert done.returncode != 0 and "audit.rbac.enabled needs audit.rbac.subjects" in done.stderr
 
 
@@ -412,15 +476,39 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        cp.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         policy_dir = work / "policies"
         policy_dir.mkdir()
         gate = GPUGate(work / "gpugate", policy_dir, kubeconfig=cp.kubeconfig)  # picks its loopback port
-        values = ["--set", f"webhooks.url={gate.url}", "--set", "certificates.ipAddresses={127.0.0.1}",
-                  "--set", "audit.rbac.enabled=true"]
-        run_helm(helm, "install", "gpugate", str(CHART), "--namespace", "gpugate", "--create-namespace", *values,
-                 kubeconfig=cp.kubeconfig)
+        values = [
+            "--set",
+            f"webhooks.url={gate.url}",
+            "--set",
+            "certificates.ipAddresses={127.0.0.1}",
+            "--set",
+            "audit.rbac.enabled=true",
+        ]
+        run_helm(
+            helm,
+            "install",
+            "gpugate",
+            str(CHART),
+            "--namespace",
+            "gpugate",
+            "--create-namespace",
+            *values,
+            kubeconfig=cp.kubeconfig,
+        )
         cp.ensure_default_service_account("gpugate")
         # gpugate serves what the chart made: its Secret's certificate and its ConfigMap's policies.
         secret = cp.kubectl("get", "secret", "gpugate-tls", "-n", "gpugate", "-o", "json").json()
@@ -430,8 +518,9 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for name, text in configmap["data"].items():
             (policy_dir / name).write_text(text)
         gate.start()
-        manifest = run_helm(helm, "get", "manifest", "gpugate", "--namespace", "gpugate",
-                            kubeconfig=cp.kubeconfig).stdout
+        manifest = run_helm(
+            helm, "get", "manifest", "gpugate", "--namespace", "gpugate", kubeconfig=cp.kubeconfig
+        ).stdout
         objects = [d for d in yaml.safe_load_all(manifest) if d]
         # The mutating webhook and the backstop with the e2e suite's probes; the validating webhook by
         # gpugate's own count of /validate calls, which does not depend on what the policies refuse.
@@ -453,14 +542,28 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 def validate_calls(gate: Any) -> float:
     """gpugate's gpugate_admission_requests_total summed over every label set of endpoint="validate"."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in gate.metrics().splitlines()
-               if line.startswith("gpugate_admission_requests_total{") and 'endpoint="validate"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in gate.metrics().splitlines()
+        if line.startswith("gpugate_admission_requests_total{") and 'endpoint="validate"' in line
+    )
 
 
 def _gpu_pod(namespace: str, name: str, quantity: str = "1") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
-                                     "resources": {"limits": {"nvidia.com/gpu": quantity}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvidia/cuda:12.4.0-base-ubuntu22.04",
+                    "resources": {"limits": {"nvidia.com/gpu": quantity}},
+                }
+            ]
+        },
+    }
 
 
 @pytest.mark.e2e
@@ -492,15 +595,24 @@ def test_installed_webhooks_refuse_a_fractional_gpu(installed: dict[str, Any]) -
 def test_release_namespace_is_excluded(installed: dict[str, Any]) -> None:
     cp = installed["cluster"]
     before = installed["gate"].admission_requests()
-    dry = cp.kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin={
-        **_gpu_pod("gpugate", "own"), "spec": {**_gpu_pod("gpugate", "own")["spec"], "runtimeClassName": "nvidia"}})
+    dry = cp.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        stdin={
+            **_gpu_pod("gpugate", "own"),
+            "spec": {**_gpu_pod("gpugate", "own")["spec"], "runtimeClassName": "nvidia"},
+        },
+    )
     assert "gpugate.io/policy" not in (dry.json()["metadata"].get("annotations") or {})
     assert installed["gate"].admission_requests() == before
 
 
 @pytest.mark.e2e
-def test_installed_auditor_rbac_runs_gpugate_audit_and_nothing_more(installed: dict[str, Any],
-                                                                    tmp_path: Path) -> None:
+def test_installed_auditor_rbac_runs_gpugate_audit_and_nothing_more(installed: dict[str, Any], tmp_path: Path) -> None:
     """`gpugate audit` as a member of gpugate-auditors reads the release's policies; a stranger is refused; the
     role reaches no other ConfigMap, no Secret and no write."""
     from tests.e2e.test_audit import _user_kubeconfig, audit
@@ -513,19 +625,35 @@ def test_installed_auditor_rbac_runs_gpugate_audit_and_nothing_more(installed: d
     stranger = audit(cp, kubeconfig=_user_kubeconfig(cp, tmp_path, "mallory", []))
     assert stranger.returncode == 2 and "HTTP 403" in stranger.stderr
     as_alice = ("--as", "alice", "--as-group", "gpugate-auditors")
-    for verb, resource, allowed in (("list", "statefulsets.apps", "yes"), ("get", "configmaps/gpugate-policies", "yes"),
-                                    ("get", "configmaps/other", "no"), ("get", "secrets/gpugate-tls", "no"),
-                                    ("create", "pods", "no"), ("watch", "pods", "no")):
+    for verb, resource, allowed in (
+        ("list", "statefulsets.apps", "yes"),
+        ("get", "configmaps/gpugate-policies", "yes"),
+        ("get", "configmaps/other", "no"),
+        ("get", "secrets/gpugate-tls", "no"),
+        ("create", "pods", "no"),
+        ("watch", "pods", "no"),
+    ):
         answer = cp.kubectl("auth", "can-i", verb, resource, "-n", "gpugate", *as_alice, check=False)
         assert answer.stdout.strip() == allowed, (verb, resource, answer.stdout, answer.stderr)
 
 
 @pytest.mark.e2e
-def test_upgrade_keeps_the_certificate_and_uninstall_removes_the_webhooks(helm: Path,
-                                                                         installed: dict[str, Any]) -> None:
+def test_upgrade_keeps_the_certificate_and_uninstall_removes_the_webhooks(
+    helm: Path, installed: dict[str, Any]
+) -> None:
     cp = installed["cluster"]
-    run_helm(helm, "upgrade", "gpugate", str(CHART), "--namespace", "gpugate", *installed["values"],
-             "--set", "replicas=3", kubeconfig=cp.kubeconfig)
+    run_helm(
+        helm,
+        "upgrade",
+        "gpugate",
+        str(CHART),
+        "--namespace",
+        "gpugate",
+        *installed["values"],
+        "--set",
+        "replicas=3",
+        kubeconfig=cp.kubeconfig,
+    )
     after = cp.kubectl("get", "secret", "gpugate-tls", "-n", "gpugate", "-o", "json").json()
     assert after["data"] == installed["secret"]["data"]
     config = cp.kubectl("get", "mutatingwebhookconfiguration", "gpugate", "-o", "json").json()
@@ -537,8 +665,13 @@ def test_upgrade_keeps_the_certificate_and_uninstall_removes_the_webhooks(helm: 
     assert pod["spec"]["runtimeClassName"] == "nvidia"
 
     run_helm(helm, "uninstall", "gpugate", "--namespace", "gpugate", kubeconfig=cp.kubeconfig)
-    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations",
-                 "validatingadmissionpolicies", "validatingadmissionpolicybindings", "clusterroles"):
+    for kind in (
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+        "clusterroles",
+    ):
         listed = cp.kubectl("get", kind, "-o", "json").json()["items"]
         assert not [o for o in listed if o["metadata"]["name"].startswith("gpugate")], kind
     assert json.loads(cp.kubectl("get", "secrets", "-n", "gpugate", "-o", "json").stdout)["items"] == []

@@ -42,8 +42,13 @@ def test_the_auditor_only_reads(auditor: list[dict[str, Any]]) -> None:
 
 def test_the_auditor_can_list_every_kind_audit_reads(auditor: list[dict[str, Any]]) -> None:
     role = find(auditor, "ClusterRole", "gpugate-auditor")
-    granted = {(group, resource) for rule in role["rules"] if set(READ) <= set(rule["verbs"])
-               for group in rule["apiGroups"] for resource in rule["resources"]}
+    granted = {
+        (group, resource)
+        for rule in role["rules"]
+        if set(READ) <= set(rule["verbs"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
     wanted = {(w.group, w.plural) for w in audit.audited_kinds()} | {("", "namespaces")}
     assert wanted <= granted, f"missing: {sorted(wanted - granted)}"
 
@@ -58,14 +63,22 @@ def test_the_installed_policies_are_readable_in_gpugates_namespace_only(auditor:
     binding = find(auditor, "RoleBinding", "gpugate-auditor")
     assert binding["roleRef"]["kind"] == "Role" and binding["metadata"]["namespace"] == "gpugate"
     cluster_binding = find(auditor, "ClusterRoleBinding", "gpugate-auditor")
-    assert cluster_binding["subjects"] == binding["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpugate-auditors"}]
+    assert (
+        cluster_binding["subjects"]
+        == binding["subjects"]
+        == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpugate-auditors"}]
+    )
 
 
 def test_the_reporter_writes_policyreports_and_nothing_else(reporter: list[dict[str, Any]]) -> None:
     role = find(reporter, "ClusterRole", "gpugate-audit-reporter")
-    assert role["rules"] == [{"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"],
-                              "verbs": ["get", "list", "create", "update", "delete"]}]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["wgpolicyk8s.io"],
+            "resources": ["policyreports"],
+            "verbs": ["get", "list", "create", "update", "delete"],
+        }
+    ]
     binding = find(reporter, "ClusterRoleBinding", "gpugate-audit-reporter")
     assert binding["roleRef"]["name"] == "gpugate-audit-reporter"
 
@@ -80,8 +93,11 @@ def test_the_cronjob_runs_the_audit_as_its_own_service_account(cronjob: list[dic
     for obj in cronjob:
         kubernetes_validate.validate(obj, version, strict=True)
     account = {"kind": "ServiceAccount", "name": "gpugate-audit", "namespace": "gpugate"}
-    for kind, name in (("ClusterRoleBinding", "gpugate-auditor"), ("RoleBinding", "gpugate-auditor"),
-                       ("ClusterRoleBinding", "gpugate-audit-reporter")):
+    for kind, name in (
+        ("ClusterRoleBinding", "gpugate-auditor"),
+        ("RoleBinding", "gpugate-auditor"),
+        ("ClusterRoleBinding", "gpugate-audit-reporter"),
+    ):
         assert account in find(cronjob, kind, name)["subjects"], (kind, name)
     job = find(cronjob, "CronJob", "gpugate-audit")
     pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]

@@ -40,8 +40,17 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
             if obj and obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
                 plane.kubectl("apply", "-f", "-", stdin=obj)
         for runtime in ("nvidia", "runc"):  # pods may only name runtime classes that exist
-            plane.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                                     "metadata": {"name": runtime}, "handler": runtime})
+            plane.kubectl(
+                "apply",
+                "-f",
+                "-",
+                stdin={
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": runtime},
+                    "handler": runtime,
+                },
+            )
         plane.kubectl("create", "namespace", NAMESPACE)
         plane.ensure_default_service_account(NAMESPACE)
         plane.ensure_default_service_account("kube-system")
@@ -68,8 +77,9 @@ CREATE_CASES = [case for case in BACKSTOP_CASES if case[2] is None]
 
 
 @pytest.mark.parametrize(("case", "new", "old", "expected"), CREATE_CASES, ids=[c[0] for c in CREATE_CASES])
-def test_backstop_in_the_apiserver(apiserver: ControlPlane, case: str, new: dict[str, Any],
-                                   old: None, expected: list[str]) -> None:
+def test_backstop_in_the_apiserver(
+    apiserver: ControlPlane, case: str, new: dict[str, Any], old: None, expected: list[str]
+) -> None:
     result = create(apiserver, new)
     if not expected:
         assert result.ok, result

@@ -36,12 +36,27 @@ NAMESPACE_SELECTOR = {
     "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXCLUDED}]
 }
 WORKLOAD_RULES = [
-    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-     "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"], "scope": "Namespaced"},
-    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-     "resources": ["jobs", "cronjobs"], "scope": "Namespaced"},
-    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-     "resources": ["podtemplates"], "scope": "Namespaced"},
+    {
+        "apiGroups": ["apps"],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+        "scope": "Namespaced",
+    },
+    {
+        "apiGroups": ["batch"],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["jobs", "cronjobs"],
+        "scope": "Namespaced",
+    },
+    {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["podtemplates"],
+        "scope": "Namespaced",
+    },
 ]
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
 
@@ -96,17 +111,31 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
     shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("*.crt", "*.key", "*.b64"))
     out = copy / "overlays" / "static" / "certs"
     made = subprocess.run(
-        [sys.executable, "-m", "webhook.certs", "--service", "gpugate", "--namespace", "gpugate",
-         "--out", str(out), "--force"],
-        capture_output=True, text=True, check=False, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "webhook.certs",
+            "--service",
+            "gpugate",
+            "--namespace",
+            "gpugate",
+            "--out",
+            str(out),
+            "--force",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
     )
     assert made.returncode == 0, made.stderr
     return render(copy / "overlays" / "static"), out
 
 
 @pytest.fixture(scope="module")
-def renders(base: list[dict[str, Any]], cert_manager: list[dict[str, Any]],
-            static: tuple[list[dict[str, Any]], Path]) -> dict[str, list[dict[str, Any]]]:
+def renders(
+    base: list[dict[str, Any]], cert_manager: list[dict[str, Any]], static: tuple[list[dict[str, Any]], Path]
+) -> dict[str, list[dict[str, Any]]]:
     return {"base": base, "cert-manager": cert_manager, "static": static[0]}
 
 
@@ -127,19 +156,35 @@ def test_every_object_is_valid_kubernetes(renders: dict[str, list[dict[str, Any]
 
 
 def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
-    kinds = sorted((o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap"
-                    else o["metadata"]["name"]) for o in base)
-    assert kinds == sorted([
-        ("Namespace", "gpugate"), ("ServiceAccount", "gpugate"),
-        ("ClusterRole", "gpugate-namespace-reader"), ("ClusterRoleBinding", "gpugate-namespace-reader"),
-        ("ConfigMap", "gpugate-policies"), ("Service", "gpugate"), ("Deployment", "gpugate"),
-        ("PodDisruptionBudget", "gpugate"), ("MutatingWebhookConfiguration", "gpugate"),
-        ("ValidatingWebhookConfiguration", "gpugate"), ("ValidatingAdmissionPolicy", "gpugate-backstop"),
-        ("ValidatingAdmissionPolicyBinding", "gpugate-backstop"),
-    ])
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                      "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
-                      "ValidatingAdmissionPolicyBinding"}
+    kinds = sorted(
+        (o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap" else o["metadata"]["name"])
+        for o in base
+    )
+    assert kinds == sorted(
+        [
+            ("Namespace", "gpugate"),
+            ("ServiceAccount", "gpugate"),
+            ("ClusterRole", "gpugate-namespace-reader"),
+            ("ClusterRoleBinding", "gpugate-namespace-reader"),
+            ("ConfigMap", "gpugate-policies"),
+            ("Service", "gpugate"),
+            ("Deployment", "gpugate"),
+            ("PodDisruptionBudget", "gpugate"),
+            ("MutatingWebhookConfiguration", "gpugate"),
+            ("ValidatingWebhookConfiguration", "gpugate"),
+            ("ValidatingAdmissionPolicy", "gpugate-backstop"),
+            ("ValidatingAdmissionPolicyBinding", "gpugate-backstop"),
+        ]
+    )
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for obj in base:
         expected = None if obj["kind"] in cluster_scoped else "gpugate"
         assert obj["metadata"].get("namespace") == expected, obj["kind"]
@@ -157,13 +202,22 @@ def test_mutating_webhook(base: list[dict[str, Any]]) -> None:
     config = find(base, "MutatingWebhookConfiguration", "gpugate")
     [hook] = config["webhooks"]
     assert hook["name"] == "mutate.gpugate.io"
-    assert hook["clientConfig"]["service"] == {"name": "gpugate", "namespace": "gpugate", "path": "/mutate",
-                                               "port": 443}
+    assert hook["clientConfig"]["service"] == {
+        "name": "gpugate",
+        "namespace": "gpugate",
+        "path": "/mutate",
+        "port": 443,
+    }
     assert hook["failurePolicy"] == "Ignore"
     assert hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["rules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
-         "scope": "Namespaced"},
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        },
         *WORKLOAD_RULES,
     ]
 
@@ -172,14 +226,28 @@ def test_validating_webhook(base: list[dict[str, Any]]) -> None:
     config = find(base, "ValidatingWebhookConfiguration", "gpugate")
     [hook] = config["webhooks"]
     assert hook["name"] == "validate.gpugate.io"
-    assert hook["clientConfig"]["service"] == {"name": "gpugate", "namespace": "gpugate", "path": "/validate",
-                                               "port": 443}
+    assert hook["clientConfig"]["service"] == {
+        "name": "gpugate",
+        "namespace": "gpugate",
+        "path": "/validate",
+        "port": 443,
+    }
     assert hook["failurePolicy"] == "Fail"
     assert hook["rules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
-         "scope": "Namespaced"},
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-         "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/ephemeralcontainers"],
+            "scope": "Namespaced",
+        },
         *WORKLOAD_RULES,
     ]
 
@@ -207,8 +275,11 @@ def test_rbac_is_read_only_on_namespaces(base: list[dict[str, Any]]) -> None:
     role = find(base, "ClusterRole")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
     binding = find(base, "ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpugate", "namespace": "gpugate"}]
     assert find(base, "ServiceAccount", "gpugate")["automountServiceAccountToken"] is False
 
@@ -229,9 +300,17 @@ def test_deployment_is_redundant_and_locked_down(base: list[dict[str, Any]]) -> 
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
 
     [container] = pod["containers"]
-    assert container["args"] == ["serve", "--policies", "/etc/gpugate/policies",
-                                 "--cert", "/etc/gpugate/tls/tls.crt", "--key", "/etc/gpugate/tls/tls.key",
-                                 "--bind", "0.0.0.0:8443"]
+    assert container["args"] == [
+        "serve",
+        "--policies",
+        "/etc/gpugate/policies",
+        "--cert",
+        "/etc/gpugate/tls/tls.crt",
+        "--key",
+        "/etc/gpugate/tls/tls.key",
+        "--bind",
+        "0.0.0.0:8443",
+    ]
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     context = container["securityContext"]
     assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
@@ -268,8 +347,10 @@ def test_service_and_pdb_select_the_pods(base: list[dict[str, Any]]) -> None:
 def test_policies_configmap_ships_the_repository_policies(base: list[dict[str, Any]]) -> None:
     shipped = {p.name: p.read_text() for p in sorted((REPO / "policies").glob("*.yaml"))}
     copied = {p.name: p.read_text() for p in sorted((DEPLOY / "base" / "policies").glob("*.yaml"))}
-    fix = ("run: rm deploy/base/policies/*.yaml && cp policies/*.yaml deploy/base/policies/ "
-           "and list them under configMapGenerator in deploy/base/kustomization.yaml")
+    fix = (
+        "run: rm deploy/base/policies/*.yaml && cp policies/*.yaml deploy/base/policies/ "
+        "and list them under configMapGenerator in deploy/base/kustomization.yaml"
+    )
     assert copied == shipped, f"deploy/base/policies/ is out of step with policies/; {fix}"
     assert find(base, "ConfigMap")["data"] == shipped, fix
 
@@ -344,8 +425,9 @@ def test_static_overlay_fills_secret_and_ca_bundle(static: tuple[list[dict[str, 
 
 
 def test_static_overlay_certs_are_ignored_by_git() -> None:
-    ignored = subprocess.run(["git", "check-ignore", "-q", "deploy/overlays/static/certs/tls.key"],
-                             cwd=REPO, check=False)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "deploy/overlays/static/certs/tls.key"], cwd=REPO, check=False
+    )
     assert ignored.returncode == 0
 
 
@@ -366,8 +448,13 @@ def evaluate(program: Any, **data: Any) -> Any:
     return value.plain_value()
 
 
-def container(name: str = "app", *, limits: dict[str, str] | None = None,
-              requests: dict[str, str] | None = None, env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def container(
+    name: str = "app",
+    *,
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    env: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name, "image": "busybox"}
     resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
     if resources:
@@ -393,8 +480,7 @@ def workload(kind: str, spec: dict[str, Any], *, annotations: dict[str, str] | N
     if annotations:
         template["metadata"]["annotations"] = annotations
     if kind == "CronJob":
-        body: dict[str, Any] = {"spec": {"schedule": "* * * * *",
-                                         "jobTemplate": {"spec": {"template": template}}}}
+        body: dict[str, Any] = {"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}}
     elif kind == "PodTemplate":
         body = {"template": template}
     else:
@@ -412,8 +498,9 @@ CLAIM = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single
 DRA = pod_spec({**container(), "resources": {"claims": [{"name": "gpu"}]}}, **CLAIM)
 # KAI Scheduler GPU sharing: a fraction of a GPU by annotation, no GPU resource.
 KAI_FRACTION = {"gpu-fraction": "0.5"}
-INTEL_GAS = pod_spec(container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100",
-                                       "gpu.intel.com/memory.max": "1G"}))
+INTEL_GAS = pod_spec(
+    container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "gpu.intel.com/memory.max": "1G"})
+)
 
 MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]] = [
     ("GPU pod", pod(GPU), None, True),
@@ -421,19 +508,39 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("pod without resources", pod(pod_spec()), None, False),
     ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, True),
     ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, True),
-    ("CPU pod tolerating an unrelated taint",
-     pod(pod_spec(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}])), None, False),
-    ("CPU pod tolerating the AMD taint",
-     pod(pod_spec(tolerations=[{"key": "amd.com/gpu", "operator": "Exists"}])), None, True),
-    ("NVIDIA_VISIBLE_DEVICES", pod(pod_spec(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))),
-     None, True),
+    (
+        "CPU pod tolerating an unrelated taint",
+        pod(pod_spec(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}])),
+        None,
+        False,
+    ),
+    (
+        "CPU pod tolerating the AMD taint",
+        pod(pod_spec(tolerations=[{"key": "amd.com/gpu", "operator": "Exists"}])),
+        None,
+        True,
+    ),
+    (
+        "NVIDIA_VISIBLE_DEVICES",
+        pod(pod_spec(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))),
+        None,
+        True,
+    ),
     ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
     ("CPU pod under the NVIDIA runtime class", pod(pod_spec(runtimeClassName="nvidia")), None, True),
     ("CPU pod under another runtime class", pod(pod_spec(runtimeClassName="kata")), None, False),
-    ("GPU only in an init container", pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
-     None, True),
-    ("GPU in an ephemeral container",
-     pod(pod_spec(ephemeralContainers=[container(limits={"nvidia.com/gpu": "1"})])), None, True),
+    (
+        "GPU only in an init container",
+        pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
+        None,
+        True,
+    ),
+    (
+        "GPU in an ephemeral container",
+        pod(pod_spec(ephemeralContainers=[container(limits={"nvidia.com/gpu": "1"})])),
+        None,
+        True,
+    ),
     ("MIG slice in requests only", pod(pod_spec(container(requests={"nvidia.com/mig-1g.10gb": "1"}))), None, True),
     ("time-sliced GPU", pod(pod_spec(container(limits={"nvidia.com/gpu.shared": "1"}))), None, True),
     ("zero GPUs still involve GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, True),
@@ -451,16 +558,28 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("UPDATE without GPUs before or after", workload("Deployment", CPU), workload("Deployment", CPU), False),
     # Vendors: exact GPU resources and their auxiliary resources route; look-alikes do not.
     ("Intel xe GPU", pod(pod_spec(container(limits={"gpu.intel.com/xe": "1"}))), None, True),
-    ("Intel millicores only (auxiliary)", pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}))),
-     None, True),
-    ("Intel tiles in requests (auxiliary)", pod(pod_spec(container(requests={"gpu.intel.com/tiles": "1"}))),
-     None, True),
+    (
+        "Intel millicores only (auxiliary)",
+        pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}))),
+        None,
+        True,
+    ),
+    (
+        "Intel tiles in requests (auxiliary)",
+        pod(pod_spec(container(requests={"gpu.intel.com/tiles": "1"}))),
+        None,
+        True,
+    ),
     ("HAMi gpumem (auxiliary)", pod(pod_spec(container(limits={"nvidia.com/gpumem": "3000"}))), None, True),
     ("HAMi gpucores (auxiliary)", pod(pod_spec(container(limits={"nvidia.com/gpucores": "30"}))), None, True),
     ("unknown Intel resource", pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}))), None, False),
     ("CPU pod tolerating the Intel taint", pod(pod_spec(tolerations=[INTEL_TOLERATION])), None, True),
-    ("CPU pod tolerating a MIG taint",
-     pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])), None, True),
+    (
+        "CPU pod tolerating a MIG taint",
+        pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])),
+        None,
+        True,
+    ),
     # Other ways to hold a GPU.
     ("DRA pod (spec.resourceClaims)", pod(DRA), None, True),
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, True),
@@ -487,8 +606,9 @@ def match_condition(base: list[dict[str, Any]]) -> Any:
 
 
 @pytest.mark.parametrize(("case", "new", "old", "expected"), MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
-def test_match_condition(match_condition: Any, case: str, new: dict[str, Any] | None,
-                         old: dict[str, Any] | None, expected: bool) -> None:
+def test_match_condition(
+    match_condition: Any, case: str, new: dict[str, Any] | None, old: dict[str, Any] | None, expected: bool
+) -> None:
     operation = "DELETE" if new is None else "UPDATE" if old is not None else "CREATE"
     assert evaluate(match_condition, object=new, oldObject=old, request={"operation": operation}) is expected
 
@@ -505,8 +625,11 @@ class Backstop:
         self.validations = [(v["message"], compile_cel(v["expression"])) for v in policy["spec"]["validations"]]
 
     def denials(self, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
-        data: dict[str, Any] = {"object": new, "oldObject": old,
-                                "request": {"operation": "UPDATE" if old else "CREATE"}}
+        data: dict[str, Any] = {
+            "object": new,
+            "oldObject": old,
+            "request": {"operation": "UPDATE" if old else "CREATE"},
+        }
         variables: dict[str, Any] = {}
         for name, program in self.variables:
             variables[name] = evaluate(program, **data, variables=variables)
@@ -529,67 +652,133 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("CPU pod", pod(CPU), None, []),
     ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, ["GPU node taint"]),
     ("CPU pod tolerating every taint", pod(pod_spec(tolerations=[{"operator": "Exists"}])), None, ["GPU node taint"]),
-    ("CPU pod with an unrelated toleration",
-     pod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "x"}])), None, []),
+    (
+        "CPU pod with an unrelated toleration",
+        pod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "x"}])),
+        None,
+        [],
+    ),
     ("GPU pod with the runtime class", pod({**GPU, **NVIDIA, "tolerations": [GPU_TOLERATION]}), None, []),
     ("GPU pod without the runtime class", pod(GPU), None, ["runtimeClassName"]),
     ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, ["runtimeClassName"]),
-    ("GPU in an init container only",
-     pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])), None, ["runtimeClassName"]),
-    ("AMD GPU pod needs no NVIDIA runtime",
-     pod(pod_spec(container(limits={"amd.com/gpu": "1"}), tolerations=[{"key": "amd.com/gpu",
-                                                                          "operator": "Exists"}])), None, []),
-    ("UPDATE of a pod that tolerated before",
-     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec(tolerations=[GPU_TOLERATION])), []),
-    ("UPDATE adding the toleration",
-     pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["GPU node taint"]),
+    (
+        "GPU in an init container only",
+        pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])),
+        None,
+        ["runtimeClassName"],
+    ),
+    (
+        "AMD GPU pod needs no NVIDIA runtime",
+        pod(
+            pod_spec(container(limits={"amd.com/gpu": "1"}), tolerations=[{"key": "amd.com/gpu", "operator": "Exists"}])
+        ),
+        None,
+        [],
+    ),
+    (
+        "UPDATE of a pod that tolerated before",
+        pod(pod_spec(tolerations=[GPU_TOLERATION])),
+        pod(pod_spec(tolerations=[GPU_TOLERATION])),
+        [],
+    ),
+    ("UPDATE adding the toleration", pod(pod_spec(tolerations=[GPU_TOLERATION])), pod(pod_spec()), ["GPU node taint"]),
     ("UPDATE of an old GPU pod without runtime class", pod(GPU), pod(GPU), []),
     # Wrong GPU shapes are gpugate's to refuse, with its own message (the backstop runs first).
     ("zero GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}))), None, []),
-    ("zero GPUs with the toleration ExtendedResourceToleration adds",
-     pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}), tolerations=[GPU_TOLERATION])), None, []),
-    ("MIG slice without runtime class", pod(pod_spec(container(limits={"nvidia.com/mig-1g.10gb": "1"}))),
-     None, ["runtimeClassName"]),
+    (
+        "zero GPUs with the toleration ExtendedResourceToleration adds",
+        pod(pod_spec(container(limits={"nvidia.com/gpu": "0"}), tolerations=[GPU_TOLERATION])),
+        None,
+        [],
+    ),
+    (
+        "MIG slice without runtime class",
+        pod(pod_spec(container(limits={"nvidia.com/mig-1g.10gb": "1"}))),
+        None,
+        ["runtimeClassName"],
+    ),
     # Vendors: each pool is tainted with its vendor's resource name.
     ("CPU pod tolerating the AMD taint", pod(pod_spec(tolerations=[AMD_TOLERATION])), None, ["GPU node taint"]),
     ("CPU pod tolerating the Intel taint", pod(pod_spec(tolerations=[INTEL_TOLERATION])), None, ["GPU node taint"]),
-    ("CPU pod tolerating the Intel xe taint",
-     pod(pod_spec(tolerations=[{"key": "gpu.intel.com/xe", "operator": "Exists"}])), None, ["GPU node taint"]),
-    ("CPU pod tolerating a MIG taint",
-     pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])), None, ["GPU node taint"]),
-    ("UPDATE of a pod that tolerated the AMD taint before",
-     pod(pod_spec(tolerations=[AMD_TOLERATION])), pod(pod_spec(tolerations=[AMD_TOLERATION])), []),
+    (
+        "CPU pod tolerating the Intel xe taint",
+        pod(pod_spec(tolerations=[{"key": "gpu.intel.com/xe", "operator": "Exists"}])),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "CPU pod tolerating a MIG taint",
+        pod(pod_spec(tolerations=[{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists"}])),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "UPDATE of a pod that tolerated the AMD taint before",
+        pod(pod_spec(tolerations=[AMD_TOLERATION])),
+        pod(pod_spec(tolerations=[AMD_TOLERATION])),
+        [],
+    ),
     ("Intel GPU pod needs no NVIDIA runtime", pod({**INTEL_GAS, "tolerations": [INTEL_TOLERATION]}), None, []),
-    ("Intel millicores only, tolerating the Intel taint",
-     pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}), tolerations=[INTEL_TOLERATION])),
-     None, []),
-    ("HAMi gpumem beside an NVIDIA GPU without runtime class",
-     pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}))), None,
-     ["runtimeClassName"]),
-    ("unknown Intel resource tolerating the Intel taint",
-     pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}), tolerations=[INTEL_TOLERATION])), None,
-     ["GPU node taint"]),
+    (
+        "Intel millicores only, tolerating the Intel taint",
+        pod(pod_spec(container(limits={"gpu.intel.com/millicores": "100"}), tolerations=[INTEL_TOLERATION])),
+        None,
+        [],
+    ),
+    (
+        "HAMi gpumem beside an NVIDIA GPU without runtime class",
+        pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}))),
+        None,
+        ["runtimeClassName"],
+    ),
+    (
+        "unknown Intel resource tolerating the Intel taint",
+        pod(pod_spec(container(limits={"gpu.intel.com/fpga": "1"}), tolerations=[INTEL_TOLERATION])),
+        None,
+        ["GPU node taint"],
+    ),
     # Several vendors in one pod: gpugate refuses it naming them; the backstop must not answer first.
-    ("NVIDIA and AMD GPUs in one pod",
-     pod(pod_spec(container("cuda", limits={"nvidia.com/gpu": "1"}), container("rocm", limits={"amd.com/gpu": "1"}))),
-     None, []),
-    ("NVIDIA GPU beside zero AMD GPUs", pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "amd.com/gpu": "0"}))),
-     None, ["runtimeClassName"]),
+    (
+        "NVIDIA and AMD GPUs in one pod",
+        pod(
+            pod_spec(container("cuda", limits={"nvidia.com/gpu": "1"}), container("rocm", limits={"amd.com/gpu": "1"}))
+        ),
+        None,
+        [],
+    ),
+    (
+        "NVIDIA GPU beside zero AMD GPUs",
+        pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "amd.com/gpu": "0"}))),
+        None,
+        ["runtimeClassName"],
+    ),
     # Other ways to hold a GPU: allowed to tolerate the GPU taint, no runtime class required.
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
-    ("KAI gpu-fraction pod tolerating the GPU taint",
-     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations=KAI_FRACTION), None, []),
-    ("KAI gpu-memory pod tolerating the GPU taint",
-     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"gpu-memory": "2000"}), None, []),
-    ("another annotation does not hold a GPU",
-     pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"example.com/gpu-fraction": "0.5"}), None,
-     ["GPU node taint"]),
+    (
+        "KAI gpu-fraction pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations=KAI_FRACTION),
+        None,
+        [],
+    ),
+    (
+        "KAI gpu-memory pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"gpu-memory": "2000"}),
+        None,
+        [],
+    ),
+    (
+        "another annotation does not hold a GPU",
+        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"example.com/gpu-fraction": "0.5"}),
+        None,
+        ["GPU node taint"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "new", "old", "expected"), BACKSTOP_CASES, ids=[c[0] for c in BACKSTOP_CASES])
-def test_backstop_policy_verdicts(backstop: Backstop, case: str, new: dict[str, Any],
-                                  old: dict[str, Any] | None, expected: list[str]) -> None:
+def test_backstop_policy_verdicts(
+    backstop: Backstop, case: str, new: dict[str, Any], old: dict[str, Any] | None, expected: list[str]
+) -> None:
     denials = backstop.denials(new, old)
     assert len(denials) == len(expected), denials
     for message, fragment in zip(denials, expected, strict=True):
@@ -629,6 +818,7 @@ def test_dockerfile_runs_gpugate_as_non_root() -> None:
 
 @pytest.mark.skipif(not HADOLINT.is_file(), reason="hadolint not installed: run scripts/install-tools")
 def test_dockerfile_passes_hadolint() -> None:
-    done = subprocess.run([str(HADOLINT), "--no-color", str(REPO / "Dockerfile")], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [str(HADOLINT), "--no-color", str(REPO / "Dockerfile")], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr

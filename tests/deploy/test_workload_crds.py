@@ -27,8 +27,10 @@ POD_HOOKS = {"mutate-workloads.gpugate.io": "mutate.gpugate.io", "validate-workl
 def overlay(where: Path, resource: Path, *components: Path) -> list[dict[str, Any]]:
     """Render `resource` with `components` from an overlay in `where` (kustomize wants relative paths)."""
     where.mkdir(parents=True, exist_ok=True)
-    text = {"resources": [os.path.relpath(resource, where)],
-            "components": [os.path.relpath(c, where) for c in components]}
+    text = {
+        "resources": [os.path.relpath(resource, where)],
+        "components": [os.path.relpath(c, where) for c in components],
+    }
     (where / "kustomization.yaml").write_text(yaml.safe_dump(text))
     return render(where)
 
@@ -50,8 +52,12 @@ def hook(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
 
 def crd_rules() -> list[tuple[str, str, str]]:
     """(group, version, plural) of every workload CRD kind gpugate reads."""
-    return sorted((w.group, version, w.plural) for w in BUILTIN_WORKLOADS if w.group not in NATIVE_GROUPS
-                  for version in w.versions)
+    return sorted(
+        (w.group, version, w.plural)
+        for w in BUILTIN_WORKLOADS
+        if w.group not in NATIVE_GROUPS
+        for version in w.versions
+    )
 
 
 def test_every_object_is_valid_kubernetes(with_crds: list[dict[str, Any]]) -> None:
@@ -60,10 +66,15 @@ def test_every_object_is_valid_kubernetes(with_crds: list[dict[str, Any]]) -> No
         kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_component_adds_one_webhook_to_each_configuration(with_crds: list[dict[str, Any]],
-                                                          base: list[dict[str, Any]]) -> None:
+def test_component_adds_one_webhook_to_each_configuration(
+    with_crds: list[dict[str, Any]], base: list[dict[str, Any]]
+) -> None:
     assert [h["name"] for h in webhooks(with_crds)] == [
-        "mutate.gpugate.io", "mutate-workloads.gpugate.io", "validate.gpugate.io", "validate-workloads.gpugate.io"]
+        "mutate.gpugate.io",
+        "mutate-workloads.gpugate.io",
+        "validate.gpugate.io",
+        "validate-workloads.gpugate.io",
+    ]
     # The pod webhooks and every other object are untouched.
     for name in POD_HOOKS.values():
         assert hook(with_crds, name) == hook(base, name)
@@ -74,8 +85,13 @@ def test_component_adds_one_webhook_to_each_configuration(with_crds: list[dict[s
 @pytest.mark.parametrize("name", list(POD_HOOKS))
 def test_rules_are_exactly_the_crd_kinds_gpugate_reads(with_crds: list[dict[str, Any]], name: str) -> None:
     rules = hook(with_crds, name)["rules"]
-    listed = sorted((group, version, plural) for rule in rules for group in rule["apiGroups"]
-                    for version in rule["apiVersions"] for plural in rule["resources"])
+    listed = sorted(
+        (group, version, plural)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for version in rule["apiVersions"]
+        for plural in rule["resources"]
+    )
     assert listed == crd_rules()
     for rule in rules:
         assert rule["operations"] == ["CREATE", "UPDATE"]
@@ -83,17 +99,28 @@ def test_rules_are_exactly_the_crd_kinds_gpugate_reads(with_crds: list[dict[str,
 
 
 def test_rules_name_versions_the_test_crds_serve() -> None:
-    served = {(doc["spec"]["group"], version["name"], doc["spec"]["names"]["plural"])
-              for doc in yaml.safe_load_all(CRDS.read_text()) if doc
-              for version in doc["spec"]["versions"] if version["served"]}
+    served = {
+        (doc["spec"]["group"], version["name"], doc["spec"]["names"]["plural"])
+        for doc in yaml.safe_load_all(CRDS.read_text())
+        if doc
+        for version in doc["spec"]["versions"]
+        if version["served"]
+    }
     assert set(crd_rules()) <= served
 
 
 @pytest.mark.parametrize(("name", "pod_hook"), list(POD_HOOKS.items()))
 def test_settings_follow_the_pod_webhook(with_crds: list[dict[str, Any]], name: str, pod_hook: str) -> None:
     new, old = hook(with_crds, name), hook(with_crds, pod_hook)
-    for key in ("clientConfig", "namespaceSelector", "failurePolicy", "admissionReviewVersions", "sideEffects",
-                "timeoutSeconds", "matchPolicy"):
+    for key in (
+        "clientConfig",
+        "namespaceSelector",
+        "failurePolicy",
+        "admissionReviewVersions",
+        "sideEffects",
+        "timeoutSeconds",
+        "matchPolicy",
+    ):
         assert new[key] == old[key], key
     assert new.get("reinvocationPolicy") == old.get("reinvocationPolicy")
     assert new["matchPolicy"] == "Equivalent"
@@ -106,14 +133,31 @@ def test_overlays_and_the_exclusion_component_carry_over(tmp_path: Path) -> None
     copy = tmp_path / "deploy"
     shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("*.crt", "*.key", "*.b64"))
     made = subprocess.run(
-        [sys.executable, "-m", "webhook.certs", "--service", "gpugate", "--namespace", "gpugate",
-         "--out", str(copy / "overlays" / "static" / "certs"), "--force"],
-        capture_output=True, text=True, check=False, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "webhook.certs",
+            "--service",
+            "gpugate",
+            "--namespace",
+            "gpugate",
+            "--out",
+            str(copy / "overlays" / "static" / "certs"),
+            "--force",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
     )
     assert made.returncode == 0, made.stderr
     components = copy / "components"
-    objects = overlay(tmp_path / "mine", copy / "overlays" / "static", components / "exclude-gpu-operator",
-                      components / "workload-crds")
+    objects = overlay(
+        tmp_path / "mine",
+        copy / "overlays" / "static",
+        components / "exclude-gpu-operator",
+        components / "workload-crds",
+    )
     for name, pod_hook in POD_HOOKS.items():
         new = hook(objects, name)
         assert new["clientConfig"]["caBundle"] and new["clientConfig"] == hook(objects, pod_hook)["clientConfig"]
@@ -125,8 +169,12 @@ def test_overlays_and_the_exclusion_component_carry_over(tmp_path: Path) -> None
         assert len(config["webhooks"]) == 2
 
 
-RAY = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r", "namespace": "ml"},
-       "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [{"name": "w"}]}}}]}}
+RAY = {
+    "apiVersion": "ray.io/v1",
+    "kind": "RayCluster",
+    "metadata": {"name": "r", "namespace": "ml"},
+    "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [{"name": "w"}]}}}]},
+}
 RELABELLED = {**RAY, "metadata": {**RAY["metadata"], "finalizers": ["ray.io/gcs-ft-redis-cleanup-finalizer"]}}
 RESIZED = {**RAY, "spec": {"workerGroupSpecs": [{"replicas": 2, **RAY["spec"]["workerGroupSpecs"][0]}]}}
 CONDITION_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, bool]] = [
@@ -138,10 +186,17 @@ CONDITION_CASES: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, boo
 ]
 
 
-@pytest.mark.parametrize(("case", "operation", "new", "old", "expected"), CONDITION_CASES,
-                         ids=[c[0] for c in CONDITION_CASES])
-def test_match_condition(with_crds: list[dict[str, Any]], case: str, operation: str, new: dict[str, Any],
-                         old: dict[str, Any] | None, expected: bool) -> None:
+@pytest.mark.parametrize(
+    ("case", "operation", "new", "old", "expected"), CONDITION_CASES, ids=[c[0] for c in CONDITION_CASES]
+)
+def test_match_condition(
+    with_crds: list[dict[str, Any]],
+    case: str,
+    operation: str,
+    new: dict[str, Any],
+    old: dict[str, Any] | None,
+    expected: bool,
+) -> None:
     for name in POD_HOOKS:
         [condition] = hook(with_crds, name)["matchConditions"]
         program = compile_cel(condition["expression"])

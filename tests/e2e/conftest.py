@@ -148,8 +148,17 @@ def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        cp.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         cp.ensure_default_service_account("kube-system")
         cp.kubectl("apply", "--server-side", "-f", str(CRDS))
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)
@@ -167,10 +176,28 @@ def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         # register() waits for the pod webhooks; the workload ones arrive in the same configuration
         # objects, but make sure: a RayCluster with half a GPU must meet gpugate before any test runs.
         ns = cp.create_namespace("e2e-registration-crds")
-        half = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "probe", "namespace": ns},
-                "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [
-                    {"name": "w", "image": "rayproject/ray:2.41.0-gpu",
-                     "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}}]}}
+        half = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "probe", "namespace": ns},
+            "spec": {
+                "workerGroupSpecs": [
+                    {
+                        "template": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "w",
+                                        "image": "rayproject/ray:2.41.0-gpu",
+                                        "resources": {"limits": {"nvidia.com/gpu": "0.5"}},
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                ]
+            },
+        }
 
         def checked() -> bool:
             dry = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=half, check=False)

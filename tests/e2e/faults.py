@@ -56,8 +56,15 @@ from .cluster import (
 )
 from .objects import BASE_POLICY, GPU, IMAGE, NODE_LABEL, TEAM
 
-FAULTS = ("worker-sigkill", "gpugate-restart", "certificate-rotation", "policy-broken-then-fixed",
-          "worker-sigkill-while-policy-broken", "namespace-relabel", "apiserver-restart")
+FAULTS = (
+    "worker-sigkill",
+    "gpugate-restart",
+    "certificate-rotation",
+    "policy-broken-then-fixed",
+    "worker-sigkill-while-policy-broken",
+    "namespace-relabel",
+    "apiserver-restart",
+)
 # The namespace cache follows a watch; a relabel reaches every worker within this on loopback.
 LABEL_SETTLE = 5.0
 REQUEST_TIMEOUT = 20.0
@@ -113,8 +120,9 @@ class API:
     def _connection(self) -> http.client.HTTPSConnection:
         connection = getattr(self.local, "connection", None)
         if connection is None:
-            connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context,
-                                                     timeout=REQUEST_TIMEOUT)
+            connection = http.client.HTTPSConnection(
+                "127.0.0.1", self.port, context=self.context, timeout=REQUEST_TIMEOUT
+            )
             self.local.connection = connection
         return connection
 
@@ -144,9 +152,12 @@ def pod_body(name: str, namespace: str, *, gpu: bool) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": IMAGE}
     if gpu:
         container["resources"] = {"limits": {GPU: "1"}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app": "load"}},
-            "spec": {"containers": [container]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "load"}},
+        "spec": {"containers": [container]},
+    }
 
 
 def create(api: API, record: Sent) -> None:
@@ -186,8 +197,9 @@ class Load:
         self.records: list[Sent] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.workers = [threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True)
-                        for i in range(threads)]
+        self.workers = [
+            threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True) for i in range(threads)
+        ]
 
     def start(self) -> None:
         for worker in self.workers:
@@ -207,9 +219,14 @@ class Load:
                         return
                     fault = self.fault
                     shape = (seq + index) % 8
-                    record = Sent(fault=fault, name=f"{fault[:20]}-{index}-{seq}", gpu=shape % 2 == 0,
-                                  dry_run=shape % 4 >= 2, namespace=self.namespaces[(shape // 4) % 2],
-                                  sent=time.monotonic())
+                    record = Sent(
+                        fault=fault,
+                        name=f"{fault[:20]}-{index}-{seq}",
+                        gpu=shape % 2 == 0,
+                        dry_run=shape % 4 >= 2,
+                        namespace=self.namespaces[(shape // 4) % 2],
+                        sent=time.monotonic(),
+                    )
                     self.records.append(record)
                 seq += 1
                 create(self.api, record)
@@ -238,17 +255,23 @@ def serving_certificate(ca: certs_module.Issued) -> certs_module.Issued:
 
 def install_certificate(gate: GPUGate, ca: certs_module.Issued, serving: certs_module.Issued) -> None:
     """Key first, then certificate, each replaced atomically (what `gpugate certs --force` does)."""
-    certs_module.write_files(gate.cert_dir, {
-        certs_module.KEY_FILE: (serving.private_key_pem(), 0o600),
-        certs_module.CERT_FILE: (serving.certificate_pem(), 0o644),
-        certs_module.CA_FILE: (ca.certificate_pem(), 0o644),
-    }, force=True)
+    certs_module.write_files(
+        gate.cert_dir,
+        {
+            certs_module.KEY_FILE: (serving.private_key_pem(), 0o600),
+            certs_module.CERT_FILE: (serving.certificate_pem(), 0o644),
+            certs_module.CA_FILE: (ca.certificate_pem(), 0o644),
+        },
+        force=True,
+    )
 
 
 def served_serial(gate: GPUGate) -> int:
     context = ssl.create_default_context(cafile=str(gate.ca))
-    with (socket.create_connection(("127.0.0.1", gate.port), timeout=5) as raw,
-          context.wrap_socket(raw, server_hostname="127.0.0.1") as sock):
+    with (
+        socket.create_connection(("127.0.0.1", gate.port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
         der = sock.getpeercert(binary_form=True)
     return int(x509.load_der_x509_certificate(der or b"").serial_number)
 
@@ -268,8 +291,17 @@ def start(workdir: Path, *, validate_failure_policy: str | None = None, backstop
     cp = ControlPlane(find_binaries(), workdir / "cluster")
     cp.start()
     try:
-        cp.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                              "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        cp.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         cp.ensure_default_service_account("kube-system")
         policy_dir = workdir / "policies"
         policy_dir.mkdir()
@@ -277,8 +309,9 @@ def start(workdir: Path, *, validate_failure_policy: str | None = None, backstop
         policy_file.write_text(BASE_POLICY)
         gate = GPUGate(workdir / "gpugate", policy_dir, kubeconfig=cp.kubeconfig)
         # Our own CA, so that the serving certificate can be renewed under the same caBundle.
-        ca = certs_module.build_ca(common_name="gpugate faults CA", now=dt.datetime.now(dt.UTC),
-                                   valid_for=dt.timedelta(days=2))
+        ca = certs_module.build_ca(
+            common_name="gpugate faults CA", now=dt.datetime.now(dt.UTC), valid_for=dt.timedelta(days=2)
+        )
         install_certificate(gate, ca, serving_certificate(ca))
         gate.ca_bundle = certs_module.ca_bundle(ca.certificate_pem())
         gate.start()
@@ -291,8 +324,10 @@ def start(workdir: Path, *, validate_failure_policy: str | None = None, backstop
         if not backstop:
             objects = [o for o in objects if not o.get("kind", "").startswith("ValidatingAdmissionPolicy")]
         register(cp, objects)
-        namespaces = {cp.create_namespace("faults-a", {"team": "alpha"}): "alpha",
-                      cp.create_namespace("faults-b", {"team": "beta"}): "beta"}
+        namespaces = {
+            cp.create_namespace("faults-a", {"team": "alpha"}): "alpha",
+            cp.create_namespace("faults-b", {"team": "beta"}): "beta",
+        }
         return Cluster(cp, gate, ca, policy_file, namespaces)
     except BaseException:
         cp.stop()
@@ -385,8 +420,13 @@ def inject(fault: str, cluster: Cluster, api: API, timeline: Timeline, *, hold: 
             apiserver.stop()
             time.sleep(hold)
             apiserver.start()
-            wait_for_https(f"{cluster.cp.server}/readyz", process=apiserver, ca=cluster.cp.ca.cert_path,
-                           client=cluster.cp.admin, timeout=120)
+            wait_for_https(
+                f"{cluster.cp.server}/readyz",
+                process=apiserver,
+                ca=cluster.cp.ca.cert_path,
+                client=cluster.cp.admin,
+                timeout=120,
+            )
     else:
         raise ValueError(f"unknown fault {fault!r}")
 
@@ -438,8 +478,9 @@ class Row:
     dry_run: int = 0
 
 
-def judge(records: list[Sent], stored: dict[str, dict[str, Any]], timeline: Timeline,
-          initial: dict[str, str]) -> tuple[dict[str, Row], list[str]]:
+def judge(
+    records: list[Sent], stored: dict[str, dict[str, Any]], timeline: Timeline, initial: dict[str, str]
+) -> tuple[dict[str, Row], list[str]]:
     rows: dict[str, Row] = {}
     wrong: list[str] = []
     seen: set[str] = set()
@@ -469,8 +510,10 @@ def judge(records: list[Sent], stored: dict[str, dict[str, Any]], timeline: Time
                 faults.append(f"a pod without GPUs refused: HTTP {r.status} {r.message[:300]}")
         if faults:
             row.wrong += 1
-            wrong.append(f"{r.fault}: {'dry-run ' if r.dry_run else ''}{'GPU' if r.gpu else 'CPU'} pod "
-                         f"{r.namespace}/{r.name}: {'; '.join(faults)}")
+            wrong.append(
+                f"{r.fault}: {'dry-run ' if r.dry_run else ''}{'GPU' if r.gpu else 'CPU'} pod "
+                f"{r.namespace}/{r.name}: {'; '.join(faults)}"
+            )
     by_name = {f"{r.namespace}/{r.name}": r for r in records if not r.dry_run}
     for key, pod in stored.items():  # stored although the client saw no admission (an answer lost)
         r = by_name.get(key)
@@ -507,25 +550,41 @@ class Result:
 
     def table(self) -> str:
         w = max(len(f) for f in ("warm-up", *self.faults)) + 2
-        head = f"{'fault':<{w}}{'sent':>6}{'admitted':>10}{'refused':>9}{'timed out':>11}{'unavailable':>13}{'WRONG':>7}"
+        head = (
+            f"{'fault':<{w}}{'sent':>6}{'admitted':>10}{'refused':>9}{'timed out':>11}{'unavailable':>13}{'WRONG':>7}"
+        )
         lines = [head, "-" * len(head)]
         total = Row()
         for fault in ("warm-up", *self.faults):
             row = self.rows.get(fault, Row())
-            lines.append(f"{fault:<{w}}{row.sent:>6}{row.admitted:>10}{row.refused:>9}{row.timed_out:>11}"
-                         f"{row.unavailable:>13}{row.wrong:>7}")
+            lines.append(
+                f"{fault:<{w}}{row.sent:>6}{row.admitted:>10}{row.refused:>9}{row.timed_out:>11}"
+                f"{row.unavailable:>13}{row.wrong:>7}"
+            )
             for name in ("sent", "admitted", "refused", "timed_out", "unavailable", "wrong", "gpu", "dry_run"):
                 setattr(total, name, getattr(total, name) + getattr(row, name))
         lines.append("-" * len(head))
-        lines.append(f"{'total':<{w}}{total.sent:>6}{total.admitted:>10}{total.refused:>9}{total.timed_out:>11}"
-                     f"{total.unavailable:>13}{total.wrong:>7}")
+        lines.append(
+            f"{'total':<{w}}{total.sent:>6}{total.admitted:>10}{total.refused:>9}{total.timed_out:>11}"
+            f"{total.unavailable:>13}{total.wrong:>7}"
+        )
         lines.append(f"({total.gpu} GPU pods, {total.dry_run} dry runs; {self.seconds:.0f} s)")
         return "\n".join(lines)
 
 
-def run(workdir: Path, *, threads: int = 3, rate: float = 12.0, steady: float = 4.0, hold: float = 3.0,
-        max_requests: int = 4000, faults: tuple[str, ...] = FAULTS, validate_failure_policy: str | None = None,
-        backstop: bool = True, log: Callable[[str], None] = lambda _m: None) -> Result:
+def run(
+    workdir: Path,
+    *,
+    threads: int = 3,
+    rate: float = 12.0,
+    steady: float = 4.0,
+    hold: float = 3.0,
+    max_requests: int = 4000,
+    faults: tuple[str, ...] = FAULTS,
+    validate_failure_policy: str | None = None,
+    backstop: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Result:
     began = time.monotonic()
     cluster = start(workdir, validate_failure_policy=validate_failure_policy, backstop=backstop)
     try:
@@ -556,26 +615,41 @@ def run(workdir: Path, *, threads: int = 3, rate: float = 12.0, steady: float = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.e2e.faults", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.e2e.faults", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=3, help="client threads (default 3)")
     parser.add_argument("--rate", type=float, default=12.0, help="creates per second, all threads (default 12)")
     parser.add_argument("--steady", type=float, default=4.0, help="seconds of load before and after each fault")
     parser.add_argument("--hold", type=float, default=3.0, help="seconds a fault lasts where it has a length")
     parser.add_argument("--max-requests", type=int, default=4000, help="stop the load after this many")
     parser.add_argument("--fault", action="append", choices=FAULTS, help="run only these (repeatable)")
-    parser.add_argument("--validate-failure-policy", choices=("Ignore", "Fail"),
-                        help="override the shipped failurePolicy of the validating webhook (Ignore shows what the "
-                             "judge reports when a GPU pod gets past a gpugate that is down)")
-    parser.add_argument("--no-backstop", action="store_true",
-                        help="leave out deploy/'s ValidatingAdmissionPolicy (with --validate-failure-policy Ignore: "
-                             "nothing is left to stop an un-mutated GPU pod, and the judge must say so)")
+    parser.add_argument(
+        "--validate-failure-policy",
+        choices=("Ignore", "Fail"),
+        help="override the shipped failurePolicy of the validating webhook (Ignore shows what the "
+        "judge reports when a GPU pod gets past a gpugate that is down)",
+    )
+    parser.add_argument(
+        "--no-backstop",
+        action="store_true",
+        help="leave out deploy/'s ValidatingAdmissionPolicy (with --validate-failure-policy Ignore: "
+        "nothing is left to stop an un-mutated GPU pod, and the judge must say so)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpugate-faults-") as tmp:
-        result = run(Path(tmp), threads=args.threads, rate=args.rate, steady=args.steady, hold=args.hold,
-                     max_requests=args.max_requests, faults=tuple(args.fault or FAULTS),
-                     validate_failure_policy=args.validate_failure_policy, backstop=not args.no_backstop,
-                     log=lambda m: print(m, file=sys.stderr, flush=True))
+        result = run(
+            Path(tmp),
+            threads=args.threads,
+            rate=args.rate,
+            steady=args.steady,
+            hold=args.hold,
+            max_requests=args.max_requests,
+            faults=tuple(args.fault or FAULTS),
+            validate_failure_policy=args.validate_failure_policy,
+            backstop=not args.no_backstop,
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
     print(result.table())
     for line in result.wrong:
         print("WRONG", line)

@@ -203,8 +203,12 @@ def model_selection(p: dict[str, Any]) -> list[str] | None:
 
 def gpugate_denial(stderr: str) -> str | None:
     """The message after `admission webhook "<mutate|validate>.gpugate.io" denied the request: `."""
-    for hook in ("mutate.gpugate.io", "validate.gpugate.io", "mutate-workloads.gpugate.io",
-                 "validate-workloads.gpugate.io"):
+    for hook in (
+        "mutate.gpugate.io",
+        "validate.gpugate.io",
+        "mutate-workloads.gpugate.io",
+        "validate-workloads.gpugate.io",
+    ):
         marker = f'admission webhook "{hook}" denied the request: '
         if marker in stderr:
             return stderr.split(marker, 1)[1]

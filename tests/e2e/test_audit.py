@@ -47,8 +47,17 @@ def cp(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
     try:
         plane.start()
         # The RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist.
-        plane.kubectl("apply", "-f", "-", stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                                 "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            },
+        )
         yield plane
     finally:
         plane.stop()
@@ -75,10 +84,16 @@ def formed(obj: dict[str, Any], policy_dir: Path, labels: dict[str, str]) -> dic
     return dict(result.mutated)
 
 
-def audit(cp: ControlPlane, *args: str, kubeconfig: Path | None = None,
-          timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(gpugate_executable()), "audit", "--kubeconfig", str(kubeconfig or cp.kubeconfig),
-                           *args], capture_output=True, text=True, timeout=timeout, check=False)
+def audit(
+    cp: ControlPlane, *args: str, kubeconfig: Path | None = None, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(gpugate_executable()), "audit", "--kubeconfig", str(kubeconfig or cp.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def by_name(report: dict[str, Any]) -> dict[str, str]:
@@ -97,22 +112,28 @@ def shapes(cp: ControlPlane, policy_dirs: tuple[Path, Path]) -> str:
     for key in [k for k in unlabelled["metadata"]["labels"] if k.startswith("gpugate.io/")]:
         del unlabelled["metadata"]["labels"][key]
     objects = [
-        gpu_pod("bare", ns),                                                   # nothing injected
-        unlabelled,                                                            # everything but the labels
-        gpu_pod("h200", ns, labels={"app": "h200", "gpugate.io/model": "h200"}),   # disallowed model class
-        pod("greedy", ns, *three),                                             # over the per-pod limit
-        pod("squatter", ns, tolerations=[GPU_TOLERATION]),                     # CPU pod on the GPU taint
-        formed(gpu_pod("good", ns), policy_dirs[0], TEAM),                     # as gpugate stores it
-        pod("plain", ns),                                                      # a CPU pod
-        deployment("web", ns, gpu_pod("x", ns)),                               # a GPU template: fine
-        deployment("big", ns, pod("x", ns, *three)),                           # a GPU template over the limit
+        gpu_pod("bare", ns),  # nothing injected
+        unlabelled,  # everything but the labels
+        gpu_pod("h200", ns, labels={"app": "h200", "gpugate.io/model": "h200"}),  # disallowed model class
+        pod("greedy", ns, *three),  # over the per-pod limit
+        pod("squatter", ns, tolerations=[GPU_TOLERATION]),  # CPU pod on the GPU taint
+        formed(gpu_pod("good", ns), policy_dirs[0], TEAM),  # as gpugate stores it
+        pod("plain", ns),  # a CPU pod
+        deployment("web", ns, gpu_pod("x", ns)),  # a GPU template: fine
+        deployment("big", ns, pod("x", ns, *three)),  # a GPU template over the limit
     ]
     cp.kubectl("create", "-f", "-", stdin=objects)
     return ns
 
 
-EXPECTED = {"bare": "changed", "unlabelled": "changed", "h200": "refused", "greedy": "refused",
-            "squatter": "refused", "big": "refused"}
+EXPECTED = {
+    "bare": "changed",
+    "unlabelled": "changed",
+    "h200": "refused",
+    "greedy": "refused",
+    "squatter": "refused",
+    "big": "refused",
+}
 
 
 def test_audit_finds_every_shape(cp: ControlPlane, shapes: str, policy_dirs: tuple[Path, Path]) -> None:
@@ -122,9 +143,13 @@ def test_audit_finds_every_shape(cp: ControlPlane, shapes: str, policy_dirs: tup
     assert by_name(report) == EXPECTED
     findings = {f["name"]: f for f in report["findings"]}
     assert [c["change"] for c in findings["bare"]["wouldAdd"]] == [
-        "runtimeClassName: nvidia", "toleration nvidia.com/gpu Exists:NoSchedule",
-        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4", "label gpugate.io/team=vision",
-        "label gpugate.io/workload-kind=Pod", "label gpugate.io/workload-name=bare"]
+        "runtimeClassName: nvidia",
+        "toleration nvidia.com/gpu Exists:NoSchedule",
+        "nodeSelector nvidia.com/gpu.product=NVIDIA-L4",
+        "label gpugate.io/team=vision",
+        "label gpugate.io/workload-kind=Pod",
+        "label gpugate.io/workload-name=bare",
+    ]
     assert {c["field"] for c in findings["unlabelled"]["wouldAdd"]} == {"labels"}
     assert "kubectl label" in findings["unlabelled"]["note"]
     assert any("h200" in v["message"] for v in findings["h200"]["violations"])
@@ -146,8 +171,10 @@ def test_table_and_yaml_say_the_same(cp: ControlPlane, shapes: str, policy_dirs:
     table = audit(cp, "--policies", str(policy_dirs[0]), "-n", shapes)
     assert table.returncode == 1
     for name, verdict in EXPECTED.items():
-        assert any(name in line and (verdict.upper() if verdict == "refused" else verdict) in line
-                   for line in table.stdout.splitlines()), f"{name}: {verdict} missing:\n{table.stdout}"
+        assert any(
+            name in line and (verdict.upper() if verdict == "refused" else verdict) in line
+            for line in table.stdout.splitlines()
+        ), f"{name}: {verdict} missing:\n{table.stdout}"
     assert "the mutating webhook never saw this pod" in table.stdout
     assert table.stderr == ""  # no progress line when stderr is not a terminal
 
@@ -155,9 +182,21 @@ def test_table_and_yaml_say_the_same(cp: ControlPlane, shapes: str, policy_dirs:
 def test_progress_line_on_a_terminal(cp: ControlPlane, shapes: str, policy_dirs: tuple[Path, Path]) -> None:
     controller, terminal = pty.openpty()
     try:
-        proc = subprocess.Popen([str(gpugate_executable()), "audit", "--kubeconfig", str(cp.kubeconfig),
-                                 "--policies", str(policy_dirs[0]), "-n", shapes],
-                                stdout=subprocess.PIPE, stderr=terminal, text=True)
+        proc = subprocess.Popen(
+            [
+                str(gpugate_executable()),
+                "audit",
+                "--kubeconfig",
+                str(cp.kubeconfig),
+                "--policies",
+                str(policy_dirs[0]),
+                "-n",
+                shapes,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+        )
         os.close(terminal)
         out, _ = proc.communicate(timeout=120)
         seen = b""
@@ -184,12 +223,14 @@ def test_a_clean_namespace_exits_0(cp: ControlPlane, policy_dirs: tuple[Path, Pa
     assert "No findings." in done.stdout
 
 
-def test_bad_input_and_an_unreachable_cluster_exit_2_with_one_line(cp: ControlPlane, tmp_path: Path,
-                                                                  policy_dirs: tuple[Path, Path]) -> None:
+def test_bad_input_and_an_unreachable_cluster_exit_2_with_one_line(
+    cp: ControlPlane, tmp_path: Path, policy_dirs: tuple[Path, Path]
+) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "p.yaml").write_text("apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: x}\n"
-                                   "spec: {mode: sometimes}\n")
+    (broken / "p.yaml").write_text(
+        "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: x}\nspec: {mode: sometimes}\n"
+    )
     gone = tmp_path / "kubeconfig"
     config = yaml.safe_load(cp.kubeconfig.read_text())
     config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
@@ -212,16 +253,22 @@ def test_bad_input_and_an_unreachable_cluster_exit_2_with_one_line(cp: ControlPl
 # ---- the policy-change preview -----------------------------------------------------------------
 
 
-def test_compare_to_names_exactly_what_a_tighter_limit_refuses(cp: ControlPlane,
-                                                               policy_dirs: tuple[Path, Path]) -> None:
+def test_compare_to_names_exactly_what_a_tighter_limit_refuses(
+    cp: ControlPlane, policy_dirs: tuple[Path, Path]
+) -> None:
     current, tighter = policy_dirs
     ns = cp.create_namespace("audit-compare", labels=TEAM)
     two = [container(f"c{i}", gpus="1") for i in range(2)]
     three = [container(f"c{i}", gpus="1") for i in range(3)]
-    objects = [formed(gpu_pod("one", ns), current, TEAM), formed(pod("two", ns, *two), current, TEAM),
-               formed(pod("three", ns, *three), current, TEAM), gpu_pod("bare-four", ns, gpus="4"),
-               deployment("web-two", ns, pod("x", ns, *two)), deployment("web-three", ns, pod("x", ns, *three)),
-               pod("cpu", ns)]
+    objects = [
+        formed(gpu_pod("one", ns), current, TEAM),
+        formed(pod("two", ns, *two), current, TEAM),
+        formed(pod("three", ns, *three), current, TEAM),
+        gpu_pod("bare-four", ns, gpus="4"),
+        deployment("web-two", ns, pod("x", ns, *two)),
+        deployment("web-three", ns, pod("x", ns, *three)),
+        pod("cpu", ns),
+    ]
     cp.kubectl("create", "-f", "-", stdin=objects)
     done = audit(cp, "--policies", str(current), "--compare-to", str(tighter), "-n", ns, "-o", "json")
     assert done.returncode == 1, done.stderr
@@ -243,8 +290,9 @@ def test_compare_to_names_exactly_what_a_tighter_limit_refuses(cp: ControlPlane,
 WORKLOAD_CRDS = REPO / "tests" / "fixtures" / "crds" / "workload-crds.yaml"
 
 
-def test_workload_crds_are_audited_once_the_cluster_serves_them(cp: ControlPlane,
-                                                                policy_dirs: tuple[Path, Path]) -> None:
+def test_workload_crds_are_audited_once_the_cluster_serves_them(
+    cp: ControlPlane, policy_dirs: tuple[Path, Path]
+) -> None:
     ns = cp.create_namespace("audit-crd", labels=TEAM)
     args = ("--policies", str(policy_dirs[0]), "-n", ns, "-o", "json")
     unserved = audit(cp, *args)
@@ -255,16 +303,31 @@ def test_workload_crds_are_audited_once_the_cluster_serves_them(cp: ControlPlane
     cp.kubectl("apply", "-f", "-", stdin=crds)
     for crd in crds:
         cp.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
-    nine = pod("w", ns, container("ray-worker", gpus="3"), container("sidecar", gpus="3"),
-               container("extra", gpus="3"))["spec"]
+    nine = pod(
+        "w", ns, container("ray-worker", gpus="3"), container("sidecar", gpus="3"), container("extra", gpus="3")
+    )["spec"]
     one = gpu_pod("x", ns)["spec"]
-    ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "train", "namespace": ns},
-           "spec": {"headGroupSpec": {"template": {"spec": {"containers": [container("head")]}}},
-                    "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": nine}}]}}
-    volcano = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "vc", "namespace": ns},
-               "spec": {"tasks": [{"name": "t", "replicas": 1, "template": {"spec": one}}]}}
-    batch = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bj", "namespace": ns},
-             "spec": {"template": {"spec": {**nine, "restartPolicy": "Never"}}}}
+    ray = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "train", "namespace": ns},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [container("head")]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": nine}}],
+        },
+    }
+    volcano = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "vc", "namespace": ns},
+        "spec": {"tasks": [{"name": "t", "replicas": 1, "template": {"spec": one}}]},
+    }
+    batch = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "bj", "namespace": ns},
+        "spec": {"template": {"spec": {**nine, "restartPolicy": "Never"}}},
+    }
     cp.kubectl("create", "-f", "-", stdin=[ray, volcano, batch])
     served = audit(cp, *args)
     assert served.returncode == 1, served.stderr
@@ -274,7 +337,8 @@ def test_workload_crds_are_audited_once_the_cluster_serves_them(cp: ControlPlane
     [ray_finding] = [f for f in report["findings"] if f["name"] == "train"]
     assert any("8 per pod" in v["message"] and "workerGroupSpecs[0]" in v["path"] for v in ray_finding["violations"])
     assert "spec.workerGroupSpecs[0].template: runtimeClassName: nvidia" in [
-        c["change"] for c in ray_finding["podsWillGet"]]
+        c["change"] for c in ray_finding["podsWillGet"]
+    ]
 
 
 # ---- installed policies, RBAC, PolicyReports -----------------------------------------------------
@@ -292,15 +356,18 @@ def _install_gpugate_without_webhooks(cp: ControlPlane) -> list[dict[str, Any]]:
 def _user_kubeconfig(cp: ControlPlane, tmp_path: Path, user: str, groups: list[str]) -> Path:
     pair = cp.ca.issue(user, common_name=user, organizations=groups, client=True)
     config = yaml.safe_load(cp.kubeconfig.read_text())
-    config["users"][0]["user"] = {"client-certificate-data": base64.b64encode(pair.cert.read_bytes()).decode(),
-                                  "client-key-data": base64.b64encode(pair.key.read_bytes()).decode()}
+    config["users"][0]["user"] = {
+        "client-certificate-data": base64.b64encode(pair.cert.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(pair.key.read_bytes()).decode(),
+    }
     path = tmp_path / f"{user}.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
-        cp: ControlPlane, shapes: str, tmp_path: Path) -> None:
+    cp: ControlPlane, shapes: str, tmp_path: Path
+) -> None:
     installed = _install_gpugate_without_webhooks(cp)
     [configmap] = [d for d in installed if d["kind"] == "ConfigMap"]
     cp.kubectl("apply", "-k", str(REPO / "deploy" / "audit"))
@@ -322,9 +389,16 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
     cp.kubectl("apply", "--server-side", "-f", str(CRD))
     cp.kubectl("wait", "--for=condition=Established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
     stale_ns = cp.create_namespace("audit-stale")
-    stale = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-             "metadata": {"name": "gpugate-audit", "namespace": stale_ns,
-                          "labels": {"app.kubernetes.io/managed-by": "gpugate-audit"}}, "results": []}
+    stale = {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {
+            "name": "gpugate-audit",
+            "namespace": stale_ns,
+            "labels": {"app.kubernetes.io/managed-by": "gpugate-audit"},
+        },
+        "results": [],
+    }
     foreign = copy.deepcopy(stale)
     foreign["metadata"].update(name="someone-else", labels={"app.kubernetes.io/managed-by": "kyverno"})
     cp.kubectl("apply", "-f", "-", stdin=[stale, foreign])
@@ -345,8 +419,9 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
     [ours] = [r for r in reports if r["metadata"]["namespace"] == shapes]
     assert {r["resources"][0]["name"] for r in ours["results"]} >= set(EXPECTED)
     assert ours["summary"]["fail"] == sum(r["result"] == "fail" for r in ours["results"]) > 0
-    everywhere = audit(cp, "--policies", str(REPO / "deploy" / "base" / "policies"), "--report", "policyreports",
-                       kubeconfig=reporter)
+    everywhere = audit(
+        cp, "--policies", str(REPO / "deploy" / "base" / "policies"), "--report", "policyreports", kubeconfig=reporter
+    )
     assert everywhere.returncode == 1, everywhere.stderr
     assert "deleted 1 stale" in everywhere.stderr
     left = cp.kubectl("get", "policyreports.v1alpha2.wgpolicyk8s.io", "-n", stale_ns, "-o", "name").stdout.split()
@@ -360,13 +435,18 @@ def test_the_cronjobs_service_account_can_run_the_report(cp: ControlPlane, shape
     cp.kubectl("apply", "--server-side", "-f", str(CRD))
     cp.kubectl("wait", "--for=condition=Established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
     cp.kubectl("apply", "-k", str(REPO / "deploy" / "audit-cronjob"))
-    rendered = [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(REPO / "deploy" / "audit-cronjob")).stdout)
-                if d]
+    rendered = [
+        d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(REPO / "deploy" / "audit-cronjob")).stdout) if d
+    ]
     [job] = [d for d in rendered if d["kind"] == "CronJob"]
     template = job["spec"]["jobTemplate"]["spec"]["template"]
     # PodSecurity enforces on pods, not on CronJobs: dry-run the pod the Job would create.
-    as_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "audit-probe", "namespace": "gpugate"},
-              "spec": template["spec"]}
+    as_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "audit-probe", "namespace": "gpugate"},
+        "spec": template["spec"],
+    }
     probe = cp.kubectl("create", "--dry-run=server", "-f", "-", stdin=as_pod, check=False)
     assert probe.ok and "PodSecurity" not in probe.stderr, str(probe)
     args = template["spec"]["containers"][0]["args"]
@@ -375,8 +455,13 @@ def test_the_cronjobs_service_account_can_run_the_report(cp: ControlPlane, shape
     config["users"][0]["user"] = {"token": token}
     kubeconfig = tmp_path / "cronjob.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(config))
-    done = subprocess.run([str(gpugate_executable()), *args, "--kubeconfig", str(kubeconfig)], capture_output=True,
-                          text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [str(gpugate_executable()), *args, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr  # --exit-zero: findings are in the reports
     assert done.stdout == ""  # -o none
     assert "wrote" in done.stderr and "PolicyReports" in done.stderr
@@ -402,11 +487,13 @@ def create_pods(cp: ControlPlane, pods: list[dict[str, Any]], *, threads: int = 
         connection = getattr(local, "connection", None)
         if connection is None:
             connection = local.connection = http.client.HTTPSConnection(
-                "127.0.0.1", cp.apiserver_port, context=context, timeout=60)
+                "127.0.0.1", cp.apiserver_port, context=context, timeout=60
+            )
             opened.append(connection)
         ns = body["metadata"]["namespace"]
-        connection.request("POST", f"/api/v1/namespaces/{ns}/pods", body=json.dumps(body),
-                           headers={"Content-Type": "application/json"})
+        connection.request(
+            "POST", f"/api/v1/namespaces/{ns}/pods", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
         text = response.read()
         if response.status != 201:
@@ -425,26 +512,36 @@ def create_pods(cp: ControlPlane, pods: list[dict[str, Any]], *, threads: int = 
 
 # Peak RSS from the child's own /proc/self/status VmHWM: the rusage of a child also counts what it shared with
 # this (large) test process before exec.
-_MEASURED = ("import sys; from webhook.cli import main; code = main(sys.argv[2:]); "
-             "open(sys.argv[1], 'w').write(next(line for line in open('/proc/self/status') "
-             "if line.startswith('VmHWM')).split()[1]); sys.exit(code)")
+_MEASURED = (
+    "import sys; from webhook.cli import main; code = main(sys.argv[2:]); "
+    "open(sys.argv[1], 'w').write(next(line for line in open('/proc/self/status') "
+    "if line.startswith('VmHWM')).split()[1]); sys.exit(code)"
+)
 
 
 def run_measured(args: list[str], *, tmp_path: Path, timeout: float) -> tuple[int, str, float, int]:
     """(exit code, stdout, seconds, peak RSS in KiB) of one `gpugate` run in a child process."""
     hwm = tmp_path / "vmhwm"
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _MEASURED, str(hwm), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, str(hwm), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=REPO,
+    )
     return done.returncode, done.stdout, time.monotonic() - start, int(hwm.read_text())
 
 
-def test_ten_thousand_pods(cp: ControlPlane, policy_dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
-                           tmp_path: Path) -> None:
+def test_ten_thousand_pods(
+    cp: ControlPlane, policy_dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     current, tighter = policy_dirs
     namespaces = [cp.create_namespace(f"audit-bulk{i}", labels={"team": f"team-{i % 3}"}) for i in range(NAMESPACES)]
     templates = {  # every tenth pod bare, every tenth a CPU pod, the rest as gpugate forms them
-        ns: formed(gpu_pod("tpl", ns), current, {"team": f"team-{i % 3}"}) for i, ns in enumerate(namespaces)}
+        ns: formed(gpu_pod("tpl", ns), current, {"team": f"team-{i % 3}"}) for i, ns in enumerate(namespaces)
+    }
     pods = []
     for n in range(PODS):
         ns = namespaces[(n // 7) % NAMESPACES]  # every namespace gets every shape
@@ -467,11 +564,13 @@ def test_ten_thousand_pods(cp: ControlPlane, policy_dirs: tuple[Path, Path], cap
     strict = tmp_path / "strict"
     strict.mkdir()
     (strict / "fleet.yaml").write_text(BASE_POLICY.replace("maxPerPod: 8", "maxPerPod: 1"))
-    code_small, _, secs_small, rss_small = run_measured([*common, "-n", small_ns, "-o", "json"], tmp_path=tmp_path,
-                                                        timeout=120)
+    code_small, _, secs_small, rss_small = run_measured(
+        [*common, "-n", small_ns, "-o", "json"], tmp_path=tmp_path, timeout=120
+    )
     code, out, secs, rss = run_measured([*common, "-o", "json"], tmp_path=tmp_path, timeout=300)
-    code_cmp, out_cmp, secs_cmp, rss_cmp = run_measured([*common, "--compare-to", str(strict), "-o", "json"],
-                                                        tmp_path=tmp_path, timeout=300)
+    code_cmp, out_cmp, secs_cmp, rss_cmp = run_measured(
+        [*common, "--compare-to", str(strict), "-o", "json"], tmp_path=tmp_path, timeout=300
+    )
     lines = [
         f"{PODS} pods in {NAMESPACES} namespaces created in {created:.1f} s ({PODS / created:.0f} pods/s, "
         f"{CREATE_THREADS} keep-alive HTTPS connections)",
@@ -495,4 +594,3 @@ def test_ten_thousand_pods(cp: ControlPlane, policy_dirs: tuple[Path, Path], cap
     moved = [d for d in json.loads(out_cmp)["differences"] if d["namespace"].startswith("audit-bulk")]
     assert len(moved) == bare
     assert all(d["name"].startswith("bare-") and d["verdict"] == {"from": "changed", "to": "refused"} for d in moved)
-

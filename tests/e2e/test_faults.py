@@ -31,15 +31,35 @@ def test_no_wrong_decision_under_faults(e2e_bin: Path, tmp_path: Path) -> None:
 
 GOOD_GPU_POD = {
     "metadata": {"labels": {"gpugate.io/team": "alpha"}, "annotations": {"gpugate.io/policy": "e2e-fleet"}},
-    "spec": {"runtimeClassName": "nvidia", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
-             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    "spec": {
+        "runtimeClassName": "nvidia",
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
 }
 
 
-def sent(outcome: str, *, gpu: bool = True, dry_run: bool = False, namespace: str = "a", at: float = 10.0,
-         returned: dict | None = None) -> faults.Sent:
-    return faults.Sent("f", f"p{at}", namespace, gpu, dry_run, sent=at, done=at + 0.1, outcome=outcome,
-                       status=201 if outcome == "admitted" else 500, returned=returned)
+def sent(
+    outcome: str,
+    *,
+    gpu: bool = True,
+    dry_run: bool = False,
+    namespace: str = "a",
+    at: float = 10.0,
+    returned: dict | None = None,
+) -> faults.Sent:
+    return faults.Sent(
+        "f",
+        f"p{at}",
+        namespace,
+        gpu,
+        dry_run,
+        sent=at,
+        done=at + 0.1,
+        outcome=outcome,
+        status=201 if outcome == "admitted" else 500,
+        returned=returned,
+    )
 
 
 def wrong(records, stored=None, timeline=None) -> list[str]:
@@ -51,13 +71,16 @@ def test_the_judge_accepts_a_correctly_mutated_pod() -> None:
     assert wrong([sent("admitted")], {"a/p10.0": GOOD_GPU_POD}) == []
 
 
-@pytest.mark.parametrize("damage", [
-    lambda p: p["spec"].pop("runtimeClassName"),
-    lambda p: p["spec"].pop("tolerations"),
-    lambda p: p["spec"].pop("nodeSelector"),
-    lambda p: p["metadata"]["annotations"].clear(),
-    lambda p: p["metadata"]["labels"].__setitem__("gpugate.io/team", "unassigned"),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p["spec"].pop("runtimeClassName"),
+        lambda p: p["spec"].pop("tolerations"),
+        lambda p: p["spec"].pop("nodeSelector"),
+        lambda p: p["metadata"]["annotations"].clear(),
+        lambda p: p["metadata"]["labels"].__setitem__("gpugate.io/team", "unassigned"),
+    ],
+)
 def test_the_judge_reports_a_gpu_pod_stored_without_its_injections(damage) -> None:
     pod = json.loads(json.dumps(GOOD_GPU_POD))
     damage(pod)
@@ -83,7 +106,19 @@ def test_a_stale_team_label_is_wrong_once_the_relabel_has_settled() -> None:
     beta = json.loads(json.dumps(GOOD_GPU_POD))
     beta["metadata"]["labels"]["gpugate.io/team"] = "beta"
     relabel = faults.Timeline(relabels=[(10.0, "b", "beta", "gamma")])
-    assert wrong([sent("admitted", namespace="b", at=10.0 + faults.LABEL_SETTLE / 2, dry_run=True,
-                       returned=beta)], timeline=relabel) == []
-    assert len(wrong([sent("admitted", namespace="b", at=10.0 + faults.LABEL_SETTLE + 1, dry_run=True,
-                           returned=beta)], timeline=relabel)) == 1
+    assert (
+        wrong(
+            [sent("admitted", namespace="b", at=10.0 + faults.LABEL_SETTLE / 2, dry_run=True, returned=beta)],
+            timeline=relabel,
+        )
+        == []
+    )
+    assert (
+        len(
+            wrong(
+                [sent("admitted", namespace="b", at=10.0 + faults.LABEL_SETTLE + 1, dry_run=True, returned=beta)],
+                timeline=relabel,
+            )
+        )
+        == 1
+    )

@@ -27,8 +27,18 @@ EXAMPLES = REPO / "policies" / "examples"
 REAL = REPO / "tests" / "fixtures" / "real-manifests"
 # Kinds this control plane serves: built-in ones and the CRDs of tests/fixtures/crds. A "skipped" verdict
 # is about kinds gpugate does not read (InferenceService): the CLI's business, nothing to register here.
-SERVED_GROUPS = {"v1", "apps/v1", "batch/v1", "resource.k8s.io/v1", "ray.io/v1", "ray.io/v1alpha1", "kubeflow.org/v1",
-                 "jobset.x-k8s.io/v1alpha2", "leaderworkerset.x-k8s.io/v1", "batch.volcano.sh/v1alpha1"}
+SERVED_GROUPS = {
+    "v1",
+    "apps/v1",
+    "batch/v1",
+    "resource.k8s.io/v1",
+    "ray.io/v1",
+    "ray.io/v1alpha1",
+    "kubeflow.org/v1",
+    "jobset.x-k8s.io/v1alpha2",
+    "leaderworkerset.x-k8s.io/v1",
+    "batch.volcano.sh/v1alpha1",
+}
 
 
 def _cases() -> list[tuple[Path, dict[str, Any]]]:
@@ -63,8 +73,7 @@ def namespaces(fleet: Stack) -> dict[tuple[str, str], str]:
     return {}
 
 
-def namespace_for(fleet: Stack, made: dict[tuple[str, str], str], original: str,
-                  labels: dict[str, str] | None) -> str:
+def namespace_for(fleet: Stack, made: dict[tuple[str, str], str], original: str, labels: dict[str, str] | None) -> str:
     key = (original, yaml.safe_dump(labels or {}))
     if key not in made:
         prefix = NAMESPACE_PREFIX.get(original, original)
@@ -96,8 +105,9 @@ BACKSTOP_FIRST = {"pod-cpu-tolerating-gpu-taint.yaml", "nvidia-gpu-operator-cuda
 
 
 @pytest.mark.parametrize(("source", "case"), CASES, ids=[f"{p.parent.name}/{p.name}" for p, _ in CASES])
-def test_expected_verdict_through_the_apiserver(fleet: Stack, namespaces: dict[tuple[str, str], str],
-                                                source: Path, case: dict[str, Any]) -> None:
+def test_expected_verdict_through_the_apiserver(
+    fleet: Stack, namespaces: dict[tuple[str, str], str], source: Path, case: dict[str, Any]
+) -> None:
     docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
     labels = case.get("namespaceLabels") or {}
     renamed = {}
@@ -105,12 +115,19 @@ def test_expected_verdict_through_the_apiserver(fleet: Stack, namespaces: dict[t
         if doc["kind"] in CLUSTER_SCOPED:
             continue
         original = doc["metadata"].get("namespace", "default")
-        doc["metadata"]["namespace"] = renamed[original] = namespace_for(fleet, namespaces, original,
-                                                                         labels.get(original))
+        doc["metadata"]["namespace"] = renamed[original] = namespace_for(
+            fleet, namespaces, original, labels.get(original)
+        )
         if doc["kind"] == "Pod" and doc["spec"].get("serviceAccountName"):
             # The ServiceAccount admission plugin refuses pods naming one that does not exist.
-            fleet.cluster.kubectl("create", "serviceaccount", doc["spec"]["serviceAccountName"],
-                                  "-n", doc["metadata"]["namespace"], check=False)
+            fleet.cluster.kubectl(
+                "create",
+                "serviceaccount",
+                doc["spec"]["serviceAccountName"],
+                "-n",
+                doc["metadata"]["namespace"],
+                check=False,
+            )
 
     result = dry_run(fleet, docs)
 
@@ -179,18 +196,40 @@ def test_dra_pod_with_its_claim_template_and_the_gpu_toleration(fleet: Stack) ->
     the claim, the toleration and the attribution labels, and no runtime class or model selector."""
     cp = fleet.cluster
     ns = cp.create_namespace("fleet-dra", {"team": "vision"})
-    create(cp, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.example.com"},
-                "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}})
-    create(cp, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "single-gpu", "namespace": ns},
-                "spec": {"spec": {"devices": {"requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}})
+    create(
+        cp,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.example.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]},
+        },
+    )
+    create(
+        cp,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "single-gpu", "namespace": ns},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}
+            },
+        },
+    )
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    create(cp, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-gpu", "namespace": ns},
-                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
-                         "tolerations": [toleration],
-                         "containers": [{"name": "main", "image": "ubuntu:22.04",
-                                         "resources": {"claims": [{"name": "gpu"}]}}]}})
+    create(
+        cp,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "dra-gpu", "namespace": ns},
+            "spec": {
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+                "tolerations": [toleration],
+                "containers": [{"name": "main", "image": "ubuntu:22.04", "resources": {"claims": [{"name": "gpu"}]}}],
+            },
+        },
+    )
 
     pod = stored(cp, "pod", "dra-gpu", ns)
     assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
@@ -202,8 +241,12 @@ def test_dra_pod_with_its_claim_template_and_the_gpu_toleration(fleet: Stack) ->
     assert pod["metadata"]["annotations"]["gpugate.io/policy"] == "default"
 
     # The same toleration without the claim: a CPU pod squatting on GPU nodes.
-    squatter = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squatter", "namespace": ns},
-                "spec": {"tolerations": [toleration], "containers": [{"name": "main", "image": "ubuntu:22.04"}]}}
+    squatter = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "squatter", "namespace": ns},
+        "spec": {"tolerations": [toleration], "containers": [{"name": "main", "image": "ubuntu:22.04"}]},
+    }
     refused = create(cp, squatter, check=False)
     assert not refused.ok and refusal(refused.stderr) is not None, refused
 
@@ -258,12 +301,28 @@ def test_metadata_only_updates_of_a_raycluster_skip_gpugate(fleet: Stack) -> Non
 
     before = fleet.gpugate.admission_requests()
     fleet.kubectl("label", "raycluster", "kept", "-n", ns, "example.com/owner=ops")
-    fleet.kubectl("patch", "raycluster", "kept", "-n", ns, "--type=merge",
-                  "-p", '{"metadata": {"finalizers": ["example.com/cleanup"]}}')
+    fleet.kubectl(
+        "patch",
+        "raycluster",
+        "kept",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"metadata": {"finalizers": ["example.com/cleanup"]}}',
+    )
     assert fleet.gpugate.admission_requests() == before
 
-    patched = fleet.kubectl("patch", "raycluster", "kept", "-n", ns, "--type=json", "-p",
-                            '[{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3}]')
+    patched = fleet.kubectl(
+        "patch",
+        "raycluster",
+        "kept",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        '[{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3}]',
+    )
     assert patched.warnings, patched
     assert fleet.gpugate.admission_requests() > before
     fleet.kubectl("patch", "raycluster", "kept", "-n", ns, "--type=merge", "-p", '{"metadata": {"finalizers": null}}')

@@ -33,8 +33,9 @@ POD = DEPLOYMENT["spec"]["template"]["spec"]
 CONTAINER = POD["containers"][0]
 UID = POD["securityContext"]["runAsUser"]
 GID = POD["securityContext"]["runAsGroup"]
-VERSION = next(line.split('"')[1] for line in (REPO / "pyproject.toml").read_text().splitlines()
-               if line.startswith("version = "))
+VERSION = next(
+    line.split('"')[1] for line in (REPO / "pyproject.toml").read_text().splitlines() if line.startswith("version = ")
+)
 
 pytestmark = pytest.mark.image
 
@@ -60,8 +61,15 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
             _unavailable(f"{tool} is not installed (run scripts/install-tools)")
     archive = tmp_path_factory.mktemp("image") / f"gpugate-{VERSION}.oci.tar"
     image = f"localhost/gpugate-test:{VERSION}"
-    done = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False, timeout=1800, cwd=REPO,
-                          env={**os.environ, "IMAGE": image, "OCI_ARCHIVE": str(archive)})
+    done = subprocess.run(
+        [str(BUILD)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+        cwd=REPO,
+        env={**os.environ, "IMAGE": image, "OCI_ARCHIVE": str(archive)},
+    )
     assert done.returncode == 0, f"scripts/build-image failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip().splitlines()[-1] == image
     try:
@@ -92,8 +100,13 @@ def test_oci_archive_is_a_pushable_oci_layout(built: tuple[str, Path]) -> None:
     [manifest] = index["manifests"]
     assert manifest["annotations"]["org.opencontainers.image.ref.name"] == f"gpugate:{VERSION}"
     if shutil.which("skopeo"):
-        done = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{built[1]}"], capture_output=True,
-                              text=True, check=False, timeout=120)
+        done = subprocess.run(
+            ["skopeo", "inspect", "--config", f"oci-archive:{built[1]}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["config"]["User"] == f"{UID}:{GID}"
 
@@ -109,27 +122,47 @@ def test_skopeo_pushes_the_archive_to_a_registry(built: tuple[str, Path], tmp_pa
         _unavailable(f"docker-registry is not in {tools} (run scripts/install-tools)")
     port = free_port()
     config = tmp_path / "registry.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
+    )
     registry = Process("docker-registry", [str(found[-1]), "serve", str(config)], tmp_path)
     registry.start()
     try:
         reference = f"docker://127.0.0.1:{port}/platform/gpugate:{VERSION}"
         for _ in range(100):  # until it listens
-            probe = subprocess.run(["skopeo", "list-tags", "--tls-verify=false", f"docker://127.0.0.1:{port}/x"],
-                                   capture_output=True, text=True, check=False, timeout=30)
+            probe = subprocess.run(
+                ["skopeo", "list-tags", "--tls-verify=false", f"docker://127.0.0.1:{port}/x"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=30,
+            )
             if "connection refused" not in probe.stderr:
                 break
             assert registry.running, registry.log_tail()
         # Plain HTTP on loopback: the registry has no certificate here, hence --dest-tls-verify=false.
-        pushed = subprocess.run(["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{built[1]}", reference],
-                                capture_output=True, text=True, check=False, timeout=300)
+        pushed = subprocess.run(
+            ["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{built[1]}", reference],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         assert pushed.returncode == 0, pushed.stderr + registry.log_tail()
-        inspected = subprocess.run(["skopeo", "inspect", "--tls-verify=false", reference], capture_output=True,
-                                   text=True, check=False, timeout=120)
+        inspected = subprocess.run(
+            ["skopeo", "inspect", "--tls-verify=false", reference],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert inspected.returncode == 0, inspected.stderr
         served = json.loads(inspected.stdout)
         with tarfile.open(built[1]) as archive:
@@ -153,14 +186,30 @@ def _argv(config: dict[str, Any], bind: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def running(built: tuple[str, Path], config: dict[str, Any],
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Process]]:
+def running(
+    built: tuple[str, Path], config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path, Process]]:
     work = tmp_path_factory.mktemp("run")
     # The Secret volume: tls.crt / tls.key / ca.crt, mode 0440 (defaultMode 288), group fsGroup.
     tls = work / "tls"
-    made = subprocess.run([str(REPO / ".venv" / "bin" / "gpugate"), "certs", "--service", "gpugate",
-                           "--namespace", "gpugate", "--host", "127.0.0.1", "--out", str(tls)],
-                          capture_output=True, text=True, check=False, timeout=60)
+    made = subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "gpugate"),
+            "certs",
+            "--service",
+            "gpugate",
+            "--namespace",
+            "gpugate",
+            "--host",
+            "127.0.0.1",
+            "--out",
+            str(tls),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     mode = next(v for v in POD["volumes"] if v["name"] == "tls")["secret"]["defaultMode"]
     for path in tls.iterdir():
@@ -178,12 +227,24 @@ def running(built: tuple[str, Path], config: dict[str, Any],
     container = buildah("from", "--pull-never", built[0]).strip()
     port = free_port()
     env = [f"{e['name']}={e['value']}" for e in CONTAINER["env"]]
-    argv = ["buildah", "run", "--isolation", "chroot", "--user", f"{UID}:{GID}",
-            *[arg for item in env for arg in ("--env", item)],
-            "--volume", f"{policies}:{_mount_path('policies')}:ro",
-            "--volume", f"{tls}:{_mount_path('tls')}:ro",
-            "--volume", f"{tmp}:{_mount_path('tmp')}",
-            container, "--", *_argv(config, f"127.0.0.1:{port}")]
+    argv = [
+        "buildah",
+        "run",
+        "--isolation",
+        "chroot",
+        "--user",
+        f"{UID}:{GID}",
+        *[arg for item in env for arg in ("--env", item)],
+        "--volume",
+        f"{policies}:{_mount_path('policies')}:ro",
+        "--volume",
+        f"{tls}:{_mount_path('tls')}:ro",
+        "--volume",
+        f"{tmp}:{_mount_path('tmp')}",
+        container,
+        "--",
+        *_argv(config, f"127.0.0.1:{port}"),
+    ]
     process = Process("gpugate-image", argv, work)
     try:
         process.start()

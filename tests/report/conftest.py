@@ -28,11 +28,14 @@ def missing_tool(message: str) -> None:
 
 
 def find_tool(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(str(TOOLS_CACHE / f"{name}-*/{name}")), reverse=True)),
-                                       None)
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(str(TOOLS_CACHE / f"{name}-*/{name}")), reverse=True)), None
+    )
     if not found:
-        missing_tool(f"{name.upper()} NOT FOUND: tests/report needs Prometheus' {name}. Run scripts/install-tools "
-                     f"(it extracts it from Debian's 'prometheus' package into {TOOLS_CACHE}) or put it on PATH.")
+        missing_tool(
+            f"{name.upper()} NOT FOUND: tests/report needs Prometheus' {name}. Run scripts/install-tools "
+            f"(it extracts it from Debian's 'prometheus' package into {TOOLS_CACHE}) or put it on PATH."
+        )
     return str(found)
 
 
@@ -56,9 +59,21 @@ def backfill(fleet: Fleet, directory: Path, *, block: str = "168h") -> Path:
     with openmetrics.open("w") as stream:
         fleet.write(stream)
     tsdb = directory / "tsdb"
-    result = subprocess.run([find_tool("promtool"), "tsdb", "create-blocks-from", "openmetrics",
-                             f"--max-block-duration={block}", str(openmetrics), str(tsdb)],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [
+            find_tool("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            f"--max-block-duration={block}",
+            str(openmetrics),
+            str(tsdb),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     openmetrics.unlink()
     return tsdb
@@ -72,10 +87,18 @@ def start_prometheus(tsdb: Path, directory: Path) -> RunningPrometheus:
     log = directory / "prometheus.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [server, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-             # Retention counts back from the newest block, but a week-old test week must never be cut.
-             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                server,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                # Retention counts back from the newest block, but a week-old test week must never be cut.
+                "--storage.tsdb.retention.time=100y",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

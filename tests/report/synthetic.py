@@ -43,24 +43,60 @@ class SeriesSpec:
 class Fleet:
     series: list[SeriesSpec] = field(default_factory=list)
 
-    def add(self, name: str, labels: dict[str, str], value: Value | float, *, begin: int = 0, end: int = WEEK,
-            interval: int = 60) -> None:
+    def add(
+        self,
+        name: str,
+        labels: dict[str, str],
+        value: Value | float,
+        *,
+        begin: int = 0,
+        end: int = WEEK,
+        interval: int = 60,
+    ) -> None:
         fn: Value = value if callable(value) else (lambda _t, v=float(value): v)  # type: ignore[misc]
         self.series.append(SeriesSpec(name, labels, fn, begin, end, interval))
 
-    def pod(self, namespace: str, pod: str, *, node: str, resources: dict[str, int], attribution: dict[str, str] | None,
-            phase: str = "Running", begin: int = 0, end: int = WEEK, interval: int = 60,
-            phases: tuple[str, ...] = PHASES) -> None:
+    def pod(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        node: str,
+        resources: dict[str, int],
+        attribution: dict[str, str] | None,
+        phase: str = "Running",
+        begin: int = 0,
+        end: int = WEEK,
+        interval: int = 60,
+        phases: tuple[str, ...] = PHASES,
+    ) -> None:
         """kube-state-metrics' series for one pod with one container."""
         for resource, count in resources.items():
-            self.add("kube_pod_container_resource_requests",
-                     {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "container": "main", "node": node,
-                      "resource": re.sub(r"[^a-zA-Z0-9_]", "_", resource),
-                      "unit": "core" if resource == "cpu" else "integer"},
-                     count, begin=begin, end=end, interval=interval)
+            self.add(
+                "kube_pod_container_resource_requests",
+                {
+                    "namespace": namespace,
+                    "pod": pod,
+                    "uid": f"uid-{pod}",
+                    "container": "main",
+                    "node": node,
+                    "resource": re.sub(r"[^a-zA-Z0-9_]", "_", resource),
+                    "unit": "core" if resource == "cpu" else "integer",
+                },
+                count,
+                begin=begin,
+                end=end,
+                interval=interval,
+            )
         for one in phases:
-            self.add("kube_pod_status_phase", {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": one},
-                     1.0 if one == phase else 0.0, begin=begin, end=end, interval=interval)
+            self.add(
+                "kube_pod_status_phase",
+                {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": one},
+                1.0 if one == phase else 0.0,
+                begin=begin,
+                end=end,
+                interval=interval,
+            )
         labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
         for key, value in (attribution or {}).items():
             labels[f"label_gpugate_io_{key}"] = value
@@ -80,7 +116,11 @@ class Fleet:
                 label_text = ",".join(f'{k}="{v}"' for k, v in spec.labels.items())
                 prefix = f"{name}{{{label_text}}} "
                 lines = []
-                first = spec.begin if spec.begin >= since else spec.begin + -(-(since - spec.begin) // spec.interval) * spec.interval
+                first = (
+                    spec.begin
+                    if spec.begin >= since
+                    else spec.begin + -(-(since - spec.begin) // spec.interval) * spec.interval
+                )
                 for t in range(first, min(spec.end, until), spec.interval):
                     value = spec.value(t)
                     if value is not None:
@@ -91,10 +131,22 @@ class Fleet:
         return count
 
 
-def dcgm_labels(*, gpu: int, uuid: str, model: str, host: str, pod: tuple[str, str] | None = None,
-                mig: tuple[str, int] | None = None) -> dict[str, str]:
-    labels = {"gpu": str(gpu), "UUID": uuid, "pci_bus_id": f"00000000:{gpu + 16:02X}:00.0", "device": f"nvidia{gpu}",
-              "modelName": model}
+def dcgm_labels(
+    *,
+    gpu: int,
+    uuid: str,
+    model: str,
+    host: str,
+    pod: tuple[str, str] | None = None,
+    mig: tuple[str, int] | None = None,
+) -> dict[str, str]:
+    labels = {
+        "gpu": str(gpu),
+        "UUID": uuid,
+        "pci_bus_id": f"00000000:{gpu + 16:02X}:00.0",
+        "device": f"nvidia{gpu}",
+        "modelName": model,
+    }
     if mig:
         labels |= {"GPU_I_PROFILE": mig[0], "GPU_I_ID": str(mig[1])}
     labels["Hostname"] = host
@@ -123,59 +175,115 @@ def small_fleet() -> Fleet:
     def dcgm(metric: str, labels: dict[str, str], value: Value | float, **kw: int) -> None:
         fleet.add(metric, labels, value, **kw)
 
-    def whole_gpu(gpu: int, *, host: str, model: str, pod: tuple[str, str] | None, util: Value,
-                  memory: float, prof: bool = True, gap: bool = False, begin: int = 0, end: int = WEEK) -> None:
+    def whole_gpu(
+        gpu: int,
+        *,
+        host: str,
+        model: str,
+        pod: tuple[str, str] | None,
+        util: Value,
+        memory: float,
+        prof: bool = True,
+        gap: bool = False,
+        begin: int = 0,
+        end: int = WEEK,
+    ) -> None:
         labels = dcgm_labels(gpu=gpu, uuid=f"GPU-{host}-{gpu}", model=model, host=host, pod=pod)
         fn = with_gap(util, gap=GAP) if gap else util
         if prof:
-            dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, lambda t: None if fn(t) is None else fn(t) / 100,
-                 begin=begin, end=end)
+            dcgm(
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                labels,
+                lambda t: None if fn(t) is None else fn(t) / 100,
+                begin=begin,
+                end=end,
+            )
         dcgm("DCGM_FI_DEV_GPU_UTIL", labels, fn, begin=begin, end=end)
-        dcgm("DCGM_FI_DEV_FB_USED", labels, with_gap(lambda _t: memory, gap=GAP) if gap else memory,
-             begin=begin, end=end)
+        dcgm(
+            "DCGM_FI_DEV_FB_USED", labels, with_gap(lambda _t: memory, gap=GAP) if gap else memory, begin=begin, end=end
+        )
 
     vision = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deployment", "workload_name": "trainer"}
     nlp_serve = {"team": "nlp", "cost_center": "cc-200", "workload_kind": "Deployment", "workload_name": "serve"}
     nlp_job = {"team": "nlp", "cost_center": "cc-200", "workload_kind": "Job", "workload_name": "finetune"}
-    research_nb = {"team": "research", "cost_center": "cc-300", "workload_kind": "StatefulSet", "workload_name": "notebook"}
+    research_nb = {
+        "team": "research",
+        "cost_center": "cc-300",
+        "workload_kind": "StatefulSet",
+        "workload_name": "notebook",
+    }
     research_batch = {"team": "research", "cost_center": "cc-300", "workload_kind": "Job", "workload_name": "batch"}
-    research_bob = {"team": "research", "cost_center": "cc-300", "workload_kind": "Deployment", "workload_name": "nb-bob"}
+    research_bob = {
+        "team": "research",
+        "cost_center": "cc-300",
+        "workload_kind": "Deployment",
+        "workload_name": "nb-bob",
+    }
     platform = {"team": "platform", "cost_center": "cc-400", "workload_kind": "Deployment", "workload_name": "nb-alice"}
 
     # node-a: 8 x A100; its exporter has a six-hour gap.
     # A multi-GPU pod: two of its four GPUs work hard all week, two do nothing.
     fleet.pod("ml-vision", "trainer-0", node="node-a", resources={"nvidia.com/gpu": 4, "cpu": 8}, attribution=vision)
     for gpu, util in ((0, 90.0), (1, 90.0), (2, 0.0), (3, 0.0)):
-        whole_gpu(gpu, host="node-a", model=A100, pod=("ml-vision", "trainer-0"), util=lambda _t, u=util: u,
-                  memory=60000.0, gap=True)
+        whole_gpu(
+            gpu,
+            host="node-a",
+            model=A100,
+            pod=("ml-vision", "trainer-0"),
+            util=lambda _t, u=util: u,
+            memory=60000.0,
+            gap=True,
+        )
     # A team idle half the week: busy at 60% for 84 h, then 3%.
     fleet.pod("ml-nlp", "serve-0", node="node-a", resources={"nvidia.com/gpu": 1}, attribution=nlp_serve)
-    whole_gpu(4, host="node-a", model=A100, pod=("ml-nlp", "serve-0"), util=halves(60.0, 3.0), memory=30000.0,
-              gap=True)
+    whole_gpu(4, host="node-a", model=A100, pod=("ml-nlp", "serve-0"), util=halves(60.0, 3.0), memory=30000.0, gap=True)
     # A pod that ended mid-window (24 h to 60 h); afterwards its GPU is reported with no pod.
-    fleet.pod("ml-nlp", "finetune-x7k2p", node="node-a", resources={"nvidia.com/gpu": 1}, attribution=nlp_job,
-              begin=24 * HOUR, end=60 * HOUR)
-    whole_gpu(5, host="node-a", model=A100, pod=("ml-nlp", "finetune-x7k2p"), util=lambda _t: 70.0, memory=70000.0,
-              begin=24 * HOUR, end=60 * HOUR)
+    fleet.pod(
+        "ml-nlp",
+        "finetune-x7k2p",
+        node="node-a",
+        resources={"nvidia.com/gpu": 1},
+        attribution=nlp_job,
+        begin=24 * HOUR,
+        end=60 * HOUR,
+    )
+    whole_gpu(
+        5,
+        host="node-a",
+        model=A100,
+        pod=("ml-nlp", "finetune-x7k2p"),
+        util=lambda _t: 70.0,
+        memory=70000.0,
+        begin=24 * HOUR,
+        end=60 * HOUR,
+    )
     whole_gpu(5, host="node-a", model=A100, pod=None, util=lambda _t: 0.0, memory=0.0, begin=60 * HOUR, gap=True)
     # A finished pod kube-state-metrics still lists (Succeeded): it holds no GPU.
-    fleet.pod("ml-nlp", "eval-1", node="node-a", resources={"nvidia.com/gpu": 1}, attribution=nlp_job,
-              phase="Succeeded")
+    fleet.pod(
+        "ml-nlp", "eval-1", node="node-a", resources={"nvidia.com/gpu": 1}, attribution=nlp_job, phase="Succeeded"
+    )
     # A GPU nobody holds: nobody's, left out.
     whole_gpu(7, host="node-a", model=A100, pod=None, util=lambda _t: 0.0, memory=0.0, gap=True)
 
     # node-b: an A100 split with MIG, mixed strategy (nvidia.com/mig-3g.40gb). A 3g.40gb notebook idles.
     fleet.pod("research", "notebook-0", node="node-b", resources={"nvidia.com/mig-3g.40gb": 1}, attribution=research_nb)
-    labels = dcgm_labels(gpu=0, uuid="GPU-node-b-0", model=A100, host="node-b", pod=("research", "notebook-0"),
-                         mig=("3g.40gb", 1))
+    labels = dcgm_labels(
+        gpu=0, uuid="GPU-node-b-0", model=A100, host="node-b", pod=("research", "notebook-0"), mig=("3g.40gb", 1)
+    )
     dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.05)
     dcgm("DCGM_FI_DEV_FB_USED", labels, 8000.0)
 
     # node-e: an H100 with MIG, single strategy: slices are requested as nvidia.com/gpu. Two 1g.10gb at 50%.
     fleet.pod("research", "batch-0", node="node-e", resources={"nvidia.com/gpu": 2}, attribution=research_batch)
     for instance in (3, 4):
-        labels = dcgm_labels(gpu=0, uuid="GPU-node-e-0", model=H100, host="node-e", pod=("research", "batch-0"),
-                             mig=("1g.10gb", instance))
+        labels = dcgm_labels(
+            gpu=0,
+            uuid="GPU-node-e-0",
+            model=H100,
+            host="node-e",
+            pod=("research", "batch-0"),
+            mig=("1g.10gb", instance),
+        )
         dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.5)
         dcgm("DCGM_FI_DEV_FB_USED", labels, 9000.0)
 
@@ -195,15 +303,19 @@ def small_fleet() -> Fleet:
     # node-d: a pod admitted before gpugate (no gpugate labels); its exporter has no profiling fields, so
     # the report falls back to DCGM_FI_DEV_GPU_UTIL. 5% all week: idle.
     fleet.pod("legacy", "old-render-0", node="node-d", resources={"nvidia.com/gpu": 1}, attribution=None)
-    whole_gpu(0, host="node-d", model=V100, pod=("legacy", "old-render-0"), util=lambda _t: 5.0, memory=12000.0,
-              prof=False)
+    whole_gpu(
+        0, host="node-d", model=V100, pod=("legacy", "old-render-0"), util=lambda _t: 5.0, memory=12000.0, prof=False
+    )
     return fleet
 
 
 def gap_hours(*, step: int = 300) -> float:
     """Hours of steps that see no sample of a series with a gap (the step's window holds none)."""
-    missing = [t for t in range(step, WEEK + 1, step)
-               if not any(not (GAP[0] <= s < GAP[1]) for s in range(t - step, t + 1, 60) if 0 <= s < WEEK)]
+    missing = [
+        t
+        for t in range(step, WEEK + 1, step)
+        if not any(not (GAP[0] <= s < GAP[1]) for s in range(t - step, t + 1, 60) if 0 <= s < WEEK)
+    ]
     return len(missing) * step / HOUR
 
 
@@ -211,11 +323,15 @@ def gap_hours(*, step: int = 300) -> float:
 def expected(*, step: int = 300) -> dict[str, dict[str, float]]:
     g = gap_hours(step=step)
     return {
-        "vision": {"allocated": 672, "busy": 2 * (168 - g), "idle": 2 * (168 - g), "no_telemetry": 4 * g,
-                   "whole": 4},
+        "vision": {"allocated": 672, "busy": 2 * (168 - g), "idle": 2 * (168 - g), "no_telemetry": 4 * g, "whole": 4},
         "nlp": {"allocated": 168 + 36, "busy": 84 + 36, "idle": 84 - g, "no_telemetry": g, "whole": 2},
-        "research": {"allocated": 3 / 7 * 168 + 2 / 7 * 168 + 84, "busy": 2 / 7 * 168 + 84, "idle": 3 / 7 * 168,
-                     "no_telemetry": 0, "whole": 0},
+        "research": {
+            "allocated": 3 / 7 * 168 + 2 / 7 * 168 + 84,
+            "busy": 2 / 7 * 168 + 84,
+            "idle": 3 / 7 * 168,
+            "no_telemetry": 0,
+            "whole": 0,
+        },
         "platform": {"allocated": 84, "busy": 84, "idle": 0, "no_telemetry": 0, "whole": 0},
         "unlabelled": {"allocated": 168, "busy": 0, "idle": 168, "no_telemetry": 0, "whole": 1},
     }

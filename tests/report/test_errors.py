@@ -38,8 +38,11 @@ def broken_days() -> Fleet:
     fleet.pod("ml", "p0", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(0))
     # day 1: dcgm-exporter scraped without honorLabels: its pod label became exported_pod
     fleet.pod("ml", "p1", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(1))
-    gpu(1, dcgm_labels(gpu=0, uuid="GPU-1", model=A100, host="n") | {"exported_namespace": "ml", "exported_pod": "p1",
-                                                                      "namespace": "monitoring"})
+    gpu(
+        1,
+        dcgm_labels(gpu=0, uuid="GPU-1", model=A100, host="n")
+        | {"exported_namespace": "ml", "exported_pod": "p1", "namespace": "monitoring"},
+    )
     # day 2: dcgm-exporter without --kubernetes: no pod label at all
     fleet.pod("ml", "p2", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(2))
     gpu(2, dcgm_labels(gpu=0, uuid="GPU-2", model=A100, host="n"))
@@ -89,15 +92,19 @@ def in_process(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> subp
     return subprocess.CompletedProcess(["gpugate"], code, captured.out, captured.err)
 
 
-@pytest.mark.parametrize(("day", "fragments"), [
-    (0, ("neither DCGM_FI_PROF_GR_ENGINE_ACTIVE nor DCGM_FI_DEV_GPU_UTIL", "counters CSV (-f)")),
-    (1, ("exported_pod", "honorLabels: true")),
-    (2, ("no pod label", "--kubernetes", "DCGM_EXPORTER_KUBERNETES=true")),
-    (4, ("kube_pod_container_resource_requests is missing", "kube-state-metrics")),
-    (5, ("empty window: no pod requested an nvidia.com GPU",)),
-])
-def test_missing_metrics_name_the_exporter_setting(broken: RunningPrometheus, day: int,
-                                                   fragments: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("day", "fragments"),
+    [
+        (0, ("neither DCGM_FI_PROF_GR_ENGINE_ACTIVE nor DCGM_FI_DEV_GPU_UTIL", "counters CSV (-f)")),
+        (1, ("exported_pod", "honorLabels: true")),
+        (2, ("no pod label", "--kubernetes", "DCGM_EXPORTER_KUBERNETES=true")),
+        (4, ("kube_pod_container_resource_requests is missing", "kube-state-metrics")),
+        (5, ("empty window: no pod requested an nvidia.com GPU",)),
+    ],
+)
+def test_missing_metrics_name_the_exporter_setting(
+    broken: RunningPrometheus, day: int, fragments: tuple[str, ...]
+) -> None:
     fails(report(broken.url, "--end", day_end(day), "--window", "22h"), *fragments)
 
 
@@ -109,24 +116,34 @@ def test_without_the_allowlist_every_gpu_is_unlabelled_and_the_note_says_why(bro
 
 
 def test_an_empty_window(prometheus: RunningPrometheus) -> None:
-    fails(report(prometheus.url, "--end", "2026-10-01T00:00:00Z"), "empty window", "2026-09-24T00:00:00Z",
-          "check --end and --window")
+    fails(
+        report(prometheus.url, "--end", "2026-10-01T00:00:00Z"),
+        "empty window",
+        "2026-09-24T00:00:00Z",
+        "check --end and --window",
+    )
 
 
 def test_an_unreachable_prometheus() -> None:
-    fails(report(f"http://127.0.0.1:{free_port()}", "--end", END_ISO), "cannot reach Prometheus at http://127.0.0.1:",
-          "Connection refused")
+    fails(
+        report(f"http://127.0.0.1:{free_port()}", "--end", END_ISO),
+        "cannot reach Prometheus at http://127.0.0.1:",
+        "Connection refused",
+    )
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (("--window", "a week"), "--window 'a week': expected a duration such as 30s, 5m, 1h30m or 7d"),
-    (("--step", "0s"), "--step '0s': must be at least 1s"),
-    (("--end", "yesterday"), "--end 'yesterday': expected an RFC 3339 time"),
-    (("--end", "2026-11-09T00:00:00"), "give a time zone"),
-    (("--fail-above", "lots"), "--fail-above 'lots'"),
-    (("--threshold", "120"), "--threshold 120: expected a percentage from 0 to 100"),
-    (("--step", "2d", "--window", "1d"), "--step 2d is longer than --window 1d"),
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--window", "a week"), "--window 'a week': expected a duration such as 30s, 5m, 1h30m or 7d"),
+        (("--step", "0s"), "--step '0s': must be at least 1s"),
+        (("--end", "yesterday"), "--end 'yesterday': expected an RFC 3339 time"),
+        (("--end", "2026-11-09T00:00:00"), "give a time zone"),
+        (("--fail-above", "lots"), "--fail-above 'lots'"),
+        (("--threshold", "120"), "--threshold 120: expected a percentage from 0 to 100"),
+        (("--step", "2d", "--window", "1d"), "--step 2d is longer than --window 1d"),
+    ],
+)
 def test_bad_flags(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], fragment: str) -> None:
     fails(in_process(capsys, "http://127.0.0.1:9", *args), fragment)
 
@@ -135,12 +152,15 @@ def test_a_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
     fails(in_process(capsys, "prometheus:9090"), "--prometheus 'prometheus:9090': expected an http:// or https:// URL")
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("perHour: {Tesla T4: cheap}\n", "perHour['Tesla T4'] = 'cheap': expected a price per hour >= 0"),
-    ("prices: {}\n", "expected a mapping with 'perHour:"),
-    ("perHour: {a: 1}\nvendor: x\n", "unknown field(s) vendor"),
-    ("perHour: [\n", "not YAML: line 2, column 1: expected the node content"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("perHour: {Tesla T4: cheap}\n", "perHour['Tesla T4'] = 'cheap': expected a price per hour >= 0"),
+        ("prices: {}\n", "expected a mapping with 'perHour:"),
+        ("perHour: {a: 1}\nvendor: x\n", "unknown field(s) vendor"),
+        ("perHour: [\n", "not YAML: line 2, column 1: expected the node content"),
+    ],
+)
 def test_bad_price_tables(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, fragment: str) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text(text)
@@ -148,5 +168,6 @@ def test_bad_price_tables(capsys: pytest.CaptureFixture[str], tmp_path: Path, te
 
 
 def test_a_missing_price_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    fails(in_process(capsys, "http://127.0.0.1:9", "--prices", str(tmp_path / "nope.yaml")),
-          "No such file or directory")
+    fails(
+        in_process(capsys, "http://127.0.0.1:9", "--prices", str(tmp_path / "nope.yaml")), "No such file or directory"
+    )

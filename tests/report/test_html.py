@@ -25,8 +25,10 @@ KEEP = os.environ.get("SCREENSHOT_DIR")
 def find_chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        missing_tool("CHROMIUM NOT FOUND: the HTML report's screenshot test is NOT running. Run scripts/install-tools "
-                     "(it installs Debian's 'chromium' package) or put chromium on PATH.")
+        missing_tool(
+            "CHROMIUM NOT FOUND: the HTML report's screenshot test is NOT running. Run scripts/install-tools "
+            "(it installs Debian's 'chromium' package) or put chromium on PATH."
+        )
     return str(found)
 
 
@@ -35,8 +37,8 @@ def read_png(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     offset, idat, header = 8, b"", b""
     while offset < len(data):
-        (length,), kind = struct.unpack(">I", data[offset:offset + 4]), data[offset + 4:offset + 8]
-        body = data[offset + 8:offset + 8 + length]
+        (length,), kind = struct.unpack(">I", data[offset : offset + 4]), data[offset + 4 : offset + 8]
+        body = data[offset + 8 : offset + 8 + length]
         if kind == b"IHDR":
             header = body
         elif kind == b"IDAT":
@@ -50,7 +52,7 @@ def read_png(data: bytes) -> tuple[int, int, list[bytes]]:
     rows: list[bytes] = []
     previous = bytearray(stride)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for x in range(stride):
             left = line[x - channels] if x >= channels else 0
             up = previous[x]
@@ -72,7 +74,7 @@ def read_png(data: bytes) -> tuple[int, int, list[bytes]]:
 
 def rows_with(rows: list[bytes], colour: tuple[int, int, int]) -> list[int]:
     needle = bytes(colour)
-    return [y for y, row in enumerate(rows) if any(row[x:x + 3] == needle for x in range(0, len(row), 3))]
+    return [y for y, row in enumerate(rows) if any(row[x : x + 3] == needle for x in range(0, len(row), 3))]
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +82,37 @@ def page(prometheus: RunningPrometheus, tmp_path_factory: pytest.TempPathFactory
     chromium = find_chromium()
     directory = Path(KEEP) if KEEP else tmp_path_factory.mktemp("report-html")
     html = directory / "report.html"
-    result = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "html", "--out", str(html),
-                     "--prices", str(Path(__file__).with_name("prices.yaml")))
+    result = gpugate(
+        "report",
+        "--prometheus",
+        prometheus.url,
+        "--end",
+        END_ISO,
+        "-o",
+        "html",
+        "--out",
+        str(html),
+        "--prices",
+        str(Path(__file__).with_name("prices.yaml")),
+    )
     assert result.returncode == 0, result.stderr
     png = directory / "report.png"
-    shot = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={png}", html.as_uri()],
-                          capture_output=True, text=True, timeout=180, check=False)
+    shot = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={WIDTH},{HEIGHT}",
+            f"--screenshot={png}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
     yield html, png
 

@@ -26,8 +26,14 @@ assert END == START + 7 * 86400
 
 
 def gpugate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def report_json(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
@@ -107,23 +113,42 @@ def test_costs_from_the_price_table(by_team: dict[str, Any]) -> None:
 
 def test_top_idle_workloads(by_team: dict[str, Any]) -> None:
     top = [(w["namespace"], w["kind"], w["name"], round(w["idle_gpu_hours"])) for w in by_team["topIdleWorkloads"]]
-    assert top == [("ml-vision", "Deployment", "trainer", 324), ("legacy", "Pod", "old-render-0", 168),
-                   ("ml-nlp", "Deployment", "serve", 78), ("research", "StatefulSet", "notebook", 72)]
+    assert top == [
+        ("ml-vision", "Deployment", "trainer", 324),
+        ("legacy", "Pod", "old-render-0", 168),
+        ("ml-nlp", "Deployment", "serve", 78),
+        ("research", "StatefulSet", "notebook", 72),
+    ]
 
 
-@pytest.mark.parametrize(("group", "names"), [
-    ("cost-center", {"cc-100", "cc-200", "cc-300", "cc-400", "unlabelled"}),
-    ("namespace", {"ml-vision", "ml-nlp", "research", "ml-dev", "legacy"}),
-    ("workload", {"ml-vision/Deployment/trainer", "ml-nlp/Deployment/serve", "ml-nlp/Job/finetune",
-                  "research/StatefulSet/notebook", "research/Job/batch", "ml-dev/Deployment/nb-alice",
-                  "ml-dev/Deployment/nb-bob", "legacy/Pod/old-render-0"}),
-])
-def test_other_groupings_add_up_to_the_same_total(prometheus: RunningPrometheus, by_team: dict[str, Any],
-                                                  group: str, names: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("group", "names"),
+    [
+        ("cost-center", {"cc-100", "cc-200", "cc-300", "cc-400", "unlabelled"}),
+        ("namespace", {"ml-vision", "ml-nlp", "research", "ml-dev", "legacy"}),
+        (
+            "workload",
+            {
+                "ml-vision/Deployment/trainer",
+                "ml-nlp/Deployment/serve",
+                "ml-nlp/Job/finetune",
+                "research/StatefulSet/notebook",
+                "research/Job/batch",
+                "ml-dev/Deployment/nb-alice",
+                "ml-dev/Deployment/nb-bob",
+                "legacy/Pod/old-render-0",
+            },
+        ),
+    ],
+)
+def test_other_groupings_add_up_to_the_same_total(
+    prometheus: RunningPrometheus, by_team: dict[str, Any], group: str, names: set[str]
+) -> None:
     document = report_json(prometheus, "--group", group)
     assert {row["group"] for row in document["groups"]} == names
     assert sum(row["allocated_gpu_hours"] for row in document["groups"]) == pytest.approx(
-        by_team["total"]["allocated_gpu_hours"])
+        by_team["total"]["allocated_gpu_hours"]
+    )
 
 
 def test_fail_above_exits_1_and_names_the_group(prometheus: RunningPrometheus) -> None:
@@ -150,17 +175,22 @@ def test_table_output(prometheus: RunningPrometheus) -> None:
     assert result.stderr == ""  # no progress line when stderr is not a terminal
 
 
-def test_a_range_split_into_many_queries_gives_the_same_figures(prometheus: RunningPrometheus,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_range_split_into_many_queries_gives_the_same_figures(
+    prometheus: RunningPrometheus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = Prometheus(prometheus.url)
     whole = compute_report(queries.fetch_inputs(client, start=START, end=END, step=300))
     monkeypatch.setattr(queries, "CHUNK_POINTS", 500)  # 2016 steps -> 5 queries per metric
     calls: list[str] = []
-    split = compute_report(queries.fetch_inputs(client, start=START, end=END, step=300,
-                                                progress=lambda done, total, what: calls.append(what)))
+    split = compute_report(
+        queries.fetch_inputs(
+            client, start=START, end=END, step=300, progress=lambda done, total, what: calls.append(what)
+        )
+    )
     assert len(calls) == 4 * 5 + 2
-    assert [(r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in split.rows] == \
-        [(r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in whole.rows]
+    assert [(r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in split.rows] == [
+        (r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in whole.rows
+    ]
 
 
 def test_a_coarser_step_stays_within_its_own_error(prometheus: RunningPrometheus, by_team: dict[str, Any]) -> None:

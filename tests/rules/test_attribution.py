@@ -10,10 +10,14 @@ from tests.support import gpu_pod, mutated, pod, standard, validated
 from webhook.policy.model import PolicySet
 
 TEAM = {"default": {"team": "vision", "cost-center": "cc-7"}}
-TWO = standard(attribution={"labels": {
-    "gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"},
-    "gpugate.io/cost-center": {"value": "cc-fixed"},
-}})
+TWO = standard(
+    attribution={
+        "labels": {
+            "gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"},
+            "gpugate.io/cost-center": {"value": "cc-fixed"},
+        }
+    }
+)
 
 
 def test_labels_come_from_the_namespace_and_the_policy():
@@ -34,19 +38,26 @@ def test_a_missing_namespace_label_falls_back_to_the_default():
 def test_forged_labels_are_replaced_on_create_with_a_warning():
     result, decision = mutated(gpu_pod(1, labels={"gpugate.io/team": "someone-else"}), TWO, labels=TEAM)
     assert result["metadata"]["labels"]["gpugate.io/team"] == "vision"
-    assert decision.warnings == ["label gpugate.io/team=someone-else replaced with vision: gpugate sets attribution labels"]
+    assert decision.warnings == [
+        "label gpugate.io/team=someone-else replaced with vision: gpugate sets attribution labels"
+    ]
 
 
 def test_forged_labels_that_skipped_mutation_are_denied_on_create():
-    verdict = validated(gpu_pod(1, labels={"gpugate.io/team": "someone-else"}, runtimeClassName="nvidia"), TWO, labels=TEAM)
+    verdict = validated(
+        gpu_pod(1, labels={"gpugate.io/team": "someone-else"}, runtimeClassName="nvidia"), TWO, labels=TEAM
+    )
     assert not verdict.allowed and "lacks label gpugate.io/team=vision" in verdict.message
 
 
-@pytest.mark.parametrize("edit", [
-    lambda labels: labels.__setitem__("gpugate.io/team", "someone-else"),
-    lambda labels: labels.pop("gpugate.io/team"),
-    lambda labels: labels.__setitem__("gpugate.io/workload-name", "other"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda labels: labels.__setitem__("gpugate.io/team", "someone-else"),
+        lambda labels: labels.pop("gpugate.io/team"),
+        lambda labels: labels.__setitem__("gpugate.io/workload-name", "other"),
+    ],
+)
 def test_editing_attribution_labels_on_update_is_denied(edit):
     created, _ = mutated(gpu_pod(1), TWO, labels=TEAM)
     updated = copy.deepcopy(created)
@@ -70,18 +81,59 @@ def test_update_of_a_pod_created_before_gpugate_is_judged_only_on_what_changed()
     assert validated(new, TWO, labels=TEAM, operation="UPDATE", old=old).allowed
 
 
-@pytest.mark.parametrize(("meta", "kind", "name"), [
-    ({"name": "web-7d9f8-abcde", "labels": {"pod-template-hash": "7d9f8"},
-      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f8", "uid": "u", "controller": True}]},
-     "Deployment", "web"),
-    ({"name": "train-xyz", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}]},
-     "Job", "train"),
-    ({"name": "nightly-29000000-x", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-29000000", "uid": "u", "controller": True}]},
-     "CronJob", "nightly"),
-    ({"name": "db-0", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u", "controller": True}]},
-     "StatefulSet", "db"),
-    ({"generateName": "adhoc-"}, "Pod", "adhoc"),
-])
+@pytest.mark.parametrize(
+    ("meta", "kind", "name"),
+    [
+        (
+            {
+                "name": "web-7d9f8-abcde",
+                "labels": {"pod-template-hash": "7d9f8"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f8", "uid": "u", "controller": True}
+                ],
+            },
+            "Deployment",
+            "web",
+        ),
+        (
+            {
+                "name": "train-xyz",
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}
+                ],
+            },
+            "Job",
+            "train",
+        ),
+        (
+            {
+                "name": "nightly-29000000-x",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "nightly-29000000",
+                        "uid": "u",
+                        "controller": True,
+                    }
+                ],
+            },
+            "CronJob",
+            "nightly",
+        ),
+        (
+            {
+                "name": "db-0",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u", "controller": True}
+                ],
+            },
+            "StatefulSet",
+            "db",
+        ),
+        ({"generateName": "adhoc-"}, "Pod", "adhoc"),
+    ],
+)
 def test_the_owning_workload_is_resolved(meta, kind, name):
     obj = gpu_pod(1)
     obj["metadata"] = {**meta, "namespace": "default"}

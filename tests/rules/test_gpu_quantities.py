@@ -13,10 +13,25 @@ from webhook.quantity import QuantityError, parse_quantity
 NO_POLICY = PolicySet()
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1", 1), ("1000m", 1), ("2e0", 2), ("0.5", 0.5), ("500m", 0.5), ("1Ki", 1024), ("+2", 2), ("-1", -1),
-    ("1E3", 1000), ("1e-3", Fraction(1, 1000)), ("2k", 2000), ("1Mi", 1024**2), (".5", 0.5), (3, 3),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", 1),
+        ("1000m", 1),
+        ("2e0", 2),
+        ("0.5", 0.5),
+        ("500m", 0.5),
+        ("1Ki", 1024),
+        ("+2", 2),
+        ("-1", -1),
+        ("1E3", 1000),
+        ("1e-3", Fraction(1, 1000)),
+        ("2k", 2000),
+        ("1Mi", 1024**2),
+        (".5", 0.5),
+        (3, 3),
+    ],
+)
 def test_quantities_parse_exactly_as_kubernetes_does(text, value):
     assert parse_quantity(text) == value
 
@@ -29,15 +44,45 @@ def test_non_quantities_are_refused(text):
 
 DENIED = [
     # (limits, requests, expected path, expected words)
-    ({"nvidia.com/gpu": "500m"}, None, "spec.containers[0].resources.limits[nvidia.com/gpu]", 'Invalid value: "500m": must be an integer'),
+    (
+        {"nvidia.com/gpu": "500m"},
+        None,
+        "spec.containers[0].resources.limits[nvidia.com/gpu]",
+        'Invalid value: "500m": must be an integer',
+    ),
     ({"nvidia.com/gpu": "0.5"}, None, "spec.containers[0].resources.limits[nvidia.com/gpu]", "must be an integer"),
     ({"nvidia.com/gpu": "1500m"}, None, "spec.containers[0].resources.limits[nvidia.com/gpu]", "must be an integer"),
-    ({"nvidia.com/gpu": "-1"}, None, "spec.containers[0].resources.limits[nvidia.com/gpu]", "must be greater than or equal to 0"),
-    ({"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "1"}, "spec.containers[0].resources.requests[nvidia.com/gpu]", "must be equal to nvidia.com/gpu limit of 2"),
-    (None, {"nvidia.com/gpu": "1"}, "spec.containers[0].resources.limits", "Limit must be set for non overcommitable resources"),
+    (
+        {"nvidia.com/gpu": "-1"},
+        None,
+        "spec.containers[0].resources.limits[nvidia.com/gpu]",
+        "must be greater than or equal to 0",
+    ),
+    (
+        {"nvidia.com/gpu": "2"},
+        {"nvidia.com/gpu": "1"},
+        "spec.containers[0].resources.requests[nvidia.com/gpu]",
+        "must be equal to nvidia.com/gpu limit of 2",
+    ),
+    (
+        None,
+        {"nvidia.com/gpu": "1"},
+        "spec.containers[0].resources.limits",
+        "Limit must be set for non overcommitable resources",
+    ),
     ({"amd.com/gpu": "0.25"}, None, "spec.containers[0].resources.limits[amd.com/gpu]", "must be an integer"),
-    ({"nvidia.com/mig-1g.10gb": "1.5"}, None, "spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]", "must be an integer"),
-    ({"gpu.intel.com/i915": "1", "cpu": "1"}, {"gpu.intel.com/i915": "2"}, "spec.containers[0].resources.requests[gpu.intel.com/i915]", "must be equal to gpu.intel.com/i915 limit of 1"),
+    (
+        {"nvidia.com/mig-1g.10gb": "1.5"},
+        None,
+        "spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]",
+        "must be an integer",
+    ),
+    (
+        {"gpu.intel.com/i915": "1", "cpu": "1"},
+        {"gpu.intel.com/i915": "2"},
+        "spec.containers[0].resources.requests[gpu.intel.com/i915]",
+        "must be equal to gpu.intel.com/i915 limit of 1",
+    ),
     ({"nvidia.com/gpu": "lots"}, None, "spec.containers[0].resources.limits[nvidia.com/gpu]", "is not a quantity"),
 ]
 
@@ -49,7 +94,7 @@ def test_wrong_gpu_quantities_are_denied_by_mutate(limits, requests, path, words
     _, decision = mutated(obj, policies)
     assert not decision.allowed
     assert decision.code == 403
-    assert f"{path}: container \"trainer\": " in decision.message
+    assert f'{path}: container "trainer": ' in decision.message
     assert words in decision.message
     assert decision.patch is None
 
@@ -74,14 +119,20 @@ def test_defaulted_request_is_not_reported_twice():
 def test_init_container_quantities_are_checked():
     obj = pod(container(), init=[container("fetch", limits={"nvidia.com/gpu": "250m"})])
     _, decision = mutated(obj, NO_POLICY)
-    assert "spec.initContainers[0].resources.limits[nvidia.com/gpu]: init container \"fetch\"" in decision.message
+    assert 'spec.initContainers[0].resources.limits[nvidia.com/gpu]: init container "fetch"' in decision.message
 
 
-@pytest.mark.parametrize(("limits", "requests"), [
-    ({"nvidia.com/gpu": "1"}, None), ({"nvidia.com/gpu": "1000m"}, None), ({"nvidia.com/gpu": "2e0"}, {"nvidia.com/gpu": "2"}),
-    ({"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 4}), ({"cpu": "500m", "memory": "1.5Gi"}, {"cpu": "250m"}),
-    ({"example.com/fpga": "500m"}, None),  # not a GPU under the default gpuResources: not gpugate's business
-])
+@pytest.mark.parametrize(
+    ("limits", "requests"),
+    [
+        ({"nvidia.com/gpu": "1"}, None),
+        ({"nvidia.com/gpu": "1000m"}, None),
+        ({"nvidia.com/gpu": "2e0"}, {"nvidia.com/gpu": "2"}),
+        ({"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 4}),
+        ({"cpu": "500m", "memory": "1.5Gi"}, {"cpu": "250m"}),
+        ({"example.com/fpga": "500m"}, None),  # not a GPU under the default gpuResources: not gpugate's business
+    ],
+)
 def test_whole_gpu_quantities_pass(limits, requests):
     _, decision = mutated(pod(container(limits=limits, requests=requests)), NO_POLICY)
     assert decision.allowed
@@ -102,8 +153,9 @@ def test_gpus_in_pod_level_resources_are_refused():
 
 
 def test_gpus_in_ephemeral_containers_are_refused():
-    obj = gpu_pod(1, ephemeralContainers=[{"name": "dbg", "image": "busybox",
-                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}])
+    obj = gpu_pod(
+        1, ephemeralContainers=[{"name": "dbg", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    )
     _, decision = mutated(obj, NO_POLICY, check_schema=False)
     assert not decision.allowed
     assert 'spec.ephemeralContainers[0].resources: ephemeral container "dbg": Forbidden' in decision.message

@@ -11,7 +11,9 @@ H100 = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
 
 
 def required_terms(obj):
-    return obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
 
 
 def test_default_class_with_one_value_becomes_a_node_selector():
@@ -30,21 +32,33 @@ def test_the_expression_is_merged_into_every_user_term_without_replacing_any():
         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]},
     ]
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms},
-                                 "preferredDuringSchedulingIgnoredDuringExecution": [
-                                     {"weight": 1, "preference": {"matchExpressions": [
-                                         {"key": "x", "operator": "Exists"}]}}]},
-                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "a"}}}]}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}
+            ],
+        },
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "a"}}}
+            ]
+        },
+    }
     obj = gpu_pod(1, labels={"gpugate.io/model": "h100"}, affinity=affinity)
     result, _ = mutated(obj, standard())
     terms = required_terms(result)
-    assert terms[0]["matchExpressions"] == [user_terms[0]["matchExpressions"][0],
-                                            {"key": LABEL, "operator": "In", "values": H100}]
+    assert terms[0]["matchExpressions"] == [
+        user_terms[0]["matchExpressions"][0],
+        {"key": LABEL, "operator": "In", "values": H100},
+    ]
     assert terms[1]["matchFields"] == user_terms[1]["matchFields"]
     assert terms[1]["matchExpressions"] == [{"key": LABEL, "operator": "In", "values": H100}]
     assert result["spec"]["affinity"]["podAntiAffinity"] == affinity["podAntiAffinity"]
-    assert obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == user_terms
+    assert (
+        obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        == user_terms
+    )
 
 
 def test_a_pod_already_selecting_an_allowed_value_is_left_alone():
@@ -60,7 +74,9 @@ def test_class_values_are_never_rewritten_for_shared_gpus():
     # -SHARED only when not renamed (k8s-device-plugin internal/lm/resource.go): values are used as written.
     result, _ = mutated(pod(container(limits={"nvidia.com/gpu.shared": 1})), standard())
     assert result["spec"]["nodeSelector"][LABEL] == "NVIDIA-L4"
-    h100, _ = mutated(pod(container(limits={"nvidia.com/gpu.shared": 1}), labels={"gpugate.io/model": "h100"}), standard())
+    h100, _ = mutated(
+        pod(container(limits={"nvidia.com/gpu.shared": 1}), labels={"gpugate.io/model": "h100"}), standard()
+    )
     assert required_terms(h100)[0]["matchExpressions"][0]["values"] == H100
 
 
@@ -72,14 +88,41 @@ def test_a_pod_selecting_an_allowed_model_itself_keeps_its_choice():
     assert validated(result, standard()).allowed
 
 
-@pytest.mark.parametrize(("labels", "spec", "words"), [
-    ({"gpugate.io/model": "a100"}, {}, 'GPU model class "a100" is not allowed by policy "standard"; use one of: l4, h100'),
-    ({}, {"nodeSelector": {LABEL: "NVIDIA-A100-SXM4-80GB"}}, 'selects nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB, outside every GPU model class of policy "standard"'),
-    ({"gpugate.io/model": "l4"}, {"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, 'outside class "l4" (NVIDIA-L4)'),
-    ({"gpugate.io/model": "h100"}, {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["NVIDIA-L4"]}]}]}}}},
-     "reaches outside class \"h100\""),
-])
+@pytest.mark.parametrize(
+    ("labels", "spec", "words"),
+    [
+        (
+            {"gpugate.io/model": "a100"},
+            {},
+            'GPU model class "a100" is not allowed by policy "standard"; use one of: l4, h100',
+        ),
+        (
+            {},
+            {"nodeSelector": {LABEL: "NVIDIA-A100-SXM4-80GB"}},
+            'selects nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB, outside every GPU model class of policy "standard"',
+        ),
+        (
+            {"gpugate.io/model": "l4"},
+            {"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}},
+            'outside class "l4" (NVIDIA-L4)',
+        ),
+        (
+            {"gpugate.io/model": "h100"},
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["NVIDIA-L4"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            'reaches outside class "h100"',
+        ),
+    ],
+)
 def test_selections_outside_the_class_are_violations(labels, spec, words):
     obj = gpu_pod(1, labels=labels, **spec)
     result, decision = mutated(obj, standard())

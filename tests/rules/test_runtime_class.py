@@ -23,7 +23,10 @@ def test_a_different_runtime_class_is_kept_by_mutate_and_denied_by_validate():
     assert result["spec"]["runtimeClassName"] == "runc"
     verdict = validated(result, standard())
     assert not verdict.allowed
-    assert 'spec.runtimeClassName: pod: runtimeClassName is "runc", but policy "standard" requires "nvidia"' in verdict.message
+    assert (
+        'spec.runtimeClassName: pod: runtimeClassName is "runc", but policy "standard" requires "nvidia"'
+        in verdict.message
+    )
 
 
 def test_a_pod_that_skipped_mutation_is_denied_with_what_it_lacks():
@@ -36,11 +39,14 @@ def test_a_pod_that_skipped_mutation_is_denied_with_what_it_lacks():
 def test_a_pod_without_gpus_may_not_use_the_gpu_runtime_class():
     verdict = validated(pod(runtimeClassName="nvidia"), standard())
     assert not verdict.allowed
-    assert 'spec.runtimeClassName: pod: requests no GPU but runs under the GPU runtime class "nvidia"' in verdict.message
+    assert (
+        'spec.runtimeClassName: pod: requests no GPU but runs under the GPU runtime class "nvidia"' in verdict.message
+    )
     assert validated(pod(runtimeClassName="kata"), standard()).allowed
     assert validated(pod(runtimeClassName="nvidia"), standard(nonGPUPods={"gpuRuntimeClass": "allow"})).allowed
 
 
 def test_without_a_policy_the_runtime_class_of_cpu_pods_is_not_checked():
     from webhook.policy.model import PolicySet
+
     assert validated(pod(runtimeClassName="nvidia"), PolicySet()).allowed

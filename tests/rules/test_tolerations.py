@@ -7,7 +7,12 @@ import pytest
 from tests.support import gpu_pod, mutated, pod, standard, validated
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-NOT_READY = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+NOT_READY = {
+    "key": "node.kubernetes.io/not-ready",
+    "operator": "Exists",
+    "effect": "NoExecute",
+    "tolerationSeconds": 300,
+}
 
 
 def test_policy_tolerations_are_appended_after_the_users():
@@ -29,29 +34,38 @@ def test_equality_uses_the_defaults_of_operator():
     assert result["spec"]["tolerations"] == [mine]
 
 
-@pytest.mark.parametrize("toleration", [
-    GPU_TAINT,
-    {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "operator": "Exists"},
-    {"operator": "Exists"},  # tolerates every taint
-    {"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"},
-])
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        GPU_TAINT,
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"operator": "Exists"},  # tolerates every taint
+        {"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"},
+    ],
+)
 def test_cpu_pods_tolerating_a_gpu_taint_are_denied(toleration):
     verdict = validated(pod(tolerations=[NOT_READY, toleration]), standard())
     assert not verdict.allowed
     assert "spec.tolerations[1]: pod: requests no GPU but tolerates the GPU node taint" in verdict.message
 
 
-@pytest.mark.parametrize("toleration", [
-    NOT_READY, {"key": "example.com/dedicated", "operator": "Exists"},
-    {"operator": "Exists", "effect": "NoExecute"},  # tolerates only NoExecute taints, not the GPU NoSchedule one
-])
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        NOT_READY,
+        {"key": "example.com/dedicated", "operator": "Exists"},
+        {"operator": "Exists", "effect": "NoExecute"},  # tolerates only NoExecute taints, not the GPU NoSchedule one
+    ],
+)
 def test_cpu_pods_with_other_tolerations_pass(toleration):
     assert validated(pod(tolerations=[toleration]), standard()).allowed
 
 
 def test_strip_removes_only_the_gpu_taint_tolerations_with_a_warning():
-    result, decision = mutated(pod(tolerations=[NOT_READY, GPU_TAINT]), standard(nonGPUPods={"gpuTolerations": "strip"}))
+    result, decision = mutated(
+        pod(tolerations=[NOT_READY, GPU_TAINT]), standard(nonGPUPods={"gpuTolerations": "strip"})
+    )
     assert result["spec"]["tolerations"] == [NOT_READY]
     assert any("removed GPU-taint tolerations" in w for w in decision.warnings)
     assert validated(result, standard(nonGPUPods={"gpuTolerations": "strip"})).allowed
@@ -66,4 +80,5 @@ def test_allow_leaves_cpu_pods_alone():
 
 def test_no_policy_means_no_toleration_checks():
     from webhook.policy.model import PolicySet
+
     assert validated(pod(tolerations=[GPU_TAINT]), PolicySet()).allowed

@@ -91,8 +91,9 @@ class _Doc:
                 self.fail(where, f"unknown field (allowed: {', '.join(sorted(allowed))})")
         return value
 
-    def string(self, value: Any, path: str, *, check: Callable[[str], bool] | None = None,
-               what: str = "") -> str | None:
+    def string(
+        self, value: Any, path: str, *, check: Callable[[str], bool] | None = None, what: str = ""
+    ) -> str | None:
         if value is None:
             return None
         if not isinstance(value, str) or value == "":
@@ -103,8 +104,9 @@ class _Doc:
             return None
         return value
 
-    def strings(self, value: Any, path: str, *, check: Callable[[str], bool] | None = None,
-                what: str = "") -> tuple[str, ...] | None:
+    def strings(
+        self, value: Any, path: str, *, check: Callable[[str], bool] | None = None, what: str = ""
+    ) -> tuple[str, ...] | None:
         if value is None:
             return None
         if not isinstance(value, list):
@@ -215,8 +217,15 @@ def _tolerations(doc: _Doc, value: Any, path: str) -> tuple[dict[str, Any], ...]
     return tuple(t for t in parsed if t is not None)
 
 
-_DEVICE_FIELDS = ("resources", "auxiliaryResources", "runtimeClassName", "tolerations", "modelLabel",
-                  "modelAliases", "choiceAnnotations")
+_DEVICE_FIELDS = (
+    "resources",
+    "auxiliaryResources",
+    "runtimeClassName",
+    "tolerations",
+    "modelLabel",
+    "modelAliases",
+    "choiceAnnotations",
+)
 
 
 def _devices(doc: _Doc, value: Any, path: str) -> dict[str, Device]:
@@ -231,23 +240,30 @@ def _devices(doc: _Doc, value: Any, path: str) -> dict[str, Device]:
         base = devices.get(name)
         resources = doc.strings(d.get("resources"), f"{dpath}.resources")
         if resources == () or (resources is None and base is None):
-            doc.fail(f"{dpath}.resources", "must list the resources that count as this vendor's GPUs "
-                     "(e.g. [amd.com/gpu])")
+            doc.fail(
+                f"{dpath}.resources", "must list the resources that count as this vendor's GPUs (e.g. [amd.com/gpu])"
+            )
             continue
         auxiliary = doc.strings(d.get("auxiliaryResources"), f"{dpath}.auxiliaryResources")
         devices[name] = Device(
             name=name,
             resources=resources if resources is not None else base.resources,  # type: ignore[union-attr]
             auxiliary_resources=auxiliary if auxiliary is not None else (base.auxiliary_resources if base else ()),
-            runtime_class_name=doc.string(d.get("runtimeClassName"), f"{dpath}.runtimeClassName",
-                                          check=is_dns_subdomain, what="RuntimeClass name"),
+            runtime_class_name=doc.string(
+                d.get("runtimeClassName"), f"{dpath}.runtimeClassName", check=is_dns_subdomain, what="RuntimeClass name"
+            ),
             tolerations=_tolerations(doc, d.get("tolerations"), f"{dpath}.tolerations"),
-            model_label=doc.string(d.get("modelLabel"), f"{dpath}.modelLabel", check=is_label_key,
-                                   what="node label key"),
-            model_aliases=doc.strings(d.get("modelAliases"), f"{dpath}.modelAliases", check=is_label_key,
-                                      what="node label key") or (),
-            choice_annotations=doc.strings(d.get("choiceAnnotations"), f"{dpath}.choiceAnnotations",
-                                           check=is_label_key, what="annotation key") or (),
+            model_label=doc.string(
+                d.get("modelLabel"), f"{dpath}.modelLabel", check=is_label_key, what="node label key"
+            ),
+            model_aliases=doc.strings(
+                d.get("modelAliases"), f"{dpath}.modelAliases", check=is_label_key, what="node label key"
+            )
+            or (),
+            choice_annotations=doc.strings(
+                d.get("choiceAnnotations"), f"{dpath}.choiceAnnotations", check=is_label_key, what="annotation key"
+            )
+            or (),
         )
     # Put the policy's own devices first: a resource both name (a legacy glob) belongs to the policy's.
     own = [n for n in doc.mapping(value, path, None) if n in devices]
@@ -257,17 +273,21 @@ def _devices(doc: _Doc, value: Any, path: str) -> dict[str, Device]:
 _CLASS_FIELDS = ("values", "resources", "device", "aliases")
 
 
-def _model_class(doc: _Doc, name: str, value: Any, path: str, devices: Mapping[str, Device],
-                 legacy: Device | None) -> ModelClass | None:
+def _model_class(
+    doc: _Doc, name: str, value: Any, path: str, devices: Mapping[str, Device], legacy: Device | None
+) -> ModelClass | None:
     if isinstance(value, list):  # the 0.1 form: class -> node label values, on the one legacy device
         vals = doc.strings(value, path, check=is_label_value, what="node label value")
         if not vals:
             doc.fail(path, "must list at least one node label value")
             return None
         if legacy is None:
-            doc.fail(path, "give the class as {values: [...], resources: [...]} (the list form needs the "
-                     "0.1 fields spec.models.nodeLabel / spec.runtimeClassName; see policies/README.md, "
-                     "\"Migrating policy files\")")
+            doc.fail(
+                path,
+                "give the class as {values: [...], resources: [...]} (the list form needs the "
+                "0.1 fields spec.models.nodeLabel / spec.runtimeClassName; see policies/README.md, "
+                '"Migrating policy files")',
+            )
             return None
         return ModelClass(name, legacy.name, vals, legacy.resources)
     c = doc.mapping(value, path, _CLASS_FIELDS)
@@ -279,8 +299,10 @@ def _model_class(doc: _Doc, name: str, value: Any, path: str, devices: Mapping[s
         doc.fail(f"{path}.values", "must list at least one node label value, exactly as the nodes carry it")
     resources = doc.strings(c.get("resources"), f"{path}.resources")
     if not resources:
-        doc.fail(f"{path}.resources", "must list the GPU resources this class's nodes offer "
-                 "(e.g. [nvidia.com/gpu] or [nvidia.com/mig-1g.10gb])")
+        doc.fail(
+            f"{path}.resources",
+            "must list the GPU resources this class's nodes offer (e.g. [nvidia.com/gpu] or [nvidia.com/mig-1g.10gb])",
+        )
     device_name = doc.string(c.get("device"), f"{path}.device")
     aliases: dict[str, tuple[str, ...]] = {}
     for key, avals in doc.mapping(c.get("aliases"), f"{path}.aliases", None).items():
@@ -300,19 +322,24 @@ def _model_class(doc: _Doc, name: str, value: Any, path: str, devices: Mapping[s
     else:
         owners = [d for d in devices.values() if all(d.counts(r) for r in resources)]
         if len(owners) != 1:
-            doc.fail(f"{path}.resources", f"{', '.join(resources)} must all be GPU resources of exactly one device "
-                     f"(found {', '.join(d.name for d in owners) or 'none'}); set {path}.device")
+            doc.fail(
+                f"{path}.resources",
+                f"{', '.join(resources)} must all be GPU resources of exactly one device "
+                f"(found {', '.join(d.name for d in owners) or 'none'}); set {path}.device",
+            )
             return None
         device = owners[0]
     if device.model_label is None:
-        doc.fail(f"{path}", f"device {device.name!r} has no modelLabel to select class {name!r} by; set "
-                 f"spec.devices.{device.name}.modelLabel (e.g. nvidia.com/gpu.product)")
+        doc.fail(
+            f"{path}",
+            f"device {device.name!r} has no modelLabel to select class {name!r} by; set "
+            f"spec.devices.{device.name}.modelLabel (e.g. nvidia.com/gpu.product)",
+        )
         return None
     return ModelClass(name, device.name, vals, resources, aliases)
 
 
-def _models(doc: _Doc, value: Any, path: str, devices: Mapping[str, Device],
-            legacy: Device | None) -> Models | None:
+def _models(doc: _Doc, value: Any, path: str, devices: Mapping[str, Device], legacy: Device | None) -> Models | None:
     if value is None:
         return None
     raw = doc.mapping(value, path, ("nodeLabel", "default", "classes"))
@@ -330,8 +357,11 @@ def _models(doc: _Doc, value: Any, path: str, devices: Mapping[str, Device],
             if found is not None:
                 classes[name] = found
     default = raw.get("default")
-    defaults = (doc.strings([default], f"{path}.default") if isinstance(default, str)
-                else doc.strings(default, f"{path}.default")) or ()
+    defaults = (
+        doc.strings([default], f"{path}.default")
+        if isinstance(default, str)
+        else doc.strings(default, f"{path}.default")
+    ) or ()
     for d in defaults:
         if classes and d not in classes:
             doc.fail(f"{path}.default", f"{d!r} is not one of the classes ({', '.join(classes)})")
@@ -346,14 +376,16 @@ def _holders(doc: _Doc, value: Any, path: str) -> GPUHolders:
     if not isinstance(claims, bool):
         doc.fail(f"{path}.resourceClaims", f"must be true or false, got {claims!r}")
         claims = True
-    annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key,
-                              what="annotation key")
+    annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key, what="annotation key")
     device = raw.get("annotationDevice", "nvidia")
     if device is not None and (not isinstance(device, str) or not is_label_value(device)):
         doc.fail(f"{path}.annotationDevice", f"must be a device name such as nvidia, or null, got {device!r}")
         device = "nvidia"
-    return GPUHolders(resource_claims=claims, annotation_device=device,
-                      annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS)
+    return GPUHolders(
+        resource_claims=claims,
+        annotation_device=device,
+        annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS,
+    )
 
 
 def _attribution(doc: _Doc, value: Any, path: str) -> tuple[AttributionLabel, ...]:
@@ -366,8 +398,9 @@ def _attribution(doc: _Doc, value: Any, path: str) -> tuple[AttributionLabel, ..
             doc.fail(lpath, f"{key!r} is not a valid label key")
             continue
         s = doc.mapping(spec, lpath, ("fromNamespaceLabel", "value", "default"))
-        source = doc.string(s.get("fromNamespaceLabel"), f"{lpath}.fromNamespaceLabel",
-                            check=is_label_key, what="label key")
+        source = doc.string(
+            s.get("fromNamespaceLabel"), f"{lpath}.fromNamespaceLabel", check=is_label_key, what="label key"
+        )
         fixed = s.get("value")
         default = s.get("default", "unassigned")
         for fname, val in (("value", fixed), ("default", default)):
@@ -376,15 +409,34 @@ def _attribution(doc: _Doc, value: Any, path: str) -> tuple[AttributionLabel, ..
         if (source is None) == (fixed is None):
             doc.fail(lpath, "give exactly one of fromNamespaceLabel or value")
             continue
-        out.append(AttributionLabel(key=key, default=str(default), from_namespace_label=source,
-                                    value=fixed if isinstance(fixed, str) else None))
+        out.append(
+            AttributionLabel(
+                key=key,
+                default=str(default),
+                from_namespace_label=source,
+                value=fixed if isinstance(fixed, str) else None,
+            )
+        )
     return tuple(out)
 
 
-_SPEC_FIELDS = ("priority", "mode", "match", "devices", "limits", "models", "gpuHolders", "attribution",
-                "nonGPUPods", "initOnlyGPUs", "mutateTemplates",
-                # the 0.1 format, still read: one device's fields at the top (policies/README.md, "Migrating")
-                "gpuResources", "runtimeClassName", "tolerations")
+_SPEC_FIELDS = (
+    "priority",
+    "mode",
+    "match",
+    "devices",
+    "limits",
+    "models",
+    "gpuHolders",
+    "attribution",
+    "nonGPUPods",
+    "initOnlyGPUs",
+    "mutateTemplates",
+    # the 0.1 format, still read: one device's fields at the top (policies/README.md, "Migrating")
+    "gpuResources",
+    "runtimeClassName",
+    "tolerations",
+)
 _LEGACY_FIELDS = ("gpuResources", "runtimeClassName", "tolerations")
 
 
@@ -397,8 +449,11 @@ def _legacy_device(doc: _Doc, spec: Mapping[str, Any], models: Any) -> Device | 
     if "devices" in spec:
         for f in (*_LEGACY_FIELDS, "models.nodeLabel"):
             if f in spec or (f == "models.nodeLabel" and node_label is not None):
-                doc.fail(f"spec.{f}", "cannot be combined with spec.devices: move it into "
-                         "spec.devices.<vendor> (see policies/README.md, \"Migrating policy files\")")
+                doc.fail(
+                    f"spec.{f}",
+                    "cannot be combined with spec.devices: move it into "
+                    'spec.devices.<vendor> (see policies/README.md, "Migrating policy files")',
+                )
         return None
     resources = doc.strings(spec.get("gpuResources"), "spec.gpuResources")
     if resources == ():
@@ -407,10 +462,12 @@ def _legacy_device(doc: _Doc, spec: Mapping[str, Any], models: Any) -> Device | 
     return Device(
         name="nvidia" if not resources else "gpu",
         resources=resources or nvidia_resources,
-        auxiliary_resources=nvidia_auxiliary if not resources else tuple(
-            a for _, aux in BUILTIN_DEVICE_RESOURCES.values() for a in aux),
-        runtime_class_name=doc.string(spec.get("runtimeClassName"), "spec.runtimeClassName",
-                                      check=is_dns_subdomain, what="RuntimeClass name"),
+        auxiliary_resources=nvidia_auxiliary
+        if not resources
+        else tuple(a for _, aux in BUILTIN_DEVICE_RESOURCES.values() for a in aux),
+        runtime_class_name=doc.string(
+            spec.get("runtimeClassName"), "spec.runtimeClassName", check=is_dns_subdomain, what="RuntimeClass name"
+        ),
         tolerations=_tolerations(doc, spec.get("tolerations"), "spec.tolerations"),
         model_label=doc.string(node_label, "spec.models.nodeLabel", check=is_label_key, what="node label key"),
     )
@@ -451,16 +508,20 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         if legacy is not None:
             devices = {legacy.name: legacy, **{n: d for n, d in devices.items() if n != legacy.name}}
     lim = doc.mapping(spec.get("limits"), "spec.limits", ("maxPerContainer", "maxPerPod"))
-    limits = Limits(doc.positive_int(lim.get("maxPerContainer"), "spec.limits.maxPerContainer"),
-                    doc.positive_int(lim.get("maxPerPod"), "spec.limits.maxPerPod"))
+    limits = Limits(
+        doc.positive_int(lim.get("maxPerContainer"), "spec.limits.maxPerContainer"),
+        doc.positive_int(lim.get("maxPerPod"), "spec.limits.maxPerPod"),
+    )
     models = _models(doc, spec.get("models"), "spec.models", devices, legacy)
     holders = _holders(doc, spec.get("gpuHolders"), "spec.gpuHolders")
     attribution = _attribution(doc, spec.get("attribution"), "spec.attribution")
     non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations", "gpuRuntimeClass"))
-    non_gpu_runtime_class = doc.choice(non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass",
-                                       ("deny", "allow"), "deny")
-    non_gpu_tolerations = doc.choice(non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations",
-                                     ("deny", "strip", "allow"), "deny")
+    non_gpu_runtime_class = doc.choice(
+        non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass", ("deny", "allow"), "deny"
+    )
+    non_gpu_tolerations = doc.choice(
+        non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
+    )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
     if not isinstance(mutate_templates, bool):
@@ -469,18 +530,29 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
     if len(issues) > before or name is None:
         return None
     return Policy(
-        name=name, source=f"{file}#{index}", priority=priority, mode=mode,  # type: ignore[arg-type]
-        match=match, devices=devices, limits=limits, models=models, holders=holders, attribution=attribution,
-        non_gpu_tolerations=non_gpu_tolerations, mutate_templates=mutate_templates,  # type: ignore[arg-type]
-        non_gpu_runtime_class=non_gpu_runtime_class, init_only_gpus=init_only,  # type: ignore[arg-type]
+        name=name,
+        source=f"{file}#{index}",
+        priority=priority,
+        mode=mode,  # type: ignore[arg-type]
+        match=match,
+        devices=devices,
+        limits=limits,
+        models=models,
+        holders=holders,
+        attribution=attribution,
+        non_gpu_tolerations=non_gpu_tolerations,
+        mutate_templates=mutate_templates,  # type: ignore[arg-type]
+        non_gpu_runtime_class=non_gpu_runtime_class,
+        init_only_gpus=init_only,  # type: ignore[arg-type]
     )
 
 
 _TEMPLATE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[\*\])?(\.([A-Za-z_][A-Za-z0-9_]*(\[\*\])?|\*))*")
 
 
-def parse_workload_kind(document: Mapping[str, Any], *, file: str, index: int,
-                        issues: list[PolicyIssue]) -> WorkloadKind | None:
+def parse_workload_kind(
+    document: Mapping[str, Any], *, file: str, index: int, issues: list[PolicyIssue]
+) -> WorkloadKind | None:
     """A ``GPUWorkloadKind`` document: a kind (usually a CRD) and the paths of its pod templates."""
     doc = _Doc(file, index, issues)
     before = len(issues)
@@ -497,8 +569,11 @@ def parse_workload_kind(document: Mapping[str, Any], *, file: str, index: int,
     templates = doc.strings(spec.get("podTemplates"), "spec.podTemplates") or ()
     for i, t in enumerate(templates):
         if not _TEMPLATE_PATH.fullmatch(t):
-            doc.fail(f"spec.podTemplates[{i}]", f"{t!r} is not a template path; write dotted field names, "
-                     "[*] after a list field, * for every value of a map (spec.workerGroupSpecs[*].template)")
+            doc.fail(
+                f"spec.podTemplates[{i}]",
+                f"{t!r} is not a template path; write dotted field names, "
+                "[*] after a list field, * for every value of a map (spec.workerGroupSpecs[*].template)",
+            )
     for fld, got in (("group", group), ("kind", kind)):
         if got is None:
             doc.fail(f"spec.{fld}", "is required")
@@ -506,15 +581,17 @@ def parse_workload_kind(document: Mapping[str, Any], *, file: str, index: int,
         doc.fail("spec.podTemplates", "must list at least one path to a pod template")
     if len(issues) > before or group is None or kind is None:
         return None
-    return WorkloadKind(group=group, kind=kind, templates=templates, plural=plural, versions=versions,
-                        source=f"{file}#{index}")
+    return WorkloadKind(
+        group=group, kind=kind, templates=templates, plural=plural, versions=versions, source=f"{file}#{index}"
+    )
 
 
 def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The ``*.yaml``/``*.yml`` files directly in ``directory`` (ConfigMap mounts: the ``..data`` links)."""
     root = Path(directory)
-    return sorted(p for p in root.iterdir()
-                  if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file())
+    return sorted(
+        p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
+    )
 
 
 #: libyaml's parser under PyYAML's own safe constructor: the same documents as yaml.safe_load_all, about ten
@@ -554,8 +631,9 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     if not root.exists():
         raise PolicyError([PolicyIssue(str(root), None, "", "does not exist")])
     if not root.is_dir():
-        raise PolicyError([PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds "
-                                       "the policy files)")])
+        raise PolicyError(
+            [PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds the policy files)")]
+        )
     issues: list[PolicyIssue] = []
     policies: list[Policy] = []
     workloads: list[WorkloadKind] = []
@@ -563,8 +641,17 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     digest = hashlib.sha256()
     files = policy_files(root)
     if not files:
-        raise PolicyError([PolicyIssue(str(root), None, "", "holds no policy files (*.yaml, *.yml); without a "
-                                       "policy gpugate injects nothing (policies/README.md)")])
+        raise PolicyError(
+            [
+                PolicyIssue(
+                    str(root),
+                    None,
+                    "",
+                    "holds no policy files (*.yaml, *.yml); without a "
+                    "policy gpugate injects nothing (policies/README.md)",
+                )
+            ]
+        )
     for path in files:
         try:
             text = path.read_bytes()
@@ -589,8 +676,11 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             if policy is None:
                 continue
             if policy.name in seen:
-                issues.append(PolicyIssue(path.name, index, "metadata.name",
-                                          f"{policy.name!r} is already defined in {seen[policy.name]}"))
+                issues.append(
+                    PolicyIssue(
+                        path.name, index, "metadata.name", f"{policy.name!r} is already defined in {seen[policy.name]}"
+                    )
+                )
                 continue
             seen[policy.name] = f"{path.name} document {index}"
             policies.append(policy)

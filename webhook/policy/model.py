@@ -19,11 +19,15 @@ WORKLOAD_KIND = "GPUWorkloadKind"
 #: ``millicores``, ``memory.max`` and ``tiles`` for GPU-aware scheduling); HAMi (``nvidia.com/gpumem``,
 #: ``gpumem-percentage``, ``gpucores`` beside a real ``nvidia.com/gpu`` count).
 BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "nvidia": (("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
-               ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")),
+    "nvidia": (
+        ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
+        ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"),
+    ),
     "amd": (("amd.com/gpu",), ()),
-    "intel": (("gpu.intel.com/i915", "gpu.intel.com/xe"),
-              ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles")),
+    "intel": (
+        ("gpu.intel.com/i915", "gpu.intel.com/xe"),
+        ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"),
+    ),
 }
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
@@ -148,12 +152,22 @@ class Device:
     _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def counts(self, resource: str) -> bool:
-        return bool(_remember(self._cache, ("counts", resource), lambda: _matches_any(
-            resource, self.resources) and not _matches_any(resource, self.auxiliary_resources)))
+        return bool(
+            _remember(
+                self._cache,
+                ("counts", resource),
+                lambda: _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources),
+            )
+        )
 
     def owns(self, resource: str) -> bool:
-        return bool(_remember(self._cache, ("owns", resource), lambda: _matches_any(
-            resource, self.resources) or _matches_any(resource, self.auxiliary_resources)))
+        return bool(
+            _remember(
+                self._cache,
+                ("owns", resource),
+                lambda: _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -240,13 +254,17 @@ class Policy:
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def counts_as_gpu(self, resource: str) -> bool:
-        return bool(_remember(self._cache, ("counts", resource),
-                              lambda: any(d.counts(resource) for d in self.devices.values())))
+        return bool(
+            _remember(self._cache, ("counts", resource), lambda: any(d.counts(resource) for d in self.devices.values()))
+        )
 
     def device_of(self, resource: str) -> Device | None:
         """The device whose GPU or auxiliary resource this is (the first, in policy order)."""
-        found: Device | None = _remember(self._cache, ("device", resource), lambda: next(
-            (d for d in self.devices.values() if d.owns(resource)), None))
+        found: Device | None = _remember(
+            self._cache,
+            ("device", resource),
+            lambda: next((d for d in self.devices.values() if d.owns(resource)), None),
+        )
         return found
 
     @property
@@ -263,14 +281,17 @@ class Policy:
 
     @property
     def uses_namespace_labels(self) -> bool:
-        return self.match.namespace_selector is not None or any(
-            a.from_namespace_label for a in self.attribution
-        )
+        return self.match.namespace_selector is not None or any(a.from_namespace_label for a in self.attribution)
 
 
 #: The policy that stands in when none matches: built-in checks only, nothing injected.
-BUILTIN = Policy(name="built-in", source="built-in", non_gpu_tolerations="allow", non_gpu_runtime_class="allow",
-                 init_only_gpus="allow")
+BUILTIN = Policy(
+    name="built-in",
+    source="built-in",
+    non_gpu_tolerations="allow",
+    non_gpu_runtime_class="allow",
+    init_only_gpus="allow",
+)
 
 
 class NamespaceLabelsUnavailable(Exception):
@@ -310,15 +331,19 @@ class PolicySet:
     # The index behind governing(): namespace -> candidates, (namespace, labels) -> candidates. Derived
     # from ``policies`` alone, so it is no part of the set's identity.
     _by_namespace: dict[str, tuple[tuple[Policy, ...], bool]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     _by_labels: dict[tuple[str, frozenset[tuple[str, str]]], tuple[Policy, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @staticmethod
-    def of(policies: Iterable[Policy], digest: str = "",
-           workloads: Iterable[WorkloadKind] = ()) -> PolicySet:
-        return PolicySet(tuple(sorted(policies, key=lambda p: (-p.priority, p.name))), digest,
-                         {(w.group, w.kind): w for w in workloads})
+    def of(policies: Iterable[Policy], digest: str = "", workloads: Iterable[WorkloadKind] = ()) -> PolicySet:
+        return PolicySet(
+            tuple(sorted(policies, key=lambda p: (-p.priority, p.name))),
+            digest,
+            {(w.group, w.kind): w for w in workloads},
+        )
 
     def governing(
         self,
@@ -342,8 +367,7 @@ class PolicySet:
         if selects_by_labels:
             labels = namespace_labels()
             if labels is None:  # the scan decides whether the labels were needed at all
-                return _scan(candidates, namespace=namespace, pod_labels=pod_labels,
-                             namespace_labels=namespace_labels)
+                return _scan(candidates, namespace=namespace, pod_labels=pod_labels, namespace_labels=namespace_labels)
             candidates = self._for_labels(namespace, candidates, labels)
         for policy in candidates:
             selector = policy.match.pod_selector
@@ -354,29 +378,41 @@ class PolicySet:
     def _for_namespace(self, namespace: str) -> tuple[tuple[Policy, ...], bool]:
         found = self._by_namespace.get(namespace)
         if found is None:
-            candidates = tuple(p for p in self.policies if not p.match.namespaces
-                               or any(fnmatch.fnmatchcase(namespace, g) for g in p.match.namespaces))
+            candidates = tuple(
+                p
+                for p in self.policies
+                if not p.match.namespaces or any(fnmatch.fnmatchcase(namespace, g) for g in p.match.namespaces)
+            )
             found = candidates, any(p.match.namespace_selector is not None for p in candidates)
             if len(self._by_namespace) >= INDEX_LIMIT:
                 self._by_namespace.clear()
             self._by_namespace[namespace] = found
         return found
 
-    def _for_labels(self, namespace: str, candidates: tuple[Policy, ...],
-                    labels: Mapping[str, str]) -> tuple[Policy, ...]:
+    def _for_labels(
+        self, namespace: str, candidates: tuple[Policy, ...], labels: Mapping[str, str]
+    ) -> tuple[Policy, ...]:
         key = (namespace, frozenset(labels.items()))
         found = self._by_labels.get(key)
         if found is None:
-            found = tuple(p for p in candidates
-                          if p.match.namespace_selector is None or p.match.namespace_selector.matches(labels))
+            found = tuple(
+                p
+                for p in candidates
+                if p.match.namespace_selector is None or p.match.namespace_selector.matches(labels)
+            )
             if len(self._by_labels) >= INDEX_LIMIT:
                 self._by_labels.clear()
             self._by_labels[key] = found
         return found
 
 
-def _scan(policies: Iterable[Policy], *, namespace: str, pod_labels: Mapping[str, str],
-          namespace_labels: Callable[[], Mapping[str, str] | None]) -> Policy:
+def _scan(
+    policies: Iterable[Policy],
+    *,
+    namespace: str,
+    pod_labels: Mapping[str, str],
+    namespace_labels: Callable[[], Mapping[str, str] | None],
+) -> Policy:
     """The first policy, in order, whose every selector matches: the definition governing() indexes."""
     for policy in policies:
         m = policy.match

@@ -17,8 +17,11 @@ from .model import API_VERSION, KIND, WORKLOAD_KIND
 SCHEMA_ID = "https://gpugate.io/schemas/gpugate-policy.schema.json"
 _STRING: dict[str, Any] = {"type": "string", "minLength": 1}
 _STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
-_LABEL_VALUE: dict[str, Any] = {"type": "string", "maxLength": 63,
-                               "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}
+_LABEL_VALUE: dict[str, Any] = {
+    "type": "string",
+    "maxLength": 63,
+    "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+}
 
 
 def _object(properties: dict[str, Any], *, required: tuple[str, ...] = (), description: str = "") -> dict[str, Any]:
@@ -39,74 +42,168 @@ def _only(fields: tuple[str, ...], properties: dict[str, Any]) -> dict[str, Any]
 
 
 def policy_schema() -> dict[str, Any]:
-    toleration = _object(_only(loader._TOLERATION_FIELDS, {
-        "key": _STRING, "operator": {"enum": ["Exists", "Equal"]}, "value": {"type": "string"},
-        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-        "tolerationSeconds": {"type": "integer"},
-    }))
-    selector = _object({
-        "matchLabels": {"type": "object", "additionalProperties": _LABEL_VALUE},
-        "matchExpressions": {"type": "array", "items": _object({
-            "key": _STRING, "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]}, "values": _STRINGS,
-        }, required=("key", "operator"))},
-    })
-    device = _object(_only(loader._DEVICE_FIELDS, {
-        "resources": {**_STRINGS, "minItems": 1, "description": "GPU count resources (exact names or globs)"},
-        "auxiliaryResources": {**_STRINGS, "description": "make a pod a GPU pod, never counted as GPUs"},
-        "runtimeClassName": _STRING,
-        "tolerations": {"type": "array", "items": toleration},
-        "modelLabel": {**_STRING, "description": "the node label naming the GPU model"},
-        "modelAliases": {**_STRINGS, "description": "other node labels a pod may choose its hardware with"},
-        "choiceAnnotations": {**_STRINGS, "description": "scheduler annotations that choose the hardware"},
-    }), description="a vendor's device profile")
-    model_class = {"oneOf": [
-        _object(_only(loader._CLASS_FIELDS, {
-            "values": {**_STRINGS, "minItems": 1, "description": "node label values, exactly as nodes carry them"},
-            "resources": {**_STRINGS, "minItems": 1, "description": "the GPU resources its nodes offer"},
-            "device": _STRING,
-            "aliases": {"type": "object", "additionalProperties": _STRINGS},
-        }), required=("values", "resources")),
-        {**_STRINGS, "minItems": 1, "description": "0.1 form: node label values (with spec.models.nodeLabel)"},
-    ]}
-    spec = _object(_only(loader._SPEC_FIELDS, {
-        "priority": {"type": "integer"},
-        "mode": {"enum": ["enforce", "warn", "audit"]},
-        "match": _object({"namespaces": _STRINGS, "namespaceSelector": selector, "podSelector": selector}),
-        "devices": {"type": "object", "additionalProperties": device},
-        "limits": _object({"maxPerContainer": {"type": "integer", "minimum": 1},
-                           "maxPerPod": {"type": "integer", "minimum": 1}}),
-        "models": _object({
-            "default": {"oneOf": [_STRING, _STRINGS]},
-            "classes": {"type": "object", "minProperties": 1, "additionalProperties": model_class},
-            "nodeLabel": {**_STRING, "description": "0.1 form: move to spec.devices.<vendor>.modelLabel"},
-        }, required=("classes",)),
-        "gpuHolders": _object({"resourceClaims": {"type": "boolean"}, "annotations": _STRINGS,
-                               "annotationDevice": {"type": ["string", "null"]}}),
-        "attribution": _object({"labels": {"type": "object", "additionalProperties": _object({
-            "fromNamespaceLabel": _STRING, "value": _LABEL_VALUE, "default": _LABEL_VALUE})}}),
-        "nonGPUPods": _object({"gpuTolerations": {"enum": ["deny", "strip", "allow"]},
-                               "gpuRuntimeClass": {"enum": ["deny", "allow"]}}),
-        "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
-        "mutateTemplates": {"type": "boolean"},
-        "gpuResources": {**_STRINGS, "minItems": 1, "description": "0.1 form: use spec.devices.<vendor>.resources"},
-        "runtimeClassName": {**_STRING, "description": "0.1 form: use spec.devices.<vendor>.runtimeClassName"},
-        "tolerations": {"type": "array", "items": toleration,
-                        "description": "0.1 form: use spec.devices.<vendor>.tolerations"},
-    }))
+    toleration = _object(
+        _only(
+            loader._TOLERATION_FIELDS,
+            {
+                "key": _STRING,
+                "operator": {"enum": ["Exists", "Equal"]},
+                "value": {"type": "string"},
+                "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                "tolerationSeconds": {"type": "integer"},
+            },
+        )
+    )
+    selector = _object(
+        {
+            "matchLabels": {"type": "object", "additionalProperties": _LABEL_VALUE},
+            "matchExpressions": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "key": _STRING,
+                        "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": _STRINGS,
+                    },
+                    required=("key", "operator"),
+                ),
+            },
+        }
+    )
+    device = _object(
+        _only(
+            loader._DEVICE_FIELDS,
+            {
+                "resources": {**_STRINGS, "minItems": 1, "description": "GPU count resources (exact names or globs)"},
+                "auxiliaryResources": {**_STRINGS, "description": "make a pod a GPU pod, never counted as GPUs"},
+                "runtimeClassName": _STRING,
+                "tolerations": {"type": "array", "items": toleration},
+                "modelLabel": {**_STRING, "description": "the node label naming the GPU model"},
+                "modelAliases": {**_STRINGS, "description": "other node labels a pod may choose its hardware with"},
+                "choiceAnnotations": {**_STRINGS, "description": "scheduler annotations that choose the hardware"},
+            },
+        ),
+        description="a vendor's device profile",
+    )
+    model_class = {
+        "oneOf": [
+            _object(
+                _only(
+                    loader._CLASS_FIELDS,
+                    {
+                        "values": {
+                            **_STRINGS,
+                            "minItems": 1,
+                            "description": "node label values, exactly as nodes carry them",
+                        },
+                        "resources": {**_STRINGS, "minItems": 1, "description": "the GPU resources its nodes offer"},
+                        "device": _STRING,
+                        "aliases": {"type": "object", "additionalProperties": _STRINGS},
+                    },
+                ),
+                required=("values", "resources"),
+            ),
+            {**_STRINGS, "minItems": 1, "description": "0.1 form: node label values (with spec.models.nodeLabel)"},
+        ]
+    }
+    spec = _object(
+        _only(
+            loader._SPEC_FIELDS,
+            {
+                "priority": {"type": "integer"},
+                "mode": {"enum": ["enforce", "warn", "audit"]},
+                "match": _object({"namespaces": _STRINGS, "namespaceSelector": selector, "podSelector": selector}),
+                "devices": {"type": "object", "additionalProperties": device},
+                "limits": _object(
+                    {
+                        "maxPerContainer": {"type": "integer", "minimum": 1},
+                        "maxPerPod": {"type": "integer", "minimum": 1},
+                    }
+                ),
+                "models": _object(
+                    {
+                        "default": {"oneOf": [_STRING, _STRINGS]},
+                        "classes": {"type": "object", "minProperties": 1, "additionalProperties": model_class},
+                        "nodeLabel": {**_STRING, "description": "0.1 form: move to spec.devices.<vendor>.modelLabel"},
+                    },
+                    required=("classes",),
+                ),
+                "gpuHolders": _object(
+                    {
+                        "resourceClaims": {"type": "boolean"},
+                        "annotations": _STRINGS,
+                        "annotationDevice": {"type": ["string", "null"]},
+                    }
+                ),
+                "attribution": _object(
+                    {
+                        "labels": {
+                            "type": "object",
+                            "additionalProperties": _object(
+                                {"fromNamespaceLabel": _STRING, "value": _LABEL_VALUE, "default": _LABEL_VALUE}
+                            ),
+                        }
+                    }
+                ),
+                "nonGPUPods": _object(
+                    {
+                        "gpuTolerations": {"enum": ["deny", "strip", "allow"]},
+                        "gpuRuntimeClass": {"enum": ["deny", "allow"]},
+                    }
+                ),
+                "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
+                "mutateTemplates": {"type": "boolean"},
+                "gpuResources": {
+                    **_STRINGS,
+                    "minItems": 1,
+                    "description": "0.1 form: use spec.devices.<vendor>.resources",
+                },
+                "runtimeClassName": {**_STRING, "description": "0.1 form: use spec.devices.<vendor>.runtimeClassName"},
+                "tolerations": {
+                    "type": "array",
+                    "items": toleration,
+                    "description": "0.1 form: use spec.devices.<vendor>.tolerations",
+                },
+            },
+        )
+    )
     dns_name = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-    metadata = _object({"name": {"type": "string", "pattern": dns_name},
-                        "labels": {"type": "object"}, "annotations": {"type": "object"}}, required=("name",))
-    workload = _object({"group": _STRING, "kind": _STRING, "plural": _STRING, "versions": _STRINGS,
-                        "podTemplates": {**_STRINGS, "minItems": 1}}, required=("group", "kind", "podTemplates"))
+    metadata = _object(
+        {
+            "name": {"type": "string", "pattern": dns_name},
+            "labels": {"type": "object"},
+            "annotations": {"type": "object"},
+        },
+        required=("name",),
+    )
+    workload = _object(
+        {
+            "group": _STRING,
+            "kind": _STRING,
+            "plural": _STRING,
+            "versions": _STRINGS,
+            "podTemplates": {**_STRINGS, "minItems": 1},
+        },
+        required=("group", "kind", "podTemplates"),
+    )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "gpugate policy file (GPUPolicy, GPUWorkloadKind)",
         "description": "Generated by `gpugate policy schema`; fields are described in policies/README.md.",
         "oneOf": [
-            _object({"apiVersion": {"const": API_VERSION}, "kind": {"const": KIND}, "metadata": metadata,
-                     "spec": spec}, required=("apiVersion", "kind", "metadata")),
-            _object({"apiVersion": {"const": API_VERSION}, "kind": {"const": WORKLOAD_KIND}, "metadata": metadata,
-                     "spec": workload}, required=("apiVersion", "kind", "metadata", "spec")),
+            _object(
+                {"apiVersion": {"const": API_VERSION}, "kind": {"const": KIND}, "metadata": metadata, "spec": spec},
+                required=("apiVersion", "kind", "metadata"),
+            ),
+            _object(
+                {
+                    "apiVersion": {"const": API_VERSION},
+                    "kind": {"const": WORKLOAD_KIND},
+                    "metadata": metadata,
+                    "spec": workload,
+                },
+                required=("apiVersion", "kind", "metadata", "spec"),
+            ),
         ],
     }

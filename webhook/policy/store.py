@@ -25,9 +25,15 @@ class PolicyStore:
     take a good part of a second to parse); without it, the call that notices the change does the reload.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, background: bool = False,
-                 fallback: PolicySet | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool = False,
+        fallback: PolicySet | None = None,
+    ) -> None:
         """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise."""
         self.directory = Path(directory)
         self.interval = interval
@@ -96,8 +102,12 @@ class PolicyStore:
         if policies.digest != self._policies.digest:
             self._policies = policies
             self.generation += 1
-            log.info("policies reloaded: generation %d, %d policies, digest %s",
-                     self.generation, len(policies.policies), policies.digest)
+            log.info(
+                "policies reloaded: generation %d, %d policies, digest %s",
+                self.generation,
+                len(policies.policies),
+                policies.digest,
+            )
         self.last_error = self.last_error_id = None
 
     def _failed(self, err: PolicyError, fingerprint: tuple[tuple[str, int, int, int], ...]) -> None:

@@ -62,12 +62,15 @@ def load_prices(path: str) -> Prices:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ReportError(f"--prices {path}: not YAML: {where}{getattr(err, 'problem', None) or err}") from None
     if not isinstance(document, dict) or not isinstance(document.get("perHour"), dict):
-        raise ReportError(f"--prices {path}: expected a mapping with 'perHour: {{<GPU model or MIG profile>: "
-                          "<price per hour>}}' (and optionally 'currency: USD')")
+        raise ReportError(
+            f"--prices {path}: expected a mapping with 'perHour: {{<GPU model or MIG profile>: "
+            "<price per hour>}}' (and optionally 'currency: USD')"
+        )
     unknown = set(document) - {"currency", "perHour"}
     if unknown:
-        raise ReportError(f"--prices {path}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                          "expected currency and perHour")
+        raise ReportError(
+            f"--prices {path}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; expected currency and perHour"
+        )
     currency = document.get("currency", "USD")
     if not isinstance(currency, str) or not currency:
         raise ReportError(f"--prices {path}: currency must be a string such as USD")
@@ -87,8 +90,9 @@ def parse_fail_above(text: str | None) -> tuple[float, bool] | None:
     try:
         value = float(text.rstrip("%"))
     except ValueError:
-        raise ReportError(f"--fail-above {text!r}: expected idle GPU-hours (e.g. 100) or an idle share "
-                          "(e.g. 30%)") from None
+        raise ReportError(
+            f"--fail-above {text!r}: expected idle GPU-hours (e.g. 100) or an idle share (e.g. 30%)"
+        ) from None
     return value, share
 
 
@@ -104,19 +108,36 @@ def findings(report: Report, limit: tuple[float, bool]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    parser.add_argument(
+        "--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090"
+    )
     parser.add_argument("--window", default="7d", help="length of the report window (default 7d)")
     parser.add_argument("--end", metavar="TIME", help="end of the window, RFC 3339 (default: now)")
-    parser.add_argument("--step", default="5m", help="integration step (default 5m); long windows are split "
-                                                     "into queries of at most 10,000 steps")
-    parser.add_argument("--prices", metavar="FILE", help="price table (YAML): currency, perHour by GPU model or "
-                                                          "MIG profile; see docs/report.md")
-    parser.add_argument("--group", choices=GROUPS, default="team", help="rows by team (default), cost-center, "
-                                                                        "workload or namespace")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="PERCENT",
-                        help=f"a GPU below this utilisation during a step is idle (default {DEFAULT_THRESHOLD:g})")
-    parser.add_argument("--fail-above", metavar="HOURS|PERCENT%",
-                        help="exit 1 when a group's idle GPU-hours (100) or idle share (30%%) is above this")
+    parser.add_argument(
+        "--step",
+        default="5m",
+        help="integration step (default 5m); long windows are split into queries of at most 10,000 steps",
+    )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="price table (YAML): currency, perHour by GPU model or MIG profile; see docs/report.md",
+    )
+    parser.add_argument(
+        "--group", choices=GROUPS, default="team", help="rows by team (default), cost-center, workload or namespace"
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        metavar="PERCENT",
+        help=f"a GPU below this utilisation during a step is idle (default {DEFAULT_THRESHOLD:g})",
+    )
+    parser.add_argument(
+        "--fail-above",
+        metavar="HOURS|PERCENT%",
+        help="exit 1 when a group's idle GPU-hours (100) or idle share (30%%) is above this",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
@@ -133,8 +154,10 @@ class _Progress:
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if self.enabled:
-            line = f"gpugate report: query {done + 1 if done < total else total}/{total} {what} " \
-                   f"({time.monotonic() - self.started:.0f} s)"
+            line = (
+                f"gpugate report: query {done + 1 if done < total else total}/{total} {what} "
+                f"({time.monotonic() - self.started:.0f} s)"
+            )
             self.stream.write("\r" + line[:150].ljust(150))
             self.stream.flush()
 

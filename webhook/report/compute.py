@@ -56,7 +56,7 @@ def mig_fraction(profile: str, *, model: str = "") -> float:
 
 def mig_profile_of(resource: str) -> str:
     """``nvidia_com_mig_1g_10gb`` -> ``1g.10gb`` (``_me`` suffixes come back as ``+me``)."""
-    parts = resource[len(MIG_PREFIX):].split("_")
+    parts = resource[len(MIG_PREFIX) :].split("_")
     return ".".join(parts[:2]) + "".join(f"+{p}" for p in parts[2:])
 
 
@@ -186,13 +186,30 @@ class _Unit:
     price_share: float  # of the device's hour that this pod pays for
 
 
-def _account(unit: _Unit, target: _Accumulator, workload: Workload, *, held: Hashable, index: int,
-             step_hours: float, utilisation: float | None, source: str, threshold: float) -> None:
+def _account(
+    unit: _Unit,
+    target: _Accumulator,
+    workload: Workload,
+    *,
+    held: Hashable,
+    index: int,
+    step_hours: float,
+    utilisation: float | None,
+    source: str,
+    threshold: float,
+) -> None:
     hours = unit.share * step_hours
     # What was held at once: a device counts once however many pods the step saw on it.
     target.counts[unit.kind].add(held)
-    target.add(index=index, hours=hours, utilisation=utilisation, source=source, threshold=threshold,
-               price=unit.price, price_hours=step_hours * unit.price_share)
+    target.add(
+        index=index,
+        hours=hours,
+        utilisation=utilisation,
+        source=source,
+        threshold=threshold,
+        price=unit.price,
+        price_hours=step_hours * unit.price_share,
+    )
     workload.allocated_hours += hours
     if utilisation is not None:
         workload.telemetry_hours += hours
@@ -217,8 +234,17 @@ class _Accumulator:
         self.tele = [0.0] * steps
         self.counts: dict[str, set[Hashable]] = defaultdict(set)
 
-    def add(self, *, index: int, hours: float, utilisation: float | None, source: str,
-            threshold: float, price: float | None, price_hours: float) -> None:
+    def add(
+        self,
+        *,
+        index: int,
+        hours: float,
+        utilisation: float | None,
+        source: str,
+        threshold: float,
+        price: float | None,
+        price_hours: float,
+    ) -> None:
         row = self.row
         row.allocated_hours += hours
         self.allocated[index] += hours
@@ -265,8 +291,11 @@ class _Accumulator:
         self.dev_hours += other.dev_hours
         self.cost += other.cost
         self.idle_cost += other.idle_cost
-        for mine, yours in ((self.allocated, other.allocated), (self.util_hours, other.util_hours),
-                            (self.tele, other.tele)):
+        for mine, yours in (
+            (self.allocated, other.allocated),
+            (self.util_hours, other.util_hours),
+            (self.tele, other.tele),
+        ):
             for index, value in enumerate(yours):
                 mine[index] += value
 
@@ -339,8 +368,14 @@ def _device_series(labels: Labels) -> _DeviceSeries:
     # instance is the pair (parent UUID, GPU_I_ID) (internal/pkg/rendermetrics/render_metrics.go).
     key = (labels.get("UUID") or labels.get("uuid") or "", labels.get("GPU_I_ID", ""))
     pod = (labels.get("namespace", ""), labels.get("pod", "")) if labels.get("pod") else None
-    return _DeviceSeries(key=key, profile=labels.get("GPU_I_PROFILE", ""), model=labels.get("modelName", ""),
-                         pod=pod, virtual=bool(labels.get("vgpu")), attribution=_attribution(labels, dcgm_label))
+    return _DeviceSeries(
+        key=key,
+        profile=labels.get("GPU_I_PROFILE", ""),
+        model=labels.get("modelName", ""),
+        pod=pod,
+        virtual=bool(labels.get("vgpu")),
+        attribution=_attribution(labels, dcgm_label),
+    )
 
 
 def _attribution(labels: Labels, name: Callable[[str], str]) -> dict[str, str] | None:
@@ -350,8 +385,14 @@ def _attribution(labels: Labels, name: Callable[[str], str]) -> dict[str, str] |
     return {key: labels.get(name(key), "") for key in ATTRIBUTION_KEYS}
 
 
-def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float = DEFAULT_THRESHOLD,
-                   prices: Prices | None = None, top: int = 10) -> Report:
+def compute_report(
+    inputs: Inputs,
+    *,
+    group_by: str = "team",
+    threshold: float = DEFAULT_THRESHOLD,
+    prices: Prices | None = None,
+    top: int = 10,
+) -> Report:
     """The report: one row per group, the fleet total, the top idle workloads, and a timeline."""
     if group_by not in GROUPS:
         raise ValueError(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}")
@@ -364,10 +405,14 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
     util = _index(inputs.gpu_util, step_index)
     engine_series = [_device_series(s.labels) for s in inputs.engine_active]
     util_series = [_device_series(s.labels) for s in inputs.gpu_util]
-    request_series = [((s.labels.get("namespace", ""), s.labels.get("pod", "")), s.labels.get("resource", ""))
-                      for s in inputs.requests]
-    label_series = [((s.labels.get("namespace", ""), s.labels.get("pod", "")), _attribution(s.labels, ksm_label))
-                    for s in inputs.pod_labels]
+    request_series = [
+        ((s.labels.get("namespace", ""), s.labels.get("pod", "")), s.labels.get("resource", ""))
+        for s in inputs.requests
+    ]
+    label_series = [
+        ((s.labels.get("namespace", ""), s.labels.get("pod", "")), _attribution(s.labels, ksm_label))
+        for s in inputs.pod_labels
+    ]
     notes: list[str] = []
 
     groups: dict[str, _Accumulator] = {}
@@ -411,8 +456,10 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
         holders: dict[DeviceKey, set[Pod]] = defaultdict(set)
         virtual: set[DeviceKey] = set()
         dcgm_attribution: dict[Pod, dict[str, str]] = {}
-        for samples, info, values, of_pod, scale in ((engine[i], engine_series, prof, prof_of_pod, 100.0),
-                                                     (util[i], util_series, dev, dev_of_pod, 1.0)):
+        for samples, info, values, of_pod, scale in (
+            (engine[i], engine_series, prof, prof_of_pod, 100.0),
+            (util[i], util_series, dev, dev_of_pod, 1.0),
+        ):
             for number, value in samples:
                 series = info[number]
                 key = series.key
@@ -474,37 +521,65 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
                 unit = unit_cache.get(unit_key)
                 if unit is None:
                     fraction = mig_fraction(device.profile, model=device.model) if device.profile else 1.0
-                    price = prices.device(model=device.model, profile=device.profile, fraction=fraction) \
-                        if prices else None
+                    price = (
+                        prices.device(model=device.model, profile=device.profile, fraction=fraction) if prices else None
+                    )
                     # A device is counted once: pods that share it (time-slicing) split its hours evenly.
-                    unit = unit_cache[unit_key] = _Unit(kind=kind_of, share=fraction / sharers, price=price,
-                                                        price_share=1 / sharers)
+                    unit = unit_cache[unit_key] = _Unit(
+                        kind=kind_of, share=fraction / sharers, price=price, price_share=1 / sharers
+                    )
                 seen.append(unit)
                 own = key not in virtual and sharers > 1
                 utilisation = prof_of_pod.get((key, pod)) if own else prof.get(key)
                 source = SOURCE_PROF
                 if utilisation is None:
                     utilisation, source = (dev_of_pod.get((key, pod)) if own else dev.get(key)), SOURCE_DEV
-                _account(unit, accumulator, workload, held=(pod, key) if kind_of == "shared" else key, index=i,
-                         step_hours=step_hours, utilisation=utilisation, source=source, threshold=threshold)
+                _account(
+                    unit,
+                    accumulator,
+                    workload,
+                    held=(pod, key) if kind_of == "shared" else key,
+                    index=i,
+                    step_hours=step_hours,
+                    utilisation=utilisation,
+                    source=source,
+                    threshold=threshold,
+                )
             if seen:
                 known_units[pod] = seen
             # Requested units no telemetry accounts for: allocated, but neither busy nor idle. What the pod's
             # devices were when last seen says what they are (a MIG slice under the single strategy is
             # requested as nvidia.com/gpu), else the resource name does.
-            remembered = known_units.get(pod, [])[len(seen):]
+            remembered = known_units.get(pod, [])[len(seen) :]
             for n, resource in enumerate(units):
                 if n < len(remembered):
                     unit = remembered[n]
                 elif resource.startswith(MIG_PREFIX):
                     fraction = mig_fraction(mig_profile_of(resource))
-                    unit = _Unit(kind=mig_profile_of(resource), share=fraction,
-                                 price=prices.unknown(fraction=fraction) if prices else None, price_share=1.0)
+                    unit = _Unit(
+                        kind=mig_profile_of(resource),
+                        share=fraction,
+                        price=prices.unknown(fraction=fraction) if prices else None,
+                        price_share=1.0,
+                    )
                 else:
-                    unit = _Unit(kind="shared" if resource == SHARED else "whole", share=1.0,
-                                 price=prices.unknown(fraction=1.0) if prices else None, price_share=1.0)
-                _account(unit, accumulator, workload, held=(pod, resource, n), index=i, step_hours=step_hours,
-                         utilisation=None, source="", threshold=threshold)
+                    unit = _Unit(
+                        kind="shared" if resource == SHARED else "whole",
+                        share=1.0,
+                        price=prices.unknown(fraction=1.0) if prices else None,
+                        price_share=1.0,
+                    )
+                _account(
+                    unit,
+                    accumulator,
+                    workload,
+                    held=(pod, resource, n),
+                    index=i,
+                    step_hours=step_hours,
+                    utilisation=None,
+                    source="",
+                    threshold=threshold,
+                )
         for accumulator in groups.values():
             total.merge_step(accumulator)
             accumulator.close_step()
@@ -521,28 +596,46 @@ def compute_report(inputs: Inputs, *, group_by: str = "team", threshold: float =
     for accumulator in groups.values():
         total.merge(accumulator)
     priced = prices is not None
-    rows = sorted((acc.finish(priced=priced) for acc in groups.values()),
-                  key=lambda row: (-row.idle_hours, -row.allocated_hours, row.group))
+    rows = sorted(
+        (acc.finish(priced=priced) for acc in groups.values()),
+        key=lambda row: (-row.idle_hours, -row.allocated_hours, row.group),
+    )
     total_row = total.finish(priced=priced)
     if total_row.allocated_hours and total_row.telemetry_share < 0.9:
-        notes.append(f"only {100 * total_row.telemetry_share:.0f}% of allocated GPU-hours had telemetry; "
-                     "hours without it are neither busy nor idle")
+        notes.append(
+            f"only {100 * total_row.telemetry_share:.0f}% of allocated GPU-hours had telemetry; "
+            "hours without it are neither busy nor idle"
+        )
     if priced and total_row.unpriced_hours:
-        notes.append(f"{total_row.unpriced_hours:.1f} GPU-hours have no price (add their model, profile or "
-                     "'default' to the price table)")
-    top_workloads = sorted((w for w in workloads.values() if w.idle_hours > 0),
-                           key=lambda w: (-w.idle_hours, w.key))[:top]
+        notes.append(
+            f"{total_row.unpriced_hours:.1f} GPU-hours have no price (add their model, profile or "
+            "'default' to the price table)"
+        )
+    top_workloads = sorted((w for w in workloads.values() if w.idle_hours > 0), key=lambda w: (-w.idle_hours, w.key))[
+        :top
+    ]
     shown = [row.group for row in rows]
     timeline = Timeline(
         times=steps,
         allocated={name: groups[name].allocated for name in shown} | {"total": total.allocated},
-        utilisation={name: _mean_series(acc.util_hours, acc.tele) for name, acc in
-                     [*((n, groups[n]) for n in shown), ("total", total)]},
+        utilisation={
+            name: _mean_series(acc.util_hours, acc.tele)
+            for name, acc in [*((n, groups[n]) for n in shown), ("total", total)]
+        },
     )
-    return Report(start=steps[0] - inputs.step if steps else 0.0, end=steps[-1] if steps else 0.0,
-                  step=inputs.step, group_by=group_by, threshold=threshold, rows=rows, total=total_row,
-                  workloads=top_workloads, timeline=timeline, currency=prices.currency if prices else None,
-                  notes=notes)
+    return Report(
+        start=steps[0] - inputs.step if steps else 0.0,
+        end=steps[-1] if steps else 0.0,
+        step=inputs.step,
+        group_by=group_by,
+        threshold=threshold,
+        rows=rows,
+        total=total_row,
+        workloads=top_workloads,
+        timeline=timeline,
+        currency=prices.currency if prices else None,
+        notes=notes,
+    )
 
 
 def _mean_series(weighted: Sequence[float], weights: Sequence[float]) -> list[float | None]:

@@ -31,7 +31,9 @@ class Prometheus:
     def __init__(self, url: str, *, timeout: float = 120.0) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise PrometheusError(f"--prometheus {url!r}: expected an http:// or https:// URL, e.g. http://prometheus:9090")
+            raise PrometheusError(
+                f"--prometheus {url!r}: expected an http:// or https:// URL, e.g. http://prometheus:9090"
+            )
         self.url = url.rstrip("/")
         self.timeout = timeout
 
@@ -72,16 +74,20 @@ class Prometheus:
         data = self._get("/api/v1/query", {"query": promql, "time": _fmt(at)})
         if data.get("resultType") == "scalar":
             return [Series({}, {float(data["result"][0]): float(data["result"][1])})]
-        return [Series(dict(item["metric"]), {float(item["value"][0]): float(item["value"][1])})
-                for item in data.get("result", [])]
+        return [
+            Series(dict(item["metric"]), {float(item["value"][0]): float(item["value"][1])})
+            for item in data.get("result", [])
+        ]
 
     def query_range(self, promql: str, *, start: float, end: float, step: float) -> list[Series]:
         """A range query; the caller keeps (end - start) / step below :data:`MAX_POINTS_PER_SERIES`."""
-        data = self._get("/api/v1/query_range",
-                         {"query": promql, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)})
-        return [Series(dict(item["metric"]), {float(t): float(v) for t, v in item["values"]})
-                for item in data.get("result", [])]
-
+        data = self._get(
+            "/api/v1/query_range", {"query": promql, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)}
+        )
+        return [
+            Series(dict(item["metric"]), {float(t): float(v) for t, v in item["values"]})
+            for item in data.get("result", [])
+        ]
 
     def label_values(self, name: str, *, match: str, start: float | None = None, end: float | None = None) -> list[str]:
         """Values of label ``name`` on series matching ``match``, from the index only (cheap over any range)."""

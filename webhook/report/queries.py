@@ -21,8 +21,10 @@ ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
-ALLOWLIST = ("--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
-             "gpugate.io/workload-kind,gpugate.io/workload-name]")
+ALLOWLIST = (
+    "--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
+    "gpugate.io/workload-kind,gpugate.io/workload-name]"
+)
 # Leave head room below the server's hard limit.
 CHUNK_POINTS = MAX_POINTS_PER_SERIES - 1_000
 
@@ -95,21 +97,31 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
     if not names:
         ever = prometheus.label_values("__name__", match=match)
         if ever:
-            raise ReportError(f"empty window: Prometheus at {prometheus.url} has no kube-state-metrics or "
-                              f"dcgm-exporter samples between {iso(start)} and {iso(end)} (check --end and --window)")
-        raise ReportError(f"Prometheus at {prometheus.url} has no kube-state-metrics or dcgm-exporter series at "
-                          "all: scrape both (see docs/report.md)")
+            raise ReportError(
+                f"empty window: Prometheus at {prometheus.url} has no kube-state-metrics or "
+                f"dcgm-exporter samples between {iso(start)} and {iso(end)} (check --end and --window)"
+            )
+        raise ReportError(
+            f"Prometheus at {prometheus.url} has no kube-state-metrics or dcgm-exporter series at "
+            "all: scrape both (see docs/report.md)"
+        )
     for metric in (REQUESTS, PHASE, POD_LABELS):
         if metric not in names:
-            raise ReportError(f"{metric} is missing between {iso(start)} and {iso(end)}: scrape kube-state-metrics "
-                              "with its pods collector on (it is on by default)")
+            raise ReportError(
+                f"{metric} is missing between {iso(start)} and {iso(end)}: scrape kube-state-metrics "
+                "with its pods collector on (it is on by default)"
+            )
     if ENGINE_ACTIVE not in names and GPU_UTIL not in names:
-        raise ReportError(f"neither {ENGINE_ACTIVE} nor {GPU_UTIL} is in Prometheus between {iso(start)} and "
-                          f"{iso(end)}: scrape dcgm-exporter and keep at least one of them in its counters CSV (-f)")
+        raise ReportError(
+            f"neither {ENGINE_ACTIVE} nor {GPU_UTIL} is in Prometheus between {iso(start)} and "
+            f"{iso(end)}: scrape dcgm-exporter and keep at least one of them in its counters CSV (-f)"
+        )
     notes = []
     if ENGINE_ACTIVE not in names:
-        notes.append(f"{ENGINE_ACTIVE} is missing: using {GPU_UTIL}, which has no value per MIG instance; add "
-                     f"{ENGINE_ACTIVE} to dcgm-exporter's counters CSV (-f)")
+        notes.append(
+            f"{ENGINE_ACTIVE} is missing: using {GPU_UTIL}, which has no value per MIG instance; add "
+            f"{ENGINE_ACTIVE} to dcgm-exporter's counters CSV (-f)"
+        )
     if FB_USED not in names:
         notes.append(f"{FB_USED} is missing: no peak GPU memory; add it to dcgm-exporter's counters CSV (-f)")
     resources = prometheus.label_values("resource", match=REQUESTS, start=start, end=end)
@@ -118,31 +130,50 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
     dcgm = f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}"}}'
     if not prometheus.label_values("pod", match=dcgm, start=start, end=end):
         if prometheus.label_values("exported_pod", match=dcgm, start=start, end=end):
-            raise ReportError("dcgm-exporter's pod label arrives as exported_pod: scrape dcgm-exporter with "
-                              "honorLabels: true (ServiceMonitor) / honor_labels: true, so that pod names the GPU's "
-                              "user")
-        raise ReportError("dcgm-exporter series carry no pod label: run dcgm-exporter with --kubernetes "
-                          "(DCGM_EXPORTER_KUBERNETES=true) so that each GPU names the pod holding it")
+            raise ReportError(
+                "dcgm-exporter's pod label arrives as exported_pod: scrape dcgm-exporter with "
+                "honorLabels: true (ServiceMonitor) / honor_labels: true, so that pod names the GPU's "
+                "user"
+            )
+        raise ReportError(
+            "dcgm-exporter series carry no pod label: run dcgm-exporter with --kubernetes "
+            "(DCGM_EXPORTER_KUBERNETES=true) so that each GPU names the pod holding it"
+        )
     if not prometheus.label_values(ksm_label("team"), match=POD_LABELS, start=start, end=end):
         if prometheus.label_values(dcgm_label("team"), match=dcgm, start=start, end=end):
-            notes.append(f"kube_pod_labels has no gpugate.io labels; using dcgm-exporter's copies (set {ALLOWLIST} "
-                         "on kube-state-metrics to attribute GPUs without telemetry too)")
+            notes.append(
+                f"kube_pod_labels has no gpugate.io labels; using dcgm-exporter's copies (set {ALLOWLIST} "
+                "on kube-state-metrics to attribute GPUs without telemetry too)"
+            )
         else:
-            notes.append(f"no pod carries gpugate.io labels in kube_pod_labels: every GPU counts as unlabelled; "
-                         f"start kube-state-metrics with {ALLOWLIST}")
+            notes.append(
+                f"no pod carries gpugate.io labels in kube_pod_labels: every GPU counts as unlabelled; "
+                f"start kube-state-metrics with {ALLOWLIST}"
+            )
     return notes
 
 
-def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
-                 progress: Progress | None = None, notes: list[str] | None = None) -> Inputs:
+def fetch_inputs(
+    prometheus: Prometheus,
+    *,
+    start: int,
+    end: int,
+    step: int,
+    progress: Progress | None = None,
+    notes: list[str] | None = None,
+) -> Inputs:
     """Every series the report needs, for evaluation times start+step, start+2*step, ..., end; what could
     not be fetched but is not essential goes to ``notes``."""
     first = start + step
     steps = list(range(first, end + 1, step))
     if not steps:
         raise ReportError(f"--window is shorter than --step ({step} s): nothing to report")
-    plan = [("requests", requests_query(step)), ("labels", labels_query(step)),
-            ("engine", device_query(ENGINE_ACTIVE, step)), ("util", device_query(GPU_UTIL, step))]
+    plan = [
+        ("requests", requests_query(step)),
+        ("labels", labels_query(step)),
+        ("engine", device_query(ENGINE_ACTIVE, step)),
+        ("util", device_query(GPU_UTIL, step)),
+    ]
     parts = chunks(first, steps[-1], step, points=CHUNK_POINTS)
     results: dict[str, list[Series]] = {name: [] for name, _ in plan}
     done, total = 0, len(plan) * len(parts) + 1
@@ -159,14 +190,23 @@ def fetch_inputs(prometheus: Prometheus, *, start: int, end: int, step: int,
     except TooManySamples:
         memory = []
         if notes is not None:
-            notes.append(f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
-                         "--query.max-samples; use a shorter --window")
+            notes.append(
+                f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
+                "--query.max-samples; use a shorter --window"
+            )
     if progress:
         progress(total, total, "done")
     if not results["requests"] and not any(s.labels.get("pod") for s in results["engine"] + results["util"]):
         raise ReportError(f"empty window: no pod held a GPU between {iso(start)} and {iso(end)}")
-    return Inputs(steps=steps, step=step, requests=results["requests"], pod_labels=results["labels"],
-                  engine_active=results["engine"], gpu_util=results["util"], memory_peak=memory)
+    return Inputs(
+        steps=steps,
+        step=step,
+        requests=results["requests"],
+        pod_labels=results["labels"],
+        engine_active=results["engine"],
+        gpu_util=results["util"],
+        memory_peak=memory,
+    )
 
 
 def _range(prometheus: Prometheus, promql: str, *, start: int, end: int, step: int) -> list[Series]:
@@ -175,8 +215,10 @@ def _range(prometheus: Prometheus, promql: str, *, start: int, end: int, step: i
         return prometheus.query_range(promql, start=start, end=end, step=step)
     except TooManySamples as err:
         if end - start < 2 * step:
-            raise PrometheusError(f"{err} even for a single step; raise --step or the server's "
-                                  "--query.max-samples") from None
+            raise PrometheusError(
+                f"{err} even for a single step; raise --step or the server's --query.max-samples"
+            ) from None
         middle = start + ((end - start) // step // 2) * step
-        return (_range(prometheus, promql, start=start, end=middle, step=step)
-                + _range(prometheus, promql, start=middle + step, end=end, step=step))
+        return _range(prometheus, promql, start=start, end=middle, step=step) + _range(
+            prometheus, promql, start=middle + step, end=end, step=step
+        )

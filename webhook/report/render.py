@@ -49,18 +49,36 @@ def allocation(row: Row) -> str:
 
 
 def _columns(report: Report) -> list[str]:
-    columns = [report.group_by.upper(), "GPUS (PEAK)", "ALLOC GPU-H", "BUSY GPU-H", "IDLE GPU-H", "IDLE %",
-               "NO TELEMETRY GPU-H", "AVG UTIL", "P95 UTIL", "PEAK MEM"]
+    columns = [
+        report.group_by.upper(),
+        "GPUS (PEAK)",
+        "ALLOC GPU-H",
+        "BUSY GPU-H",
+        "IDLE GPU-H",
+        "IDLE %",
+        "NO TELEMETRY GPU-H",
+        "AVG UTIL",
+        "P95 UTIL",
+        "PEAK MEM",
+    ]
     if report.currency:
         columns += [f"COST {report.currency}", f"IDLE COST {report.currency}"]
     return [*columns, "UTILISATION FROM"]
 
 
 def _cells(report: Report, row: Row) -> list[str]:
-    cells = [row.group, allocation(row), _hours(row.allocated_hours), _hours(row.busy_hours),
-             _hours(row.idle_hours), _pct(100 * row.idle_share if row.telemetry_hours else None),
-             _hours(row.no_telemetry_hours), _pct(row.avg_utilisation), _pct(row.p95_utilisation),
-             _memory(row.peak_memory_mib)]
+    cells = [
+        row.group,
+        allocation(row),
+        _hours(row.allocated_hours),
+        _hours(row.busy_hours),
+        _hours(row.idle_hours),
+        _pct(100 * row.idle_share if row.telemetry_hours else None),
+        _hours(row.no_telemetry_hours),
+        _pct(row.avg_utilisation),
+        _pct(row.p95_utilisation),
+        _memory(row.peak_memory_mib),
+    ]
     if report.currency:
         cells += [_money(row.cost), _money(row.idle_cost)]
     return [*cells, row.source]
@@ -70,25 +88,36 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
     lines = []
     for index, cells in enumerate([header, *rows]):
-        lines.append("  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
-                               for i, (cell, width) in enumerate(zip(cells, widths, strict=True))).rstrip())
+        lines.append(
+            "  ".join(
+                cell.ljust(width) if i == 0 else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+        )
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
     return "\n".join(lines)
 
 
 def _workload_cells(workload: Workload) -> list[str]:
-    return [workload.key, workload.team, _hours(workload.idle_hours), _hours(workload.allocated_hours),
-            _pct(workload.avg_utilisation)]
+    return [
+        workload.key,
+        workload.team,
+        _hours(workload.idle_hours),
+        _hours(workload.allocated_hours),
+        _pct(workload.avg_utilisation),
+    ]
 
 
 WORKLOAD_COLUMNS = ["WORKLOAD", "TEAM", "IDLE GPU-H", "ALLOC GPU-H", "AVG UTIL"]
 
 
 def summary(report: Report) -> str:
-    return (f"GPU-hours from {_time(report.start)} to {_time(report.end)} UTC, step {report.step:g} s; idle = "
-            f"utilisation below {report.threshold:g}%; {100 * report.total.telemetry_share:.0f}% of allocated "
-            "GPU-hours had telemetry")
+    return (
+        f"GPU-hours from {_time(report.start)} to {_time(report.end)} UTC, step {report.step:g} s; idle = "
+        f"utilisation below {report.threshold:g}%; {100 * report.total.telemetry_share:.0f}% of allocated "
+        "GPU-hours had telemetry"
+    )
 
 
 def to_table(report: Report) -> str:
@@ -105,15 +134,35 @@ def to_table(report: Report) -> str:
 def to_csv(report: Report) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    header = [report.group_by, "whole_gpus_peak", "mig_slices_peak", "shared_peak", "allocated_gpu_hours",
-              "busy_gpu_hours", "idle_gpu_hours", "no_telemetry_gpu_hours", "avg_utilisation", "p95_utilisation",
-              "peak_memory_mib", "cost", "idle_cost", "utilisation_source"]
+    header = [
+        report.group_by,
+        "whole_gpus_peak",
+        "mig_slices_peak",
+        "shared_peak",
+        "allocated_gpu_hours",
+        "busy_gpu_hours",
+        "idle_gpu_hours",
+        "no_telemetry_gpu_hours",
+        "avg_utilisation",
+        "p95_utilisation",
+        "peak_memory_mib",
+        "cost",
+        "idle_cost",
+        "utilisation_source",
+    ]
     writer.writerow(header)
     for row in [*report.rows, report.total]:
         record = _row_dict(row)
-        writer.writerow([row.group if row is not report.total else "TOTAL", row.whole_gpus,
-                         " ".join(f"{p}={c}" for p, c in sorted(row.mig_slices.items())), row.shared,
-                         *(_blank(record[key]) for key in header[4:13]), row.source])
+        writer.writerow(
+            [
+                row.group if row is not report.total else "TOTAL",
+                row.whole_gpus,
+                " ".join(f"{p}={c}" for p, c in sorted(row.mig_slices.items())),
+                row.shared,
+                *(_blank(record[key]) for key in header[4:13]),
+                row.source,
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -125,12 +174,21 @@ def _blank(value: Any) -> Any:
 
 def _row_dict(row: Row) -> dict[str, Any]:
     return {
-        "group": row.group, "whole_gpus_peak": row.whole_gpus, "mig_slices_peak": dict(row.mig_slices),
-        "shared_peak": row.shared, "allocated_gpu_hours": row.allocated_hours, "busy_gpu_hours": row.busy_hours,
-        "idle_gpu_hours": row.idle_hours, "no_telemetry_gpu_hours": row.no_telemetry_hours,
-        "avg_utilisation": row.avg_utilisation, "p95_utilisation": row.p95_utilisation,
-        "peak_memory_mib": row.peak_memory_mib, "cost": row.cost, "idle_cost": row.idle_cost,
-        "unpriced_gpu_hours": row.unpriced_hours, "telemetry_share": row.telemetry_share,
+        "group": row.group,
+        "whole_gpus_peak": row.whole_gpus,
+        "mig_slices_peak": dict(row.mig_slices),
+        "shared_peak": row.shared,
+        "allocated_gpu_hours": row.allocated_hours,
+        "busy_gpu_hours": row.busy_hours,
+        "idle_gpu_hours": row.idle_hours,
+        "no_telemetry_gpu_hours": row.no_telemetry_hours,
+        "avg_utilisation": row.avg_utilisation,
+        "p95_utilisation": row.p95_utilisation,
+        "peak_memory_mib": row.peak_memory_mib,
+        "cost": row.cost,
+        "idle_cost": row.idle_cost,
+        "unpriced_gpu_hours": row.unpriced_hours,
+        "telemetry_share": row.telemetry_share,
         "utilisation_source": row.source,
     }
 
@@ -144,9 +202,18 @@ def to_json(report: Report) -> str:
         "groups": [_row_dict(row) for row in report.rows],
         "total": _row_dict(report.total),
         "topIdleWorkloads": [
-            {"namespace": w.namespace, "kind": w.kind, "name": w.name, "team": w.team, "costCenter": w.cost_center,
-             "idle_gpu_hours": w.idle_hours, "allocated_gpu_hours": w.allocated_hours,
-             "avg_utilisation": w.avg_utilisation} for w in report.workloads],
+            {
+                "namespace": w.namespace,
+                "kind": w.kind,
+                "name": w.name,
+                "team": w.team,
+                "costCenter": w.cost_center,
+                "idle_gpu_hours": w.idle_hours,
+                "allocated_gpu_hours": w.allocated_hours,
+                "avg_utilisation": w.avg_utilisation,
+            }
+            for w in report.workloads
+        ],
         "notes": report.notes,
     }
     return json.dumps(document, indent=2) + "\n"
@@ -158,31 +225,36 @@ def _iso(t: float) -> str:
 
 # ---- HTML ---------------------------------------------------------------------------------------
 
-_CSS = "".join((
-    'body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;',
-    'background:#fff;max-width:1180px}',
-    'h1{font-size:22px;margin:0 0 4px}',
-    'h2{font-size:17px;margin:28px 0 8px}',
-    'p.sub{color:#555;margin:0 0 16px}',
-    '.cards{display:flex;gap:12px;margin:8px 0 8px}',
-    '.card{border:1px solid #ddd;border-radius:6px;padding:10px 14px;min-width:150px}',
-    '.card b{display:block;font-size:22px}',
-    '.card span{color:#555;font-size:12px}',
-    'table{border-collapse:collapse;font-size:12.5px;margin-top:6px}',
-    'th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}',
-    'td{white-space:nowrap}',
-    'th{background:#f5f5f5}',
-    'td:first-child,th:first-child{text-align:left}',
-    '.legend span{display:inline-block;margin-right:14px;font-size:12px}',
-    '.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}',
-    'svg text{font:11px system-ui,sans-serif;fill:#333}',
-    '.note{color:#8a4b00}',
-))
+_CSS = "".join(
+    (
+        'body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;',
+        "background:#fff;max-width:1180px}",
+        "h1{font-size:22px;margin:0 0 4px}",
+        "h2{font-size:17px;margin:28px 0 8px}",
+        "p.sub{color:#555;margin:0 0 16px}",
+        ".cards{display:flex;gap:12px;margin:8px 0 8px}",
+        ".card{border:1px solid #ddd;border-radius:6px;padding:10px 14px;min-width:150px}",
+        ".card b{display:block;font-size:22px}",
+        ".card span{color:#555;font-size:12px}",
+        "table{border-collapse:collapse;font-size:12.5px;margin-top:6px}",
+        "th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}",
+        "td{white-space:nowrap}",
+        "th{background:#f5f5f5}",
+        "td:first-child,th:first-child{text-align:left}",
+        ".legend span{display:inline-block;margin-right:14px;font-size:12px}",
+        ".legend i{display:inline-block;width:10px;height:10px;margin-right:4px}",
+        "svg text{font:11px system-ui,sans-serif;fill:#333}",
+        ".note{color:#8a4b00}",
+    )
+)
 
 
 def _legend(items: Sequence[tuple[str, str]]) -> str:
-    return '<div class="legend">' + "".join(
-        f'<span><i style="background:{colour}"></i>{html.escape(label)}</span>' for label, colour in items) + "</div>"
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i style="background:{colour}"></i>{html.escape(label)}</span>' for label, colour in items)
+        + "</div>"
+    )
 
 
 def _bars(rows: Sequence[Row], *, width: int = 1100) -> str:
@@ -191,21 +263,29 @@ def _bars(rows: Sequence[Row], *, width: int = 1100) -> str:
     scale_max = max((row.allocated_hours for row in rows), default=0.0) or 1.0
     plot = width - label_width - 230
     height = len(rows) * (bar_height + gap) + 10
-    parts = [f'<svg id="idle-by-group" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU-hours by group">']
+    parts = [
+        f'<svg id="idle-by-group" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU-hours by group">'
+    ]
     for index, row in enumerate(rows):
         y = 5 + index * (bar_height + gap)
         x = float(label_width)
         parts.append(f'<text x="{label_width - 8}" y="{y + 15}" text-anchor="end">{html.escape(row.group[:34])}</text>')
-        for value, colour, what in ((row.idle_hours, IDLE, "idle"), (row.busy_hours, BUSY, "busy"),
-                                    (row.no_telemetry_hours, UNKNOWN, "no telemetry")):
+        for value, colour, what in (
+            (row.idle_hours, IDLE, "idle"),
+            (row.busy_hours, BUSY, "busy"),
+            (row.no_telemetry_hours, UNKNOWN, "no telemetry"),
+        ):
             w = plot * value / scale_max
             if w > 0:
-                parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_height}" fill="{colour}">'
-                             f"<title>{html.escape(row.group)}: {value:,.1f} GPU-h {what}</title></rect>")
+                parts.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_height}" fill="{colour}">'
+                    f"<title>{html.escape(row.group)}: {value:,.1f} GPU-h {what}</title></rect>"
+                )
             x += w
-        parts.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{row.idle_hours:,.0f} idle / '
-                     f"{row.allocated_hours:,.0f} GPU-h</text>")
+        parts.append(
+            f'<text x="{x + 6:.1f}" y="{y + 15}">{row.idle_hours:,.0f} idle / {row.allocated_hours:,.0f} GPU-h</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -216,10 +296,13 @@ def _ticks(t0: float, t1: float) -> list[tuple[float, str]]:
     if t1 - t0 >= 2 * day:
         every = day * max(1, round((t1 - t0) / day / 10))
         first = (int(t0) // day + 1) * day
-        return [(float(t), datetime.fromtimestamp(t, UTC).strftime("%a %b %d"))
-                for t in range(first, int(t1) + 1, every)]
-    return [(t0 + (t1 - t0) * k / 7, datetime.fromtimestamp(t0 + (t1 - t0) * k / 7, UTC).strftime("%b %d %H:%M"))
-            for k in range(8)]
+        return [
+            (float(t), datetime.fromtimestamp(t, UTC).strftime("%a %b %d")) for t in range(first, int(t1) + 1, every)
+        ]
+    return [
+        (t0 + (t1 - t0) * k / 7, datetime.fromtimestamp(t0 + (t1 - t0) * k / 7, UTC).strftime("%b %d %H:%M"))
+        for k in range(8)
+    ]
 
 
 def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
@@ -235,21 +318,28 @@ def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
     def xy(t: float, value: float) -> str:
         return f"{left + plot_w * (t - t0) / span:.1f},{top + plot_h * (1 - value / 100):.1f}"
 
-    parts = [f'<svg id="utilisation-over-time" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="utilisation over time">',
-             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/>']
+    parts = [
+        f'<svg id="utilisation-over-time" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="utilisation over time">',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ddd"/>',
+    ]
     for pct in (0, 25, 50, 75, 100):
         y = top + plot_h * (1 - pct / 100)
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-                     f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{pct}%</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{pct}%</text>'
+        )
     for t, label in _ticks(t0, t1):
         x = left + plot_w * (t - t0) / span
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#eee"/>'
-                     f'<text x="{x:.1f}" y="{height - 10}" '
-                     f'text-anchor="{"end" if x > left + plot_w - 40 else "middle"}">{label}</text>')
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#eee"/>'
+            f'<text x="{x:.1f}" y="{height - 10}" '
+            f'text-anchor="{"end" if x > left + plot_w - 40 else "middle"}">{label}</text>'
+        )
     y = top + plot_h * (1 - report.threshold / 100)
-    parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{IDLE}" '
-                 'stroke-dasharray="5,4"/>')
+    parts.append(
+        f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{IDLE}" stroke-dasharray="5,4"/>'
+    )
     for name, colour in zip(names, LINES, strict=False):
         values = timeline.utilisation.get(name, [])
         # A gap in telemetry breaks the line rather than drawing through it.
@@ -261,14 +351,17 @@ def _lines(report: Report, *, width: int = 1100, height: int = 300) -> str:
                 segments[-1].append(xy(t, value))
         for segment in segments:
             if len(segment) > 1:
-                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" '
-                             f'points="{" ".join(segment)}"/>')
+                parts.append(
+                    f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{" ".join(segment)}"/>'
+                )
             elif segment:
                 cx, cy = segment[0].split(",")
                 parts.append(f'<circle cx="{cx}" cy="{cy}" r="1.5" fill="{colour}"/>')
     parts.append("</svg>")
-    legend = _legend([(name, colour) for name, colour in zip(names, LINES, strict=False)]
-                     + [(f"idle threshold {report.threshold:g}%", IDLE)])
+    legend = _legend(
+        [(name, colour) for name, colour in zip(names, LINES, strict=False)]
+        + [(f"idle threshold {report.threshold:g}%", IDLE)]
+    )
     return "".join(parts) + legend
 
 
@@ -277,20 +370,24 @@ def _offenders(workloads: Sequence[Workload], *, width: int = 1100) -> str:
     scale_max = max((w.allocated_hours for w in workloads), default=0.0) or 1.0
     plot = width - label_width - 260
     height = max(1, len(workloads)) * (bar_height + gap) + 10
-    parts = [f'<svg id="top-offenders" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="top idle workloads">']
+    parts = [
+        f'<svg id="top-offenders" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="top idle workloads">'
+    ]
     for index, workload in enumerate(workloads):
         y = 5 + index * (bar_height + gap)
         idle_w = plot * workload.idle_hours / scale_max
         rest_w = plot * max(0.0, workload.allocated_hours - workload.idle_hours) / scale_max
-        parts.append(f'<text x="{label_width - 8}" y="{y + 13}" text-anchor="end">'
-                     f"{html.escape(workload.key[:58])}</text>"
-                     f'<rect x="{label_width}" y="{y}" width="{idle_w:.1f}" height="{bar_height}" fill="{IDLE}"/>'
-                     f'<rect x="{label_width + idle_w:.1f}" y="{y}" width="{rest_w:.1f}" height="{bar_height}" '
-                     f'fill="#f3d3bf"/>'
-                     f'<text x="{label_width + idle_w + rest_w + 6:.1f}" y="{y + 13}">'
-                     f"{workload.idle_hours:,.0f} of {workload.allocated_hours:,.0f} GPU-h idle "
-                     f"({html.escape(workload.team)})</text>")
+        parts.append(
+            f'<text x="{label_width - 8}" y="{y + 13}" text-anchor="end">'
+            f"{html.escape(workload.key[:58])}</text>"
+            f'<rect x="{label_width}" y="{y}" width="{idle_w:.1f}" height="{bar_height}" fill="{IDLE}"/>'
+            f'<rect x="{label_width + idle_w:.1f}" y="{y}" width="{rest_w:.1f}" height="{bar_height}" '
+            f'fill="#f3d3bf"/>'
+            f'<text x="{label_width + idle_w + rest_w + 6:.1f}" y="{y + 13}">'
+            f"{workload.idle_hours:,.0f} of {workload.allocated_hours:,.0f} GPU-h idle "
+            f"({html.escape(workload.team)})</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -303,10 +400,12 @@ def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def to_html(report: Report) -> str:
     total = report.total
-    cards = [("allocated GPU-hours", _hours(total.allocated_hours)),
-             ("idle GPU-hours", f"{_hours(total.idle_hours)} ({100 * total.idle_share:.0f}%)"),
-             ("no telemetry GPU-hours", _hours(total.no_telemetry_hours)),
-             ("mean utilisation", _pct(total.avg_utilisation))]
+    cards = [
+        ("allocated GPU-hours", _hours(total.allocated_hours)),
+        ("idle GPU-hours", f"{_hours(total.idle_hours)} ({100 * total.idle_share:.0f}%)"),
+        ("no telemetry GPU-hours", _hours(total.no_telemetry_hours)),
+        ("mean utilisation", _pct(total.avg_utilisation)),
+    ]
     if report.currency:
         cards.append((f"idle cost {report.currency}", _money(total.idle_cost)))
     rows = [_cells(report, row) for row in report.rows]
@@ -319,8 +418,9 @@ def to_html(report: Report) -> str:
 <style>{_CSS}</style></head><body>
 <h1>Allocated but idle GPUs, by {html.escape(report.group_by)}</h1>
 <p class="sub">{html.escape(summary(report))}</p>
-<div class="cards">{"".join(f"<div class='card'><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>"
-                            for k, v in cards)}</div>
+<div class="cards">{
+        "".join(f"<div class='card'><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>" for k, v in cards)
+    }</div>
 {notes}
 <h2>GPU-hours by {html.escape(report.group_by)}</h2>
 {_legend([("idle", IDLE), ("busy", BUSY), ("no telemetry", UNKNOWN)])}

@@ -123,8 +123,13 @@ def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
     for key in sorted(owned_label_keys(ctx)):
         if key in old and old.get(key) != new.get(key):
             now = "removed" if key not in new else f"changed to {new[key]}"
-            violations.append(Violation(
-                RULE, ctx.meta_field(f"labels[{key}]"), "pod",
-                f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})",
-                "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace"))
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.meta_field(f"labels[{key}]"),
+                    "pod",
+                    f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})",
+                    "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace",
+                )
+            )
     return violations

@@ -109,8 +109,13 @@ class PodEditor:
             key = keys[depth - 1]
             if keys[:depth] not in self._copied:
                 current = node[key] if isinstance(key, int) else node.get(key)
-                node[key] = (dict(current) if isinstance(current, Mapping)
-                             else list(current) if isinstance(current, list) else {})
+                node[key] = (
+                    dict(current)
+                    if isinstance(current, Mapping)
+                    else list(current)
+                    if isinstance(current, list)
+                    else {}
+                )
                 self._copied.add(keys[:depth])
             node = node[key]
         return node  # type: ignore[no-any-return]

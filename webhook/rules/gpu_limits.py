@@ -31,8 +31,10 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + amount)
-    app = sum((sum(gpu_amounts(c, ctx.policy.counts_as_gpu).values(), Fraction(0))
-               for c in spec.get("containers") or []), Fraction(0))
+    app = sum(
+        (sum(gpu_amounts(c, ctx.policy.counts_as_gpu).values(), Fraction(0)) for c in spec.get("containers") or []),
+        Fraction(0),
+    )
     return max(app + sidecars, init_peak)
 
 
@@ -45,17 +47,27 @@ def limit_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
         for fld, index, container in containers(spec):
             amount = sum(gpu_amounts(container, ctx.policy.counts_as_gpu).values(), Fraction(0))
             if amount > limits.max_per_container:
-                violations.append(Violation(
-                    RULE, ctx.spec_field(f"{fld}[{index}].resources.limits"), container_label(fld, container),
-                    f"requests {format_quantity(amount)} GPUs, more than the {limits.max_per_container} per "
-                    f'container that policy "{ctx.policy.name}" allows',
-                    f"request at most {limits.max_per_container}, or split the work across pods"))
+                violations.append(
+                    Violation(
+                        RULE,
+                        ctx.spec_field(f"{fld}[{index}].resources.limits"),
+                        container_label(fld, container),
+                        f"requests {format_quantity(amount)} GPUs, more than the {limits.max_per_container} per "
+                        f'container that policy "{ctx.policy.name}" allows',
+                        f"request at most {limits.max_per_container}, or split the work across pods",
+                    )
+                )
     if limits.max_per_pod is not None:
         total = pod_gpu_count(spec, ctx)
         if total > limits.max_per_pod:
-            violations.append(Violation(
-                RULE, ctx.spec_field("containers"), "pod",
-                f"requests {format_quantity(total)} GPUs in all, more than the {limits.max_per_pod} per pod "
-                f'that policy "{ctx.policy.name}" allows',
-                f"request at most {limits.max_per_pod} GPUs per pod"))
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field("containers"),
+                    "pod",
+                    f"requests {format_quantity(total)} GPUs in all, more than the {limits.max_per_pod} per pod "
+                    f'that policy "{ctx.policy.name}" allows',
+                    f"request at most {limits.max_per_pod} GPUs per pod",
+                )
+            )
     return violations

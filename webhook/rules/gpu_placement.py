@@ -31,11 +31,17 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
         for section in ("requests", "limits"):
             for resource in pod_resources.get(section) or {}:
                 if _is_gpu(resource, ctx):
-                    violations.append(Violation(
-                        RULE, ctx.spec_field(f"resources.{section}[{resource}]"), "pod",
-                        f'Unsupported value: "{resource}": extended resources are not allowed in pod-level '
-                        "resources", f"move {resource} into the resources of the container that uses it",
-                        builtin=True))
+                    violations.append(
+                        Violation(
+                            RULE,
+                            ctx.spec_field(f"resources.{section}[{resource}]"),
+                            "pod",
+                            f'Unsupported value: "{resource}": extended resources are not allowed in pod-level '
+                            "resources",
+                            f"move {resource} into the resources of the container that uses it",
+                            builtin=True,
+                        )
+                    )
     for index, container in enumerate(spec.get("ephemeralContainers") or []):
         if not isinstance(container, Mapping):
             continue
@@ -43,10 +49,14 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
         if isinstance(resources, Mapping) and any(
             _is_gpu(r, ctx) for section in ("requests", "limits") for r in resources.get(section) or {}
         ):
-            violations.append(Violation(
-                RULE, ctx.spec_field(f"ephemeralContainers[{index}].resources"),
-                container_label("ephemeralContainers", container),
-                "Forbidden: cannot be set for an Ephemeral Container",
-                "ephemeral containers cannot get GPUs; debug a GPU pod with a new pod that requests one",
-                builtin=True))
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field(f"ephemeralContainers[{index}].resources"),
+                    container_label("ephemeralContainers", container),
+                    "Forbidden: cannot be set for an Ephemeral Container",
+                    "ephemeral containers cannot get GPUs; debug a GPU pod with a new pod that requests one",
+                    builtin=True,
+                )
+            )
     return violations

@@ -20,8 +20,10 @@ from .base import PodContext, PodView, Violation
 from .registry import validator
 
 RULE = "gpu-quantity"
-PART_OF_A_GPU = ("request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
-                 "or a MIG profile such as nvidia.com/mig-1g.10gb")
+PART_OF_A_GPU = (
+    "request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
+    "or a MIG profile such as nvidia.com/mig-1g.10gb"
+)
 
 
 def _section(resources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -60,35 +62,65 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                 try:
                     value = parse_quantity(raw)
                 except QuantityError:
-                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": is not a quantity',
-                                                'write a whole number such as "1"', builtin=True))
+                    violations.append(
+                        Violation(
+                            RULE,
+                            path,
+                            who,
+                            f'Invalid value: "{raw}": is not a quantity',
+                            'write a whole number such as "1"',
+                            builtin=True,
+                        )
+                    )
                     continue
                 parsed[(section, resource)] = value
                 if value < 0:
-                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": must be greater '
-                                                "than or equal to 0", "request at least 1 GPU", builtin=True))
+                    violations.append(
+                        Violation(
+                            RULE,
+                            path,
+                            who,
+                            f'Invalid value: "{raw}": must be greater than or equal to 0',
+                            "request at least 1 GPU",
+                            builtin=True,
+                        )
+                    )
                 elif value.denominator != 1:
-                    violations.append(Violation(RULE, path, who, f'Invalid value: "{raw}": must be an integer',
-                                                PART_OF_A_GPU, builtin=True))
+                    violations.append(
+                        Violation(
+                            RULE, path, who, f'Invalid value: "{raw}": must be an integer', PART_OF_A_GPU, builtin=True
+                        )
+                    )
         for (section, resource), request in parsed.items():
             if section != "requests":
                 continue
             if resource not in limits:
                 # Pods get requests defaulted from limits (SetDefaults_Pod), never the other way round.
-                violations.append(Violation(
-                    RULE, f"{base}.limits", who,
-                    f"Required value: Limit must be set for non overcommitable resources ({resource})",
-                    f'set resources.limits[{resource}] to the same whole number as the request '
-                    f'("{requests[resource]}"), or only set the limit', builtin=True))
+                violations.append(
+                    Violation(
+                        RULE,
+                        f"{base}.limits",
+                        who,
+                        f"Required value: Limit must be set for non overcommitable resources ({resource})",
+                        f"set resources.limits[{resource}] to the same whole number as the request "
+                        f'("{requests[resource]}"), or only set the limit',
+                        builtin=True,
+                    )
+                )
                 continue
             limit = parsed.get(("limits", resource))
             if request is None or limit is None or request.denominator != 1 or limit.denominator != 1:
                 continue  # unparsable or fractional: already reported above
             if limit != request:
-                violations.append(Violation(
-                    RULE, f"{base}.requests[{resource}]", who,
-                    f'Invalid value: "{requests[resource]}": must be equal to {resource} limit of '
-                    f"{format_quantity(limit)}",
-                    "GPUs cannot be overcommitted: make the request equal to the limit, or drop the request",
-                    builtin=True))
+                violations.append(
+                    Violation(
+                        RULE,
+                        f"{base}.requests[{resource}]",
+                        who,
+                        f'Invalid value: "{requests[resource]}": must be equal to {resource} limit of '
+                        f"{format_quantity(limit)}",
+                        "GPUs cannot be overcommitted: make the request equal to the limit, or drop the request",
+                        builtin=True,
+                    )
+                )
     return violations

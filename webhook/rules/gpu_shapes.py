@@ -19,8 +19,9 @@ from .registry import validator
 
 RULE = "gpu-shape"
 #: Kinds whose pods run until deleted; a pod's own restartPolicy says the same for bare pods.
-LONG_RUNNING = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "LeaderWorkerSet",
-                          "RayCluster", "RayService"})
+LONG_RUNNING = frozenset(
+    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "LeaderWorkerSet", "RayCluster", "RayService"}
+)
 
 
 def _long_running(pod: PodView, ctx: PodContext) -> bool:
@@ -40,10 +41,15 @@ def require_sensible_gpu_shapes(pod: PodView, ctx: PodContext) -> list[Violation
             continue
         for resource, amount in gpu_amounts(container, ctx.policy.counts_as_gpu).items():
             if amount == 0:
-                violations.append(Violation(
-                    RULE, ctx.spec_field(f"{fld}[{index}].resources"), container_label(fld, container),
-                    f"requests 0 {resource}",
-                    f"remove {resource}: a zero GPU request still attracts GPU-node tolerations"))
+                violations.append(
+                    Violation(
+                        RULE,
+                        ctx.spec_field(f"{fld}[{index}].resources"),
+                        container_label(fld, container),
+                        f"requests 0 {resource}",
+                        f"remove {resource}: a zero GPU request still attracts GPU-node tolerations",
+                    )
+                )
                 continue
             if amount < 0:
                 continue
@@ -57,14 +63,26 @@ def require_sensible_gpu_shapes(pod: PodView, ctx: PodContext) -> list[Violation
     whole = sorted(r for r in used if r in ("nvidia.com/gpu", "nvidia.com/gpu.shared"))
     mig = sorted(r for r in used if r.startswith("nvidia.com/mig-"))
     if whole and mig:
-        violations.append(Violation(
-            RULE, used[mig[0]], "pod", f"mixes {', '.join(whole)} with MIG slices ({', '.join(mig)})",
-            "request either whole GPUs or MIG slices in one pod; no node offers both at once"))
+        violations.append(
+            Violation(
+                RULE,
+                used[mig[0]],
+                "pod",
+                f"mixes {', '.join(whole)} with MIG slices ({', '.join(mig)})",
+                "request either whole GPUs or MIG slices in one pod; no node offers both at once",
+            )
+        )
     if len(ctx.gpu.devices) > 1:
         vendors = ", ".join(d.name for d in ctx.gpu.devices)
-        violations.append(Violation(
-            RULE, ctx.spec_field("containers"), "pod", f"requests GPUs of several vendors ({vendors})",
-            "request one vendor's GPUs per pod: each needs its own runtime, tolerations and node pool"))
+        violations.append(
+            Violation(
+                RULE,
+                ctx.spec_field("containers"),
+                "pod",
+                f"requests GPUs of several vendors ({vendors})",
+                "request one vendor's GPUs per pod: each needs its own runtime, tolerations and node pool",
+            )
+        )
     return violations
 
 
@@ -73,9 +91,18 @@ def _init_only(pod: PodView, ctx: PodContext, who: str) -> list[Violation]:
     long_running = _long_running(pod, ctx)
     if choice == "allow" and not long_running:
         return []
-    idle = ("they stay allocated and idle while the app containers run" if long_running
-            else "they stay allocated until the pod ends (the GPU validation-step pattern of the GPU Operator)")
-    return [Violation(
-        RULE, ctx.spec_field("initContainers"), who, f"only init containers request GPUs: {idle}",
-        "request the GPUs in the container that uses them, or run the GPU step as its own Job",
-        advisory=choice != "deny")]
+    idle = (
+        "they stay allocated and idle while the app containers run"
+        if long_running
+        else "they stay allocated until the pod ends (the GPU validation-step pattern of the GPU Operator)"
+    )
+    return [
+        Violation(
+            RULE,
+            ctx.spec_field("initContainers"),
+            who,
+            f"only init containers request GPUs: {idle}",
+            "request the GPUs in the container that uses them, or run the GPU step as its own Job",
+            advisory=choice != "deny",
+        )
+    ]

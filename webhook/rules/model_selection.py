@@ -74,8 +74,13 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
         if terms and all(per_term):
             for t, exprs in enumerate(per_term):
                 e = next(i for i, x in enumerate(terms[t].get("matchExpressions") or []) if x is exprs[0])
-                found.append((key, f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]",
-                              [str(v) for v in exprs[0].get("values") or []]))
+                found.append(
+                    (
+                        key,
+                        f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]",
+                        [str(v) for v in exprs[0].get("values") or []],
+                    )
+                )
     for key in device.choice_annotations:
         if key in pod.annotations:
             values = [v.strip() for v in str(pod.annotations[key]).split(",") if v.strip()]
@@ -106,13 +111,30 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
         path = ctx.meta_field(f"labels[{MODEL_LABEL}]")
         found = models.classes.get(named)
         if found is None or found.device != device.name:
-            return Choice(violations=[Violation(
-                RULE, path, "pod", f'GPU model class "{named}" is not allowed by policy "{ctx.policy.name}"',
-                able_fix)])
+            return Choice(
+                violations=[
+                    Violation(
+                        RULE,
+                        path,
+                        "pod",
+                        f'GPU model class "{named}" is not allowed by policy "{ctx.policy.name}"',
+                        able_fix,
+                    )
+                ]
+            )
         if not found.offers(requested):
-            return Choice(violations=[Violation(
-                RULE, path, "pod", f'GPU model class "{named}" cannot serve {wanted}: its nodes offer '
-                f"{', '.join(found.resources)}", able_fix)])
+            return Choice(
+                violations=[
+                    Violation(
+                        RULE,
+                        path,
+                        "pod",
+                        f'GPU model class "{named}" cannot serve {wanted}: its nodes offer '
+                        f"{', '.join(found.resources)}",
+                        able_fix,
+                    )
+                ]
+            )
         return Choice(found, violations=_outside_class(pod, ctx, found, device))
     if pod.spec.get("nodeName"):
         return Choice(own=True)  # bound to a node already (e.g. by an operator): a selector could only break it
@@ -126,31 +148,56 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
             for value in values:
                 mapped = _class_of(models, device, key, value)
                 if mapped is None and key == device.model_label:
-                    violations.append(Violation(
-                        RULE, where, "pod",
-                        f"selects {key}={value}, outside every GPU model class of policy \"{ctx.policy.name}\"",
-                        f"remove the selector (gpugate adds one) or {able_fix}"))
+                    violations.append(
+                        Violation(
+                            RULE,
+                            where,
+                            "pod",
+                            f'selects {key}={value}, outside every GPU model class of policy "{ctx.policy.name}"',
+                            f"remove the selector (gpugate adds one) or {able_fix}",
+                        )
+                    )
                 elif mapped is None:
                     unmapped.append(value)
                 elif mapped not in able:
-                    violations.append(Violation(
-                        RULE, where, "pod",
-                        f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}', able_fix))
+                    violations.append(
+                        Violation(
+                            RULE,
+                            where,
+                            "pod",
+                            f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}',
+                            able_fix,
+                        )
+                    )
             if unmapped:
-                violations.append(Violation(
-                    RULE, where, "pod", f"{key}={','.join(unmapped)} left as chosen: no class of policy "
-                    f'"{ctx.policy.name}" names it', f"or name a class with label {MODEL_LABEL} ({_names(able)})",
-                    advisory=True))
+                violations.append(
+                    Violation(
+                        RULE,
+                        where,
+                        "pod",
+                        f'{key}={",".join(unmapped)} left as chosen: no class of policy "{ctx.policy.name}" names it',
+                        f"or name a class with label {MODEL_LABEL} ({_names(able)})",
+                        advisory=True,
+                    )
+                )
         return Choice(own=True, violations=violations)
     default = models.default_for(device.name, requested)
     if default is None:
-        text = (f"requests {wanted}, which no GPU model class of policy \"{ctx.policy.name}\" offers" if not able
-                else f"names no GPU model class, and several offer {wanted}")
-        offers = "; ".join(f"{c.name}: {', '.join(c.resources)}" for c in models.classes.values()
-                           if c.device == device.name)
-        fix = (f"label the pod {MODEL_LABEL} with one of: {_names(able)}" if able
-               else f"request what a class offers ({offers})" if offers
-               else f"run it where a policy has {device.name} GPU classes (this one has {', '.join(models.classes)})")
+        text = (
+            f'requests {wanted}, which no GPU model class of policy "{ctx.policy.name}" offers'
+            if not able
+            else f"names no GPU model class, and several offer {wanted}"
+        )
+        offers = "; ".join(
+            f"{c.name}: {', '.join(c.resources)}" for c in models.classes.values() if c.device == device.name
+        )
+        fix = (
+            f"label the pod {MODEL_LABEL} with one of: {_names(able)}"
+            if able
+            else f"request what a class offers ({offers})"
+            if offers
+            else f"run it where a policy has {device.name} GPU classes (this one has {', '.join(models.classes)})"
+        )
         return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
     return Choice(default, violations=_outside_class(pod, ctx, default, device))
 
@@ -164,21 +211,31 @@ def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: De
     violations = []
     selected = (spec.get("nodeSelector") or {}).get(label)
     if selected is not None and selected not in values:
-        violations.append(Violation(
-            RULE, ctx.spec_field(f"nodeSelector[{label}]"), "pod",
-            f'selects {label}={selected}, outside class "{chosen.name}" ({shown})',
-            f"remove the selector (gpugate adds it) or choose the class with label {MODEL_LABEL}"))
+        violations.append(
+            Violation(
+                RULE,
+                ctx.spec_field(f"nodeSelector[{label}]"),
+                "pod",
+                f'selects {label}={selected}, outside class "{chosen.name}" ({shown})',
+                f"remove the selector (gpugate adds it) or choose the class with label {MODEL_LABEL}",
+            )
+        )
     for t, term in enumerate(_required_terms(spec)):
         for e, expr in enumerate(term.get("matchExpressions") or []):
             if not isinstance(expr, Mapping) or expr.get("key") != label:
                 continue
             operator, picked = expr.get("operator"), set(expr.get("values") or [])
             if (operator == "In" and not picked <= set(values)) or operator == "DoesNotExist":
-                violations.append(Violation(
-                    RULE, ctx.spec_field(f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]"), "pod",
-                    f"node affinity {operator} {sorted(picked)} on {label} reaches outside class "
-                    f'"{chosen.name}" ({shown})',
-                    f"drop the expression (gpugate adds it) or choose the class with label {MODEL_LABEL}"))
+                violations.append(
+                    Violation(
+                        RULE,
+                        ctx.spec_field(f"{_AFFINITY}.nodeSelectorTerms[{t}].matchExpressions[{e}]"),
+                        "pod",
+                        f"node affinity {operator} {sorted(picked)} on {label} reaches outside class "
+                        f'"{chosen.name}" ({shown})',
+                        f"drop the expression (gpugate adds it) or choose the class with label {MODEL_LABEL}",
+                    )
+                )
     return violations
 
 
@@ -199,8 +256,9 @@ def select_model(editor: PodEditor, ctx: PodContext) -> list[Change]:
     if label in (spec.get("nodeSelector") or {}):
         return []
     terms = _required_terms(spec)
-    lacking = [i for i, term in enumerate(terms)
-               if not any(e.get("operator") == "In" for e in _model_expressions(term, label))]
+    lacking = [
+        i for i, term in enumerate(terms) if not any(e.get("operator") == "In" for e in _model_expressions(term, label))
+    ]
     if terms and not lacking:
         return []
     if len(values) == 1 and not any(_model_expressions(term, label) for term in terms):

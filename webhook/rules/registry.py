@@ -46,14 +46,17 @@ def validator(name: str, *, pods: Pods, builtin: bool = False) -> Callable[[Vali
     def register(fn: Validator) -> Validator:
         _RULES.append(Rule(name, "validate", pods, builtin, fn))
         return fn
+
     return register
 
 
 def mutator(name: str, *, pods: Pods) -> Callable[[Mutator], Mutator]:
     """Mutators run in registration order (the order ``rules/__init__`` imports their modules)."""
+
     def register(fn: Mutator) -> Mutator:
         _RULES.append(Rule(name, "mutate", pods, False, fn))
         return fn
+
     return register
 
 
@@ -62,8 +65,7 @@ def rules(action: Action) -> tuple[Rule, ...]:
 
 
 def validate_pod(pod: PodView, ctx: PodContext, *, builtin_only: bool = False) -> list[Violation]:
-    return [v for r in rules("validate") if r.applies(ctx) and (r.builtin or not builtin_only)
-            for v in r.run(pod, ctx)]
+    return [v for r in rules("validate") if r.applies(ctx) and (r.builtin or not builtin_only) for v in r.run(pod, ctx)]
 
 
 def mutate_pod(editor: PodEditor, ctx: PodContext) -> list[Change]:

@@ -28,9 +28,15 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     actual = pod.spec.get("runtimeClassName")
     if wanted is None or actual in (None, "", wanted):
         return []
-    return [Violation(RULE, ctx.spec_field("runtimeClassName"), "pod",
-                      f'runtimeClassName is "{actual}", but policy "{ctx.policy.name}" requires "{wanted}"',
-                      f'remove runtimeClassName (gpugate sets "{wanted}") or set it to "{wanted}"')]
+    return [
+        Violation(
+            RULE,
+            ctx.spec_field("runtimeClassName"),
+            "pod",
+            f'runtimeClassName is "{actual}", but policy "{ctx.policy.name}" requires "{wanted}"',
+            f'remove runtimeClassName (gpugate sets "{wanted}") or set it to "{wanted}"',
+        )
+    ]
 
 
 @mutator(RULE, pods="gpu")
@@ -47,6 +53,12 @@ def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Viola
     wanted = pod.spec.get("runtimeClassName")
     if ctx.policy.non_gpu_runtime_class != "deny" or wanted not in ctx.policy.gpu_runtime_classes:
         return []
-    return [Violation(RULE, ctx.spec_field("runtimeClassName"), "pod",
-                      f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the '
-                      "node's GPUs to it", "remove runtimeClassName, or request a GPU in resources.limits")]
+    return [
+        Violation(
+            RULE,
+            ctx.spec_field("runtimeClassName"),
+            "pod",
+            f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the node\'s GPUs to it',
+            "remove runtimeClassName, or request a GPU in resources.limits",
+        )
+    ]

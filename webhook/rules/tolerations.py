@@ -21,8 +21,13 @@ RULE = "gpu-taint-toleration"
 
 
 def _normal(t: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "",
-            t.get("tolerationSeconds"))
+    return (
+        t.get("key") or "",
+        t.get("operator") or "Equal",
+        t.get("value") or "",
+        t.get("effect") or "",
+        t.get("tolerationSeconds"),
+    )
 
 
 def _describe(t: Mapping[str, Any]) -> str:
@@ -65,8 +70,9 @@ def tolerates_gpu_taint(toleration: Mapping[str, Any], ctx: PodContext) -> bool:
 
 
 def gpu_taint_tolerations(spec: Mapping[str, Any], ctx: PodContext) -> list[int]:
-    return [i for i, t in enumerate(spec.get("tolerations") or [])
-            if isinstance(t, Mapping) and tolerates_gpu_taint(t, ctx)]
+    return [
+        i for i, t in enumerate(spec.get("tolerations") or []) if isinstance(t, Mapping) and tolerates_gpu_taint(t, ctx)
+    ]
 
 
 @validator(RULE, pods="non-gpu")
@@ -75,11 +81,17 @@ def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[V
         return []
     spec = pod.spec
     tolerations = spec.get("tolerations") or []
-    return [Violation(RULE, ctx.spec_field(f"tolerations[{i}]"), "pod",
-                      f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
-                      "remove the toleration, or request a GPU in resources.limits (or hold one through "
-                      "spec.resourceClaims or a GPU-sharing scheduler's annotation)")
-            for i in gpu_taint_tolerations(spec, ctx)]
+    return [
+        Violation(
+            RULE,
+            ctx.spec_field(f"tolerations[{i}]"),
+            "pod",
+            f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
+            "remove the toleration, or request a GPU in resources.limits (or hold one through "
+            "spec.resourceClaims or a GPU-sharing scheduler's annotation)",
+        )
+        for i in gpu_taint_tolerations(spec, ctx)
+    ]
 
 
 @mutator(RULE, pods="non-gpu")
@@ -92,5 +104,10 @@ def strip_gpu_tolerations_without_gpus(editor: PodEditor, ctx: PodContext) -> li
     tolerations = editor.spec.get("tolerations") or []
     editor.set_spec("tolerations", [t for i, t in enumerate(tolerations) if i not in drop])
     removed = ", ".join(_describe(tolerations[i]) for i in sorted(drop))
-    return [Change("tolerations", f"removed GPU-taint tolerations {removed}",
-                   warning=f"removed GPU-taint tolerations ({removed}): the pod requests no GPU")]
+    return [
+        Change(
+            "tolerations",
+            f"removed GPU-taint tolerations {removed}",
+            warning=f"removed GPU-taint tolerations ({removed}): the pod requests no GPU",
+        )
+    ]

@@ -36,10 +36,15 @@ def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Viola
             if _set_by_kai(pod, ctx, fld, index, env):
                 continue
             shown = env.get("value") if "valueFrom" not in env else "<from a reference>"
-            violations.append(Violation(
-                RULE, ctx.spec_field(f"{fld}[{index}].env[{e}]"), container_label(fld, container),
-                f'sets {VARIABLE}={shown}, which would expose GPUs the pod did not request',
-                f"remove {VARIABLE}; request GPUs with resources.limits and the device plugin sets it"))
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field(f"{fld}[{index}].env[{e}]"),
+                    container_label(fld, container),
+                    f"sets {VARIABLE}={shown}, which would expose GPUs the pod did not request",
+                    f"remove {VARIABLE}; request GPUs with resources.limits and the device plugin sets it",
+                )
+            )
     return violations
 
 
@@ -52,8 +57,11 @@ def _set_by_kai(pod: PodView, ctx: PodContext, fld: str, index: int, env: Mappin
     ``accept-nvidia-visible-devices-envvar-when-unprivileged=false`` is what closes the variable to tenants
     for good (policies/README.md)."""
     prefix = pod.annotations.get(KAI_SHARED_CONFIGMAP_ANNOTATION)
-    if not prefix or pod.spec.get("schedulerName") != KAI_SCHEDULER or not any(
-            h.startswith("annotation ") for h in ctx.gpu.holders):
+    if (
+        not prefix
+        or pod.spec.get("schedulerName") != KAI_SCHEDULER
+        or not any(h.startswith("annotation ") for h in ctx.gpu.holders)
+    ):
         return False
     ref = (env.get("valueFrom") or {}).get("configMapKeyRef") or {}
     suffix = f"-i{index}" if fld == "initContainers" else f"-{index}"
