@@ -46,7 +46,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.cluster import (  # noqa: E402
+from tests.harness.controlplane import (  # noqa: E402
     WEBHOOK_KINDS,
     BinariesMissing,
     ControlPlane,

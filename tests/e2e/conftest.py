@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .cluster import (
+from tests.harness.controlplane import (
     BinariesMissing,
     ControlPlane,
     GPUGate,

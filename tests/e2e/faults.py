@@ -43,7 +43,7 @@ from cryptography import x509
 
 from webhook import certs as certs_module
 
-from .cluster import (
+from tests.harness.controlplane import (
     ControlPlane,
     GPUGate,
     eventually,

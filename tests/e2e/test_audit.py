@@ -32,7 +32,7 @@ import yaml
 from webhook.check import check_objects
 from webhook.policy.loader import load_policies
 
-from .cluster import REPO, ControlPlane, gpugate_executable
+from tests.harness.controlplane import REPO, ControlPlane, gpugate_executable
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import ControlPlane, KubectlResult, Stack
+from tests.harness.controlplane import ControlPlane, KubectlResult, Stack
 from .objects import gpugate_denial, refusal
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.controlplane import Stack
 from .objects import GPU_TOLERATION, H100_VALUES, NODE_LABEL, comparable, gpu_pod, model_selection
 
 pytestmark = pytest.mark.e2e

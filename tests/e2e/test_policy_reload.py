@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import ControlPlane, Stack, eventually, https_get
+from tests.harness.controlplane import ControlPlane, Stack, eventually, https_get
 from .objects import H100_VALUES, gpu_pod, model_selection, reload_policy
 
 pytestmark = pytest.mark.e2e

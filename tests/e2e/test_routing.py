@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.controlplane import Stack
 from .objects import GPU, container, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import ControlPlane, Stack
+from tests.harness.controlplane import ControlPlane, Stack
 from .objects import (
     GPU,
     GPU_TOLERATION,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.controlplane import Stack
 from .objects import container, deployment, gpu_pod, gpugate_denial, job, pod
 
 pytestmark = pytest.mark.e2e
