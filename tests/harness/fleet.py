@@ -62,7 +62,7 @@ INTEL_TAINT = {"key": "gpu.intel.com/i915", "value": "", "effect": "NoSchedule"}
 
 # One NVIDIA driver for the whole fleet: GFD's nvidia.com/cuda.* labels (internal/lm/nvml.go) and the DRA
 # driver's driverVersion/cudaDriverVersion attributes agree.
-DRIVER_VERSION = "580.95.05"
+DRIVER_VERSION = "580.126.20"  # as in the DRA driver's attribute reference
 CUDA_VERSION = (13, 0)
 
 
