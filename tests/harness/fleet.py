@@ -142,7 +142,9 @@ def _eks(instance_type: str) -> dict[str, str]:
     return {"node.kubernetes.io/instance-type": instance_type, "topology.kubernetes.io/region": "us-east-1"}
 
 
-def _amd_labeller(product: str, *, count: int, device_id: str, family: str, cu: int, simd: int, vram: str) -> dict[str, str]:
+def _amd_labeller(
+    product: str, *, count: int, device_id: str, family: str, cu: int, simd: int, vram: str
+) -> dict[str, str]:
     """ROCm k8s-node-labeller on a homogeneous node: `amd.com/gpu.<kind>` and `beta.amd.com/gpu.<kind>` plus the
     beta counter `beta.amd.com/gpu.<kind>.<value>` (tests/fixtures/vendor-labels.md)."""
     values = {
@@ -161,7 +163,9 @@ def _amd_labeller(product: str, *, count: int, device_id: str, family: str, cu: 
     return labels
 
 
-def _intel_nfd(product: str, family: str, pci: str, *, count: int, millicores: int, memory_max: int, tiles: int) -> dict[str, str]:
+def _intel_nfd(
+    product: str, family: str, pci: str, *, count: int, millicores: int, memory_max: int, tiles: int
+) -> dict[str, str]:
     """Intel's NFD platform-labeling rules and the GPU plugin's labeler (tests/fixtures/vendor-labels.md)."""
     return {
         "intel.feature.node.kubernetes.io/gpu": "true",
@@ -361,7 +365,9 @@ POOLS: tuple[Pool, ...] = (
         "device-plugin",
         "96",
         "1850Gi",
-        _amd_labeller("AMD_Instinct_MI300X_OAM", count=8, device_id="74a1", family="AI", cu=304, simd=1216, vram="192G"),
+        _amd_labeller(
+            "AMD_Instinct_MI300X_OAM", count=8, device_id="74a1", family="AI", cu=304, simd=1216, vram="192G"
+        ),
         {"amd.com/gpu": "8"},
         (AMD_TAINT,),
         note="8 x MI300X (ROCm device plugin + node labeller)",

@@ -110,7 +110,9 @@ class KubeAPI:
         decoded: Any = json.loads(data) if data else {}
         if resp.status >= 400:
             status = decoded if isinstance(decoded, dict) else {}
-            raise ApiError(resp.status, str(status.get("reason", resp.reason)), str(status.get("message", data[:500])), status)
+            raise ApiError(
+                resp.status, str(status.get("reason", resp.reason)), str(status.get("message", data[:500])), status
+            )
         return decoded
 
     # -- paths -----------------------------------------------------------------------------------

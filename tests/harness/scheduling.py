@@ -163,7 +163,8 @@ class FleetCluster:
             waiting = set(wanted)
             for node in self.api.list("Node"):
                 ready = any(
-                    c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in node.get("status", {}).get("conditions", [])
                 )
                 tainted = any(t.get("key") == NOT_READY_TAINT for t in node.get("spec", {}).get("taints", []))
                 if ready and not tainted:
@@ -174,7 +175,9 @@ class FleetCluster:
                 raise RuntimeError(kwok.describe_failure("died while the fleet's nodes came up"))
             if time.monotonic() > deadline:
                 sample = ", ".join(sorted(waiting)[:5])
-                raise RuntimeError(f"{len(waiting)} of {len(wanted)} nodes not Ready and schedulable after {timeout:.0f}s: {sample}")
+                raise RuntimeError(
+                    f"{len(waiting)} of {len(wanted)} nodes not Ready and schedulable after {timeout:.0f}s: {sample}"
+                )
             time.sleep(0.5)
 
     # -- convenience -----------------------------------------------------------------------------
