@@ -7,7 +7,6 @@ the label index answers per day.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from webhook.cli import main
 
 from .conftest import RunningPrometheus, backfill, free_port, start_prometheus
+from .schema import checked
 from .synthetic import A100, H100, HOUR, START, Fleet, dcgm_labels
 from .test_report import END_ISO, gpugate
 
@@ -137,6 +137,7 @@ def test_without_the_allowlist_every_gpu_is_unlabelled_and_the_note_says_why(bro
     result = report(broken.url, "--end", day_end(3), "--window", "22h", "-o", "json")
     assert result.returncode == 0, result.stderr
     assert "--metric-labels-allowlist=pods=[gpugate.io/team," in result.stderr
+    checked(result.stdout)
     assert '"group": "unlabelled"' in result.stdout
 
 
@@ -201,7 +202,7 @@ def test_a_missing_price_table(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 def test_with_honor_labels_the_exporter_pods_gpus_are_unallocated_not_unlabelled(broken: RunningPrometheus) -> None:
     result = report(broken.url, "--end", day_end(6), "--window", "22h", "-o", "json", "--group", "workload")
     assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
+    document = checked(result.stdout)
     assert [row["group"] for row in document["groups"]] == ["ml/Deployment/trainer"]
     assert document["capacity"]["unallocated_gpu_hours"] == pytest.approx(22, abs=0.1)
     assert document["capacity"]["allocated_gpu_hours"] == pytest.approx(22, abs=0.1)
@@ -210,7 +211,7 @@ def test_with_honor_labels_the_exporter_pods_gpus_are_unallocated_not_unlabelled
 def test_a_single_strategy_slice_started_in_a_telemetry_gap_is_billed_as_a_slice(broken: RunningPrometheus) -> None:
     result = report(broken.url, "--end", day_end(7), "--window", "22h", "-o", "json")
     assert result.returncode == 0, result.stderr
-    total = json.loads(result.stdout)["total"]
+    total = checked(result.stdout)["total"]
     # m1: 10 h seen and 12 h in the gap, m2: 11 h in the gap; each 1/7 of the H100, never a whole GPU.
     assert total["whole_gpus_peak"] == 0
     assert total["mig_slices_peak"] == {"1g.10gb": 2}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from webhook.report.compute import Integrator
 from webhook.report.prometheus import Prometheus
 
 from .conftest import RunningPrometheus
+from .schema import checked
 from .synthetic import END, START, expected, gap_hours
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def gpugate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
 def report_json(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
     result = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "json", *extra)
     assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout))
+    return checked(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +199,55 @@ def test_a_coarser_step_stays_within_its_own_error(prometheus: RunningPrometheus
     rows = {row["group"]: row for row in document["groups"]}
     for team, want in expected(step=3600).items():
         assert rows[team]["allocated_gpu_hours"] == pytest.approx(want["allocated"], abs=2 * max(1, want["whole"]))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        ("--bucket", "1d", "--prices", str(Path(__file__).with_name("prices.yaml"))),
+        ("--bucket", "1h", "--group", "workload"),
+        ("--group", "namespace", "--top", "0"),
+    ],
+)
+def test_every_json_document_follows_the_published_schema(
+    prometheus: RunningPrometheus, extra: tuple[str, ...]
+) -> None:
+    document = report_json(prometheus, *extra)
+    assert document["schema_version"] == "gpugate.io/report/v1"
+
+
+def test_capacity_is_allocated_plus_unallocated_and_reconciles(by_team: dict[str, Any]) -> None:
+    capacity = by_team["capacity"]
+    assert capacity["allocated_gpu_hours"] == pytest.approx(by_team["total"]["allocated_gpu_hours"], abs=1e-3)
+    assert capacity["capacity_gpu_hours"] == pytest.approx(
+        capacity["allocated_gpu_hours"] + capacity["unallocated_gpu_hours"], abs=1e-3
+    )
+    assert capacity["allocated_cost"] == pytest.approx(by_team["total"]["cost"], abs=0.01)
+    for table in ("by_model", "by_resource"):
+        assert sum(p["capacity_gpu_hours"] for p in capacity[table]) == pytest.approx(
+            capacity["capacity_gpu_hours"], abs=0.01
+        )
+        assert sum(p["capacity_cost"] for p in capacity[table]) == pytest.approx(capacity["capacity_cost"], abs=0.05)
+    models = {p["model"]: p for p in capacity["by_model"]}
+    # node-a: GPU 7 unheld all week and GPU 5 after finetune ended (60 h in), less the 6-hour gap for both;
+    # node-b's A100 has 4/7 no MIG instance covers; node-e's H100 5/7.
+    a100 = 168 - gap_hours() + 108 - gap_hours() + 4 / 7 * 168
+    assert models["NVIDIA A100-SXM4-80GB"]["unallocated_gpu_hours"] == pytest.approx(a100, abs=0.5)
+    assert models["NVIDIA H100 80GB HBM3"]["unallocated_gpu_hours"] == pytest.approx(5 / 7 * 168, abs=0.1)
+    assert by_team["total"]["no_telemetry_cost"] == pytest.approx(4 * gap_hours() * 3.0 + gap_hours() * 3.0, abs=0.5)
+
+
+def test_buckets_add_up_to_the_window(prometheus: RunningPrometheus, by_team: dict[str, Any]) -> None:
+    document = report_json(prometheus, "--bucket", "1d", "--prices", str(Path(__file__).with_name("prices.yaml")))
+    fleet = document["buckets"]["fleet"]
+    assert [b["start"] for b in fleet] == [f"2026-11-{d:02d}T00:00:00Z" for d in range(2, 9)]
+    assert sum(b["allocated_gpu_hours"] for b in fleet) == pytest.approx(
+        by_team["total"]["allocated_gpu_hours"], abs=0.01
+    )
+    assert sum(b["idle_cost"] for b in fleet) == pytest.approx(by_team["total"]["idle_cost"], abs=0.05)
+    vision = document["buckets"]["groups"]["vision"]
+    assert [round(b["allocated_gpu_hours"]) for b in vision] == [96] * 7
+    csv_text = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "csv", "--bucket", "1d").stdout
+    records = [r for r in csv.DictReader(io.StringIO(csv_text)) if r["record"] == "bucket" and r["team"] == "FLEET"]
+    assert [float(r["allocated_gpu_hours"]) for r in records] == [b["allocated_gpu_hours"] for b in fleet]
