@@ -1,4 +1,4 @@
-"""webhook.audit with plain dicts: verdicts, what /mutate would add, summaries, the policy-change preview,
+"""webhook.audit.evaluation with plain dicts: verdicts, what /mutate would add, summaries, the policy-change preview,
 and PolicyReports valid against the vendored upstream CRD schema."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from webhook import audit
 from webhook.admission import Environment, mutate
+from webhook.audit import evaluation as audit
 from webhook.policy.loader import load_policies
 from webhook.policy.model import PolicySet, WorkloadKind
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from webhook import lastgood
+from webhook.policy import lastgood
 from webhook.policy.loader import PolicyError, load_policies
 from webhook.policy.store import PolicyStore
 
@@ -67,7 +67,7 @@ def test_a_store_over_broken_files_starts_from_the_fallback_and_reports_the_erro
 
 
 def test_a_worker_starting_over_broken_files_uses_the_copy(policy_dir, tmp_path, monkeypatch):
-    from webhook import app
+    from webhook.serve import app
 
     state = tmp_path / "state"
     state.mkdir()
@@ -79,7 +79,7 @@ def test_a_worker_starting_over_broken_files_uses_the_copy(policy_dir, tmp_path,
 
 
 def test_without_a_copy_broken_files_still_stop_the_worker(policy_dir, tmp_path, monkeypatch):
-    from webhook import app
+    from webhook.serve import app
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     (policy_dir / "default.yaml").write_text("spec: [broken")

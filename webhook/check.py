@@ -10,8 +10,8 @@ from typing import Any
 import jsonpatch
 
 from .admission import Decision, Environment, mutate, validate
-from .patch import Operation
-from .pods import group_of, shapes_of, workload_kinds
+from .admission.patch import Operation
+from .pods.objects import group_of, shapes_of, workload_kinds
 from .policy.model import PolicySet
 
 

@@ -114,7 +114,8 @@ def _policy_validate(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import certs, server
+    from . import certs
+    from .serve import command as server
 
     top = argparse.ArgumentParser(prog="gpugate", description="Admission webhook that forms GPU pods correctly.")
     top.add_argument("--version", action="version", version=describe())
@@ -145,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=_check)
 
-    from . import auditor
+    from .audit import command as auditor
 
     audit = sub.add_parser("audit", help="what gpugate would say about what already runs in a cluster (read-only)")
     auditor.add_arguments(audit)

@@ -8,7 +8,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from webhook import audit, cli
+from webhook import cli
+from webhook.audit import evaluation as audit
 
 from .test_manifests import DEPLOY, find, render
 

@@ -540,9 +540,9 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         models=models,
         holders=holders,
         attribution=attribution,
-        non_gpu_tolerations=non_gpu_tolerations,
-        mutate_templates=mutate_templates,  # type: ignore[arg-type]
-        non_gpu_runtime_class=non_gpu_runtime_class,
+        non_gpu_tolerations=non_gpu_tolerations,  # type: ignore[arg-type]
+        mutate_templates=mutate_templates,
+        non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
         init_only_gpus=init_only,  # type: ignore[arg-type]
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pods import GPUUse, Key, PodShape, dig
+from ..pods.objects import GPUUse, Key, PodShape, dig
 from ..policy.model import Policy
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from .policy.model import Device, Policy, WorkloadKind
+from ..policy.model import Device, Policy, WorkloadKind
 from .quantity import QuantityError, parse_quantity
 
 #: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU

@@ -12,12 +12,13 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from . import lastgood, metrics
-from .admission import Decision, Environment, errored, mutate, validate
-from .pods import BUILTIN_WORKLOADS
-from .policy.loader import PolicyError
-from .policy.model import PolicySet
-from .policy.store import PolicyStore
+from ..admission import Decision, Environment, errored, mutate, validate
+from ..pods.objects import BUILTIN_WORKLOADS
+from ..policy import lastgood
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
+from ..policy.store import PolicyStore
+from . import metrics
 from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")
@@ -211,7 +212,7 @@ def _drain(stream: Any, *, limit: int) -> bool:
             if not chunk:
                 return True
             read += len(chunk)
-    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.tls)
+    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.serve.tls)
         pass
     return False
 
@@ -247,7 +248,7 @@ def build_app(
     policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None
 ) -> Flask:
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
-    from . import kube
+    from ..kube import namespaces as kube
 
     store = _policy_store(policies_dir)
     cache = kube.namespace_cache(kubeconfig)

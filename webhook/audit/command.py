@@ -13,9 +13,9 @@ from typing import Any, TextIO
 
 import yaml
 
-from . import audit
-from .policy.loader import PolicyError, load_policies
-from .policy.model import PolicySet
+from ..policy.loader import PolicyError, load_policies
+from ..policy.model import PolicySet
+from . import evaluation as audit
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 #: The namespaces the webhooks in deploy/base never see (their namespaceSelector): nothing there was admitted
@@ -107,7 +107,7 @@ def _load(directory: str, what: str) -> PolicySet:
 
 
 def _installed(client: Any, args: argparse.Namespace) -> tuple[str, PolicySet]:
-    from . import kube
+    from ..kube import namespaces as kube
 
     source, files = kube.installed_policies(
         client, namespace=args.gpugate_namespace, deployment=args.gpugate_deployment, configmap=args.policies_configmap
@@ -123,7 +123,7 @@ def _installed(client: Any, args: argparse.Namespace) -> tuple[str, PolicySet]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import kube  # imported here: the Kubernetes client takes most of a second to import
+    from ..kube import namespaces as kube  # imported here: the Kubernetes client takes most of a second to import
 
     try:
         return _run(args)
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import kube
+    from ..kube import namespaces as kube
 
     if args.page_size < 1:
         raise ValueError("--page-size must be at least 1")

@@ -17,8 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .policy.loader import PolicyError, load_policies, policy_files
-from .policy.model import PolicySet
+from .loader import PolicyError, load_policies, policy_files
+from .model import PolicySet
 
 log = logging.getLogger("gpugate.policy")
 LINK = "last-good-policies"

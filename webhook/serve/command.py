@@ -20,10 +20,10 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 from gunicorn.workers import gthread
 
-from webhook.tls import ReloadingCertificate, TLSConfigError, describe
-from webhook.worker import ThreadWorker
+from webhook.serve.tls import ReloadingCertificate, TLSConfigError, describe
+from webhook.serve.worker import ThreadWorker
 
-APP_FACTORY = "webhook.app:build_app"
+APP_FACTORY = "webhook.serve.app:build_app"
 DEFAULT_BIND = "0.0.0.0:8443"
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 4
@@ -204,7 +204,7 @@ def prepare_metrics_dir() -> str | None:
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
         for name in os.listdir(existing):
             path = os.path.join(existing, name)
-            if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.metrics.claim
+            if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.serve.metrics.claim
                 os.unlink(path)
             elif name.startswith(("policies-", ".policies-", "last-good-policies", ".last-good-policies")):
                 shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
@@ -265,7 +265,7 @@ def gunicorn_options(
         # gthread keeps connections alive; sync closes each one after a request, so every
         # admission call would pay a TCP + TLS handshake (6-7x the CPU in review; here a new
         # TLS connection per /healthz cost ~1.0 ms of server CPU against ~0.3 ms kept alive).
-        "worker_class": ThreadWorker,  # gthread, minus threads pinned by idle connections (webhook.worker)
+        "worker_class": ThreadWorker,  # gthread, minus threads pinned by idle connections (webhook.serve.worker)
         "threads": args.threads,
         "keepalive": KEEPALIVE,
         "timeout": WORKER_TIMEOUT,

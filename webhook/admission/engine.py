@@ -7,12 +7,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import rules  # noqa: F401  (registers every rule)
+from .. import rules  # noqa: F401  (registers every rule)
+from ..pods.objects import PodShape, dig, gpu_use, shapes_of, workload_kinds
+from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
+from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
+from ..rules.registry import mutate_pod, validate_pod
 from .patch import Operation, make_patch
-from .pods import PodShape, dig, gpu_use, shapes_of, workload_kinds
-from .policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
-from .rules.base import Change, PodContext, PodEditor, PodView, Violation
-from .rules.registry import mutate_pod, validate_pod
 
 POLICY_ANNOTATION = "gpugate.io/policy"
 MUTATED_ANNOTATION = "gpugate.io/mutated"

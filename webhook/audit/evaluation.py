@@ -28,10 +28,10 @@ from typing import Any
 
 import jsonpatch
 
-from .admission import Decision, Environment, mutate, validate
-from .pods import PodShape, containers, dig, gpu_amounts, group_of, is_sidecar, shapes_of, workload_kinds
-from .policy.model import BUILTIN, Policy, PolicySet, WorkloadKind
-from .quantity import format_quantity
+from ..admission import Decision, Environment, mutate, validate
+from ..pods.objects import PodShape, containers, dig, gpu_amounts, group_of, is_sidecar, shapes_of, workload_kinds
+from ..pods.quantity import format_quantity
+from ..policy.model import BUILTIN, Policy, PolicySet, WorkloadKind
 
 #: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
 BOOKKEEPING_ANNOTATIONS = frozenset({"gpugate.io/policy", "gpugate.io/mutated", "gpugate.io/workload"})
@@ -47,7 +47,7 @@ _BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
 
 
 def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
-    """Every kind gpugate reads, Pod first: the registry in `webhook.pods`, plus the kinds the policy
+    """Every kind gpugate reads, Pod first: the registry in `webhook.pods.objects`, plus the kinds the policy
     directories add (GPUWorkloadKind documents)."""
     kinds = workload_kinds()
     for policies in policy_sets:
