@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.check import check_objects
+from webhook.admission.offline import check_objects
 from webhook.policy.loader import load_policies
 
 from .cluster import REPO, ControlPlane, gpugate_executable

@@ -5,6 +5,7 @@ rule as flask's ``sansio`` package; an import-linter contract in pyproject.toml 
 rule needs arrives as an argument: the object, the governing policy, the namespace's labels.
 """
 
-from .engine import Decision, Environment, allowed, denied, errored, mutate, pack, shorten, validate
+from .decision import Decision, Environment, allowed, denied, errored, pack, shorten
+from .engine import mutate, validate
 
 __all__ = ["Decision", "Environment", "allowed", "denied", "errored", "mutate", "pack", "shorten", "validate"]
