@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support import FIXTURES, apply, env, gpu_pod, request  # noqa: E402
 from webhook.admission import mutate, validate  # noqa: E402
-from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
 
 
 def every_field_pod() -> dict[str, Any]:

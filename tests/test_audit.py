@@ -16,7 +16,7 @@ import yaml
 
 from webhook.admission import Environment, mutate
 from webhook.audit import evaluation, policyreports, render, tally
-from webhook.policy.loader import load_policies
+from webhook.policy.files import load_policies
 from webhook.policy.model import PolicySet, WorkloadKind
 
 REPO = Path(__file__).resolve().parents[1]

@@ -201,7 +201,7 @@ def readme_decoder() -> str:
     ],
 )
 def test_readme_decode_one_liner_works_on_a_patch_and_on_a_denial(review: str, expected: str) -> None:
-    from webhook.serve.app import build_app
+    from webhook.serve.wiring import build_app
 
     app = build_app(str(REPO / "policies"))  # no kubeconfig, not in a pod: no namespace labels
     answer = app.test_client().post("/mutate", data=(EXAMPLES / review).read_bytes(), content_type="application/json")

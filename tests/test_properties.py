@@ -143,7 +143,7 @@ def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
 
 # ------------------------------------------------------------------ the rule registry's invariants
 from tests.support import REPO  # noqa: E402
-from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
 from webhook.policy.model import PolicySet  # noqa: E402
 from webhook.rules import registry  # noqa: E402
 

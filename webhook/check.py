@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from .admission.offline import check_objects
-from .policy.loader import PolicyError, load_policies
+from .policy.files import load_policies
+from .policy.loader import PolicyError
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from webhook.admission.offline import check_objects
-from webhook.policy.loader import load_policies
+from webhook.policy.files import load_policies
 
 from .cluster import REPO, ControlPlane, gpugate_executable
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod

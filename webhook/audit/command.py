@@ -13,7 +13,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from ..policy.loader import PolicyError, load_policies
+from ..policy.files import load_policies
+from ..policy.loader import PolicyError
 from ..policy.model import PolicySet
 from . import evaluation, policyreports, render, tally
 

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from .loader import PolicyError, load_policies
+from .files import load_policies
+from .loader import PolicyError
 from .schema import policy_schema
 
 EXIT_VALID, EXIT_INVALID = 0, 1
