@@ -14,7 +14,7 @@ import jsonpatch
 import kubernetes_validate
 
 from webhook.admission import Decision, Environment, mutate, validate
-from webhook.pods import dig, shapes_of, workload_kinds
+from webhook.pods.objects import dig, shapes_of, workload_kinds
 from webhook.policy.loader import PolicyIssue, parse_policy
 from webhook.policy.model import PolicySet
 
