@@ -410,8 +410,10 @@ def _refuser(message: str) -> str:
 
 
 def _short(message: str) -> str:
-    """A refusal's first sentence: which webhook or policy said no and the first reason."""
-    message = " ".join(message.split())
+    """A refusal's first sentence: which webhook or policy said no and the first reason; the same for every pod
+    of a controller (pod names and the events' "combined from similar events" prefix dropped)."""
+    message = " ".join(message.split()).removeprefix("(combined from similar events): ")
+    message = re.sub(r'Pod "[^"]+"', "Pod", message)
     return message if len(message) <= 240 else message[:237] + "..."
 
 
@@ -548,7 +550,7 @@ def table(results: Results, expected: dict[str, dict[str, Any]]) -> str:
         )
         where = displayed(want.get("with", []), run.outcomes) if run.admitted else "—"
         other = results.without.get(name)
-        open_cell = displayed(want.get("without", []), other.outcomes) if other else "(same)"
+        open_cell = displayed(want.get("without", []), other.outcomes) if other else "— (admitted: not run again)"
         rows.append(f"| `{name}` | {verdict} | {_cell(where)} | {_cell(open_cell)} | {_cell(want.get('why', ''))} |")
     return "\n".join(rows)
 
