@@ -15,7 +15,7 @@ import kubernetes_validate
 import yaml
 
 from webhook.admission import Decision, Environment, mutate, validate
-from webhook.pods import dig, shapes_of, workload_kinds
+from webhook.pods.objects import dig, shapes_of, workload_kinds
 from webhook.policy.loader import PolicyIssue, parse_policy
 from webhook.policy.model import PolicySet
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, gpu_pod, review
-from webhook.app import create_app
 from webhook.policy.store import PolicyStore
+from webhook.serve.app import create_app
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 WRONG = [["x"], {"a": 1}, 7, 1.5, True, "s", [{"a": None}]]
@@ -150,12 +150,12 @@ def test_an_object_nested_deep_where_gpugate_does_not_read_gets_the_normal_answe
 
 
 def test_a_recursion_error_while_deciding_is_a_400_review(client, monkeypatch):
-    import webhook.app
+    import webhook.serve.app
 
     def deep(request, env):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(webhook.app, "mutate", deep)
+    monkeypatch.setattr(webhook.serve.app, "mutate", deep)
     app = create_app(policies=PolicyStore(REPO / "policies"))
     out = post(app.test_client(), review(gpu_pod(1), uid="u-9")).get_json()["response"]
     assert out["uid"] == "u-9" and out["allowed"] is False and out["status"]["code"] == 400

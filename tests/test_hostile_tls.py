@@ -32,8 +32,8 @@ from tests.test_server_tls import (
     client_context,
     make_certs,
 )
-from webhook.app import MAX_BODY
-from webhook.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
+from webhook.serve.app import MAX_BODY
+from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
 
 pytestmark = pytest.mark.tls
 
@@ -253,7 +253,7 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
 
 def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(server: Server) -> None:
     """More handshaken, silent connections than the server has threads (2 x 2): the way kube-apiserver parks
-    connections in its idle pool (webhook/worker.py). They hold no thread, so requests are answered meanwhile,
+    connections in its idle pool (webhook/serve/worker.py). They hold no thread, so requests are answered meanwhile,
     and each stays usable: a review sent on it later is answered."""
     idle: list[ssl.SSLSocket] = []
     try:

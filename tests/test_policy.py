@@ -8,7 +8,8 @@ import pytest
 
 from tests.support import STANDARD, env, gpu_pod, policies, request
 from webhook.admission import mutate
-from webhook.policy.loader import PolicyError, load_policies
+from webhook.policy.files import load_policies
+from webhook.policy.loader import PolicyError
 from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable, Policy
 from webhook.policy.store import PolicyStore
 

@@ -83,7 +83,7 @@ def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any,
     import time
 
     from webhook.policy import store as store_module
-    from webhook.policy.loader import load_policies
+    from webhook.policy.files import load_policies
     from webhook.policy.store import PolicyStore
 
     policy = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.support import apply, container, env, pod, request, schema_check, standard
 from webhook.admission import mutate, validate
-from webhook.patch import canonical, make_patch
+from webhook.admission.patch import canonical, make_patch
 
 POLICY = standard(limits={"maxPerContainer": 4, "maxPerPod": 16})
 NAMESPACES = {"default": {"team": "vision"}, "other": {}}
@@ -129,7 +129,7 @@ def test_make_patch_turns_any_object_into_any_other(a, b):
 def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
     import pytest
 
-    from webhook import patch
+    from webhook.admission import patch
 
     real = patch._diff
 
@@ -145,7 +145,7 @@ def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
 
 # ------------------------------------------------------------------ the rule registry's invariants
 from tests.support import REPO  # noqa: E402
-from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
 from webhook.policy.model import PolicySet  # noqa: E402
 from webhook.rules import registry  # noqa: E402
 

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.pods import BUILTIN_WORKLOADS
+from webhook.pods.objects import BUILTIN_WORKLOADS
 
 from .test_manifests import DEPLOY, EXCLUDED, REPO, compile_cel, evaluate, find, render, webhooks
 

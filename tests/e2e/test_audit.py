@@ -31,8 +31,8 @@ import yaml
 
 from tests.harness.controlplane import REPO, ControlPlane
 from tests.harness.gpugate import gpugate_executable
-from webhook.check import check_objects
-from webhook.policy.loader import load_policies
+from webhook.admission.offline import check_objects
+from webhook.policy.files import load_policies
 
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod
 

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pods import GPUUse, Key, PodShape, dig
+from ..pods.gpus import GPUUse
+from ..pods.objects import Key, PodShape, dig
 from ..policy.model import Policy
 
 

@@ -6,8 +6,8 @@ import base64
 import json
 from typing import Any, NotRequired, TypedDict
 
-from .admission import Decision
-from .wiretypes import request_problems
+from ..admission.decision import Decision
+from ..admission.shapes import request_problems
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .pods import dig, shapes_of
+from ..pods.objects import dig, shapes_of
 
 # A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
 # gpugate reads), a one-element list [item schema], or MapOf(value schema).
