@@ -13,7 +13,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..admission import Decision, Environment, errored, mutate, validate
-from ..pods.objects import BUILTIN_WORKLOADS
+from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
 from ..policy.model import PolicySet
 from ..policy.store import PolicyStore
 from . import metrics
@@ -96,8 +96,10 @@ def create_app(
 
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
+        env = environment()
         try:
-            review = parse_review(_body())
+            # The type guard reads every kind the decision will read, the policies' own kinds included.
+            review = parse_review(_body(), workloads=workload_kinds(env.policies.workloads))
         except RecursionError:
             # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
@@ -112,7 +114,7 @@ def create_app(
         req = review["request"]
         kind = req["kind"]["kind"]
         try:
-            decision = decide(req, environment())
+            decision = decide(req, env)
         except RecursionError:  # parsed, but too deep to copy or diff: not an object any apiserver sends
             decision = errored(
                 f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
