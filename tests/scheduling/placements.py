@@ -149,6 +149,11 @@ def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
     elif kind == "JobSet":
         for rjob in spec.get("replicatedJobs") or []:
             template = rjob.get("template") or {}
+            job_spec: dict[str, Any] = copy.deepcopy(template.get("spec") or {})
+            # JobSet's defaulting webhook: Indexed completion, pods restart OnFailure unless the template
+            # says otherwise (kubernetes-sigs/jobset pkg/webhooks/jobset_webhook.go, Default).
+            job_spec.setdefault("completionMode", "Indexed")
+            job_spec.setdefault("template", {}).setdefault("spec", {}).setdefault("restartPolicy", "OnFailure")
             job = {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
@@ -158,12 +163,8 @@ def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
                     "labels": dict((template.get("metadata") or {}).get("labels") or {}),
                     "ownerReferences": [_owner(cr)],
                 },
-                "spec": copy.deepcopy(template.get("spec") or {}),
+                "spec": job_spec,
             }
-            # JobSet's defaulting webhook: Indexed completion, pods restart OnFailure unless the template
-            # says otherwise (kubernetes-sigs/jobset pkg/webhooks/jobset_webhook.go, Default).
-            job["spec"].setdefault("completionMode", "Indexed")
-            job["spec"].setdefault("template", {}).setdefault("spec", {}).setdefault("restartPolicy", "OnFailure")
             yield job
     elif kind == "Job" and cr["apiVersion"].startswith("batch.volcano.sh/"):
         for task in spec.get("tasks") or []:
