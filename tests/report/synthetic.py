@@ -196,7 +196,7 @@ def small_fleet() -> Fleet:
             dcgm(
                 "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                 labels,
-                lambda t: None if fn(t) is None else fn(t) / 100,
+                lambda t: None if (value := fn(t)) is None else value / 100,
                 begin=begin,
                 end=end,
             )
@@ -232,7 +232,7 @@ def small_fleet() -> Fleet:
             host="node-a",
             model=A100,
             pod=("ml-vision", "trainer-0"),
-            util=lambda _t, u=util: u,
+            util=lambda _t, u=util: u,  # type: ignore[misc]
             memory=60000.0,
             gap=True,
         )

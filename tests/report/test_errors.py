@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -22,6 +23,14 @@ from .test_report import END_ISO, gpugate
 
 DAY = 24 * HOUR
 EXPORTER_POD = "nvidia-dcgm-exporter-7xk2p"
+
+
+class Window(TypedDict):
+    begin: int
+    end: int
+    interval: int
+
+
 LABELS = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deployment", "workload_name": "trainer"}
 
 
@@ -29,7 +38,7 @@ def broken_days() -> Fleet:
     fleet = Fleet(length=8 * DAY)
     interval = 300
 
-    def day(n: int) -> dict[str, int]:
+    def day(n: int) -> Window:
         return {"begin": n * DAY, "end": (n + 1) * DAY, "interval": interval}
 
     def gpu(n: int, labels: dict[str, str]) -> None:
