@@ -156,6 +156,13 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
             "dcgm-exporter series carry no pod label: run dcgm-exporter with --kubernetes "
             "(DCGM_EXPORTER_KUBERNETES=true) so that each GPU names the pod holding it"
         )
+    return notes + _attribution_notes(prometheus, start=start, end=end)
+
+
+def _attribution_notes(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
+    """Where gpugate's labels come from: kube_pod_labels (the allowlist), else dcgm-exporter's copies."""
+    notes = []
+    dcgm = f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}"}}'
     if not prometheus.label_values(ksm_label("team"), match=POD_LABELS, start=start, end=end):
         if prometheus.label_values(dcgm_label("team"), match=dcgm, start=start, end=end):
             notes.append(
