@@ -576,8 +576,8 @@ def measure(args: argparse.Namespace) -> Run:
                     # Either no-op: only the registered one is called.
                     "no-op server": lambda: (
                         tree_cpu(noop.process.proc.pid)  # type: ignore[union-attr]
-                        + tree_cpu(patching.process.proc.pid)
-                    ),  # type: ignore[union-attr]
+                        + tree_cpu(patching.process.proc.pid)  # type: ignore[union-attr]
+                    ),
                     "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
                     "client": self_cpu,
                 }

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support import STANDARD, policy_yaml
 from webhook.admission import Environment, mutate
 from webhook.audit import evaluation, policyreports, render, tally
 from webhook.policy.files import load_policies
@@ -22,40 +22,22 @@ from webhook.policy.model import PolicySet, WorkloadKind
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "tests" / "fixtures" / "wg-policy-prototypes" / "wgpolicyk8s.io_policyreports.yaml"
 
-FLEET = textwrap.dedent("""\
-    apiVersion: gpugate.io/v1
-    kind: GPUPolicy
-    metadata:
-      name: fleet
-    spec:
-      priority: 10
-      mode: enforce
-      limits:
-        maxPerContainer: 4
-        maxPerPod: {max_per_pod}
-      runtimeClassName: nvidia
-      tolerations:
-        - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
-      models:
-        nodeLabel: nvidia.com/gpu.product
-        default: l4
-        classes:
-          l4: [NVIDIA-L4]
-          h100: [NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB]
-      attribution:
-        labels:
-          gpugate.io/team: {{fromNamespaceLabel: team, default: unassigned}}
-      nonGPUPods:
-        gpuTolerations: deny
-    """)
 LABELS = {"ml": {"team": "vision"}, "research": {"team": "nlp"}}
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def fleet_policy(*, max_per_pod: int = 8, mode: str = "enforce") -> str:
+    """The standard test policy governing every namespace."""
+    limits = {"maxPerContainer": 4, "maxPerPod": max_per_pod}
+    return policy_yaml(
+        "fleet", priority=10, mode=mode, **{**STANDARD, "limits": limits}, nonGPUPods={"gpuTolerations": "deny"}
+    )
 
 
 def policies(tmp_path: Path, *, max_per_pod: int = 8, name: str = "p") -> PolicySet:
     directory = tmp_path / name
     directory.mkdir()
-    (directory / "fleet.yaml").write_text(FLEET.format(max_per_pod=max_per_pod))
+    (directory / "fleet.yaml").write_text(fleet_policy(max_per_pod=max_per_pod))
     return load_policies(directory)
 
 
@@ -209,7 +191,7 @@ def test_refused_shapes_name_their_rule(tmp_path: Path, obj: dict[str, Any], rul
 def test_a_warn_policy_makes_violations_warned(tmp_path: Path) -> None:
     directory = tmp_path / "warn"
     directory.mkdir()
-    (directory / "fleet.yaml").write_text(FLEET.format(max_per_pod=8).replace("mode: enforce", "mode: warn"))
+    (directory / "fleet.yaml").write_text(fleet_policy(mode="warn"))
     pols = load_policies(directory)
     a, report = run(pols, [formed(pod("h200", labels={"gpugate.io/model": "h200"}), pols)])
     f = finding(report, "h200")

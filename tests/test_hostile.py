@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,7 +185,7 @@ def test_a_workload_crd_template_with_a_wrong_type_is_a_400_naming_the_field(cli
         "metadata": {"labels": {"app": "ray"}},
         "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
-    broken = copy.deepcopy(template)
+    broken: dict[str, Any] = copy.deepcopy(template)
     broken["spec"]["containers"] = {"w": {"image": "ray"}}
     cluster = {
         "apiVersion": "ray.io/v1",

@@ -236,12 +236,12 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
                 raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
                 stalled.append(raw)
             else:
-                sock = server.tls(raw)
-                stalled.append(sock)
+                tls = server.tls(raw)
+                stalled.append(tls)
                 head = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
                 if stage == "partial body":
                     head += b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
-                sock.sendall(head)
+                tls.sendall(head)
         if stage != "tcp only":  # an idle TCP connection costs the server no thread: it waits in the poller
             for sock in stalled:
                 assert closed_by_server(sock), f"the server kept a stalled connection ({stage}) open"

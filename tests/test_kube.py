@@ -598,7 +598,7 @@ kind: GPUPolicy
 metadata: {name: serving}
 spec:
   match: {namespaceSelector: {matchLabels: {team: vision}}}
-  runtimeClassName: nvidia
+  devices: {nvidia: {runtimeClassName: nvidia}}
   attribution:
     labels:
       gpugate.io/team: {fromNamespaceLabel: team}

@@ -169,7 +169,7 @@ def test_overlays_and_the_exclusion_component_carry_over(tmp_path: Path) -> None
         assert len(config["webhooks"]) == 2
 
 
-RAY = {
+RAY: dict[str, Any] = {
     "apiVersion": "ray.io/v1",
     "kind": "RayCluster",
     "metadata": {"name": "r", "namespace": "ml"},

@@ -400,7 +400,7 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
         },
         "results": [],
     }
-    foreign = copy.deepcopy(stale)
+    foreign: dict[str, Any] = copy.deepcopy(stale)
     foreign["metadata"].update(name="someone-else", labels={"app.kubernetes.io/managed-by": "kyverno"})
     cp.kubectl("apply", "-f", "-", stdin=[stale, foreign])
     args = ("--policies", str(REPO / "deploy" / "base" / "policies"), "-n", shapes, "--report", "policyreports")
