@@ -89,7 +89,7 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
     req = request(obj)
     mutated = request(apply(obj, mutate(req, environment).patch))
     rules = registry.REGISTRY.rules
-    saved = ([list(r.checks) for r in rules], admission._subjects, admission.make_patch)
+    saved = ([list(r.checks) for r in rules], admission._subjects, admission.make_patch)  # type: ignore[attr-defined]
     try:
         for r in rules:
             r.checks[:] = [dataclasses.replace(c, run=timed(f"rule {c.name} ({c.action})", c.run)) for c in r.checks]
@@ -102,7 +102,7 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
             validate(mutated, environment)
         whole = time.process_time() - started
     finally:
-        checks, admission._subjects, admission.make_patch = saved
+        checks, admission._subjects, admission.make_patch = saved  # type: ignore[attr-defined]
         for r, kept in zip(rules, checks, strict=True):
             r.checks[:] = kept
         registry.REGISTRY.invalidate()
