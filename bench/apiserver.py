@@ -1,6 +1,6 @@
 """What gpugate adds to every pod create in a real kube-apiserver, beside a no-op webhook and in-process CEL.
 
-One control plane (etcd + kube-apiserver from tests/e2e/cluster.py), one run, these registrations in turn:
+One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), one run, these registrations in turn:
 
   nothing   no admission webhook or policy of ours;
   no-op     deploy/'s two webhook configurations pointed at bench/noop.py on gpugate's stack
@@ -46,15 +46,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.cluster import (  # noqa: E402
-    WEBHOOK_KINDS,
-    BinariesMissing,
-    ControlPlane,
-    GPUGate,
-    find_binaries,
-    point_at,
-    render_deploy,
-)
+from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries  # noqa: E402
+from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
 PODS = ("GPU", "CPU")
@@ -583,8 +576,8 @@ def measure(args: argparse.Namespace) -> Run:
                     # Either no-op: only the registered one is called.
                     "no-op server": lambda: (
                         tree_cpu(noop.process.proc.pid)  # type: ignore[union-attr]
-                        + tree_cpu(patching.process.proc.pid)
-                    ),  # type: ignore[union-attr]
+                        + tree_cpu(patching.process.proc.pid)  # type: ignore[union-attr]
+                    ),
                     "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
                     "client": self_cpu,
                 }
@@ -949,7 +942,7 @@ The machine is shared (the load averages above include other people's builds and
 
 
 TUNING_NOTE = """\
-- **Threads pinned by idle connections** (webhook/worker.py). kube-apiserver's webhook client (Go net/http)
+- **Threads pinned by idle connections** (webhook/serve/worker.py). kube-apiserver's webhook client (Go net/http)
   dials a connection when none is idle and, if another frees up first, parks the new one, handshaken but
   unused, in its pool (up to 25 per host, k8s.io/client-go transport/cache.go). gunicorn's gthread worker
   does the handshake in a pool thread and then blocks that thread reading the first request, without a

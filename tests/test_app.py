@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
-from webhook.app import MAX_BODY, create_app
 from webhook.policy.store import PolicyStore
+from webhook.serve.app import MAX_BODY, create_app
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 
@@ -111,7 +111,12 @@ def test_a_crash_inside_a_rule_becomes_allowed_false_code_500_with_the_uid(clien
     def boom(editor, ctx):
         raise RuntimeError("rule bug")
 
-    monkeypatch.setattr(registry, "_RULES", [registry.Rule("boom", "mutate", "gpu", False, boom)])
+    from webhook.rules.base import Touch
+
+    broken = registry.Registry()
+    field = Touch("runtimeClassName", "spec.runtimeClassName", in_place=False, describe=lambda before, after: [])
+    broken.rule("boom", order=1, reads={"spec.runtimeClassName": str}, touches=[field]).mutator(pods="gpu")(boom)
+    monkeypatch.setattr(registry, "REGISTRY", broken)
     resp = post(client, "/mutate", review(gpu_pod(1), uid="u-3"))
     assert resp.status_code == 200
     out = resp.get_json()["response"]
@@ -260,7 +265,7 @@ def test_a_broken_edit_counts_once_however_many_workers_see_it(policy_dir):
 
 
 def test_claims_are_exclusive_in_the_metrics_directory(tmp_path, monkeypatch):
-    from webhook import metrics
+    from webhook.serve import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     assert metrics.claim("edit-1") is True

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 from tests.support import gpu_pod, review, stop
 from tests.test_server_tls import (
     GPUGATE,
@@ -28,16 +30,16 @@ from tests.test_server_tls import (
     START_TIMEOUT,
     Connection,
     client_context,
-    eventually,
-    free_port,
     make_certs,
 )
-from webhook.app import MAX_BODY
-from webhook.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
+from webhook.serve.app import MAX_BODY
+from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT, Timeouts
 
 pytestmark = pytest.mark.tls
 
 SAFETY = 30.0  # seconds: a bound for "the server closed it", never a performance claim
+# The server under test cuts slow clients off sooner than the defaults, so that waiting for it takes little.
+TIMEOUTS = Timeouts(handshake=2.0, request=3.0, idle=1.0)
 
 
 @dataclass
@@ -102,6 +104,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 "2",
                 "--threads",
                 "2",
+                f"--handshake-timeout={TIMEOUTS.handshake}",
+                f"--request-timeout={TIMEOUTS.request}",
+                f"--idle-timeout={TIMEOUTS.idle}",
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -118,7 +123,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             return False
 
     try:
-        assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{log.read_text()}"
+        assert eventually(up, timeout=START_TIMEOUT, interval=0.2), f"gpugate serve did not come up:\n{log.read_text()}"
         yield running
     finally:
         stop(process)
@@ -218,7 +223,7 @@ def test_a_body_shorter_than_its_content_length_is_closed_and_harmless(server: S
         )
         started = time.monotonic()
         assert closed_by_server(sock)
-        assert time.monotonic() - started < REQUEST_READ_TIMEOUT + SAFETY
+        assert time.monotonic() - started < TIMEOUTS.request + SAFETY
     assert_healthy(server)
 
 
@@ -236,12 +241,12 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
                 raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
                 stalled.append(raw)
             else:
-                sock = server.tls(raw)
-                stalled.append(sock)
+                tls = server.tls(raw)
+                stalled.append(tls)
                 head = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
                 if stage == "partial body":
                     head += b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
-                sock.sendall(head)
+                tls.sendall(head)
         if stage != "tcp only":  # an idle TCP connection costs the server no thread: it waits in the poller
             for sock in stalled:
                 assert closed_by_server(sock), f"the server kept a stalled connection ({stage}) open"
@@ -253,13 +258,13 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
 
 def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(server: Server) -> None:
     """More handshaken, silent connections than the server has threads (2 x 2): the way kube-apiserver parks
-    connections in its idle pool (webhook/worker.py). They hold no thread, so requests are answered meanwhile,
+    connections in its idle pool (webhook/serve/worker.py). They hold no thread, so requests are answered meanwhile,
     and each stays usable: a review sent on it later is answered."""
     idle: list[ssl.SSLSocket] = []
     try:
         for _ in range(6):
             idle.append(server.tls(socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY)))
-        time.sleep(IDLE_TIMEOUT + 0.5)  # longer than a silent client may hold a thread
+        time.sleep(TIMEOUTS.idle + 0.5)  # longer than a silent client may hold a thread
         assert_healthy(server)
         body = json.dumps(review(gpu_pod(1), uid="parked")).encode()
         for sock in idle:
@@ -318,7 +323,7 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
     try:
         target.write_text(good + "\n---\nkind: GPUPolicy\nspec: [broken\n")
         # Every worker re-reads the directory once a second on its own, traffic or not.
-        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY)
+        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY, interval=0.2)
         time.sleep(3)  # long enough for both workers to have seen the edit (each checks once a second)
         for _ in range(6):  # scrapes land on either worker
             assert server.metric("gpugate_policy_reload_errors_total") == errors + 1
@@ -327,12 +332,42 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
         assert_healthy(server)  # the last good policies are in force
     finally:
         target.write_text(good)
-    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY)
+    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY, interval=0.2)
     assert server.metric("gpugate_policy_reload_errors_total") == errors + 1
 
 
-def test_the_timeouts_nest() -> None:
+def test_the_default_timeouts_nest() -> None:
+    assert Timeouts() == Timeouts(HANDSHAKE_TIMEOUT, REQUEST_READ_TIMEOUT, IDLE_TIMEOUT)
     assert 0 < IDLE_TIMEOUT <= HANDSHAKE_TIMEOUT <= REQUEST_READ_TIMEOUT < SAFETY
+    assert 0 < TIMEOUTS.idle <= TIMEOUTS.handshake <= TIMEOUTS.request < SAFETY
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(tmp_path: Path, value: str) -> None:
+    certs = make_certs(tmp_path / "certs")
+    done = subprocess.run(
+        [
+            str(GPUGATE),
+            "serve",
+            "--policies",
+            str(REPO / "policies"),
+            "--cert",
+            str(certs / "tls.crt"),
+            "--key",
+            str(certs / "tls.key"),
+            "--bind",
+            f"127.0.0.1:{free_port()}",
+            f"--idle-timeout={value}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"gpugate serve: --idle-timeout must be a positive number of seconds, got {float(value)}"
+    )
 
 
 def workers(server: Server) -> set[int]:
@@ -350,10 +385,12 @@ def test_a_worker_that_dies_while_a_broken_edit_is_ignored_is_replaced(server: S
     before = workers(server)
     try:
         target.write_text(good + "\n---\nkind: GPUPolicy\nspec: [broken\n")
-        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY)
+        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY, interval=0.2)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        assert eventually(lambda: len(workers(server) - before) == 1, timeout=SAFETY), "no replacement worker"
+        assert eventually(lambda: len(workers(server) - before) == 1, timeout=SAFETY, interval=0.2), (
+            "no replacement worker"
+        )
         time.sleep(2)  # a worker that fails to boot takes gunicorn's master down within a second or so
         assert server.process.poll() is None, f"gpugate serve exited:\n{server.log.read_text()[-3000:]}"
         for _ in range(6):  # either worker: both answer with the last good policies
@@ -362,4 +399,4 @@ def test_a_worker_that_dies_while_a_broken_edit_is_ignored_is_replaced(server: S
             assert status == 200 and b"policy edit ignored" in text
     finally:
         target.write_text(good)
-    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY)
+    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY, interval=0.2)

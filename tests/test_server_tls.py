@@ -11,13 +11,15 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 from tests.support import stop
 
 pytestmark = pytest.mark.tls
@@ -27,7 +29,7 @@ GPUGATE = Path(sys.executable).with_name("gpugate")
 SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
 START_TIMEOUT = 60.0
 POLL_TIMEOUT = 30.0
-RELOAD_INTERVAL = 1.0  # webhook.tls checks the certificate files at most once a second per worker
+RELOAD_INTERVAL = 1.0  # webhook.serve.tls checks the certificate files at most once a second per worker
 
 
 def gpugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -121,22 +123,6 @@ def der(pem_file: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(pem_file.read_text())
 
 
-def eventually(probe: Callable[[], Any], *, timeout: float = POLL_TIMEOUT, interval: float = 0.2) -> Any:
-    """Call `probe` until it returns something truthy or `timeout` passes; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def children(pid: int) -> set[int]:
     out: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -207,7 +193,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             return connection.get("/healthz")[0] == 200
 
     try:
-        assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{running.log_text()}"
+        assert eventually(up, timeout=START_TIMEOUT, interval=0.2), (
+            f"gpugate serve did not come up:\n{running.log_text()}"
+        )
         yield running
     finally:
         stop(process)
@@ -382,7 +370,9 @@ def test_rotation_reaches_new_handshakes_without_a_restart(server: Server, tmp_p
                 return False
         return True
 
-    assert eventually(all_new), f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    assert eventually(all_new, timeout=POLL_TIMEOUT, interval=0.2), (
+        f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    )
     # A worker that did not take one of those handshakes may have looked at the files less than a
     # second before the swap; it looks again at its next handshake once its one-second interval is up.
     time.sleep(RELOAD_INTERVAL + 0.2)
@@ -412,7 +402,7 @@ def test_broken_new_files_keep_the_old_certificate(server: Server, tmp_path: Pat
             assert connection.peer_certificate() == der(current / "tls.crt")
         return "TLS certificate reload failed" in server.log_text()
 
-    assert eventually(reported), server.log_text()
+    assert eventually(reported, timeout=POLL_TIMEOUT, interval=0.2), server.log_text()
     for _ in range(4):
         with server.connect(current / "ca.crt") as connection:
             assert connection.peer_certificate() == der(current / "tls.crt")
@@ -448,14 +438,14 @@ def test_prometheus_client_is_not_imported_before_serve_sets_its_directory() -> 
     # sets PROMETHEUS_MULTIPROC_DIR before the workers import it. An import on the way there
     # (the CLI, the policy check) would silently make every worker count for itself.
     probe = (
-        "import sys, webhook.cli, webhook.server, webhook.policy.loader, webhook.certs, webhook.tls; "
+        "import sys, webhook.cli, webhook.serve.command, webhook.policy.loader, webhook.certs, webhook.serve.tls; "
         "sys.exit('prometheus_client' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=False).returncode == 0
 
 
 def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook import server as serve
+    from webhook.serve import command as serve
 
     given = tmp_path / "given"
     given.mkdir()
@@ -473,7 +463,7 @@ def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.Mon
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == created
 
 
-# ---- webhook.tls.ReloadingCertificate on its own, with an injected clock -----------------------
+# ---- webhook.serve.tls.ReloadingCertificate on its own, with an injected clock -----------------------
 
 
 class Clock:
@@ -501,7 +491,7 @@ def serial_of(directory: Path) -> int:
 
 
 def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path], tmp_path: Path) -> None:
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     first, second, _ = three_certs
     volume = SecretVolume(tmp_path / "tls")
@@ -521,10 +511,30 @@ def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path],
     assert reloading.ready()
 
 
+def test_the_client_timeouts_reach_every_context_also_after_a_reload(three_certs: list[Path], tmp_path: Path) -> None:
+    from webhook.serve.tls import DeadlineSocket, ReloadingCertificate, Timeouts
+
+    first, second, _ = three_certs
+    volume = SecretVolume(tmp_path / "tls")
+    volume.publish(tls_files(first))
+    clock = Clock()
+    short = Timeouts(handshake=0.5, request=1.0, idle=0.25)
+    reloading = ReloadingCertificate(str(volume.cert), str(volume.key), clock=clock, timeouts=short)
+    before = reloading.context()
+    volume.publish(tls_files(second))
+    clock.now += 1
+    after = reloading.context()
+    assert after is not before
+    for context in (before, after):
+        assert issubclass(context.sslsocket_class, DeadlineSocket) and context.sslsocket_class.timeouts == short
+    default = ReloadingCertificate(str(volume.cert), str(volume.key)).context()
+    assert default.sslsocket_class is DeadlineSocket and DeadlineSocket.timeouts == Timeouts()
+
+
 def test_broken_files_are_reported_once_and_retried_when_they_change(
     three_certs: list[Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     first, second, third = three_certs
     volume = SecretVolume(tmp_path / "tls")
@@ -553,7 +563,7 @@ def test_broken_files_are_reported_once_and_retried_when_they_change(
 
 
 def test_missing_files_keep_the_old_certificate(three_certs: list[Path], tmp_path: Path) -> None:
-    from webhook.tls import ReloadingCertificate, TLSConfigError
+    from webhook.serve.tls import ReloadingCertificate, TLSConfigError
 
     volume = SecretVolume(tmp_path / "tls")
     volume.publish(tls_files(three_certs[0]))
@@ -571,7 +581,7 @@ def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
     import datetime as dt
 
     from webhook import certs
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     long_ago = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     ca = certs.build_ca(common_name="old", now=long_ago, valid_for=dt.timedelta(days=1))
@@ -584,7 +594,7 @@ def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
 def test_encrypted_key_is_refused_without_a_prompt(three_certs: list[Path], tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    from webhook.tls import TLSConfigError, server_context
+    from webhook.serve.tls import TLSConfigError, server_context
 
     key = serialization.load_pem_private_key((three_certs[0] / "tls.key").read_bytes(), password=None)
     encrypted = tmp_path / "tls.key"

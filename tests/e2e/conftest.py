@@ -11,20 +11,14 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .cluster import (
-    BinariesMissing,
-    ControlPlane,
-    GPUGate,
-    Stack,
-    eventually,
-    find_binaries,
-    point_at,
-    register,
-    render_deploy,
-)
+from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
+from tests.harness.gpugate import GPUGate, Stack, point_at, register, render_deploy
+from tests.harness.polling import eventually
+
 from .objects import BASE_POLICY, reload_policy
 
 # Everything that is running, so that a failing test's report can show their logs.
@@ -223,7 +217,7 @@ def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> str:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
+    outcome: Any = yield
     report = outcome.get_result()
     if report.failed and item.get_closest_marker("e2e") is not None:
         for thing in _RUNNING:

@@ -29,10 +29,11 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.check import check_objects
-from webhook.policy.loader import load_policies
+from tests.harness.controlplane import REPO, ControlPlane
+from tests.harness.gpugate import gpugate_executable
+from webhook.admission.offline import check_objects
+from webhook.policy.files import load_policies
 
-from .cluster import REPO, ControlPlane, gpugate_executable
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e
@@ -399,7 +400,7 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
         },
         "results": [],
     }
-    foreign = copy.deepcopy(stale)
+    foreign: dict[str, Any] = copy.deepcopy(stale)
     foreign["metadata"].update(name="someone-else", labels={"app.kubernetes.io/managed-by": "kyverno"})
     cp.kubectl("apply", "-f", "-", stdin=[stale, foreign])
     args = ("--policies", str(REPO / "deploy" / "base" / "policies"), "-n", shapes, "--report", "policyreports")

@@ -9,8 +9,8 @@ import pytest
 
 from tests.budget import python_bounded, run_bounded
 from tests.support import container, gpu_pod, mutated, pod, policy, standard
+from webhook.pods.quantity import INT64_MAX, NANO, QuantityError, parse_quantity
 from webhook.policy.model import BUILTIN, PolicySet
-from webhook.quantity import INT64_MAX, NANO, QuantityError, parse_quantity
 
 NO_POLICY = PolicySet()
 
@@ -69,7 +69,7 @@ def test_quantities_beyond_int64_are_refused_without_computing_them():
     """In a child with 10 s of CPU: old code computed 10**999999999 exactly and never returned."""
     code = f"""
 import json
-from webhook.quantity import QuantityTooLarge, parse_quantity
+from webhook.pods.quantity import QuantityTooLarge, parse_quantity
 out = []
 for text in {BEYOND_INT64!r} + [2**63, 10**5000]:
     try:
@@ -85,7 +85,7 @@ print(json.dumps(out))
 def test_tiny_values_with_huge_negative_exponents_round_up_to_nano_in_bounded_cpu_time():
     code = """
 import json
-from webhook.quantity import parse_quantity
+from webhook.pods.quantity import parse_quantity
 print(json.dumps([str(parse_quantity(t)) for t in ["-1e-999999999", "0e999999999", "1e-2147483648"]]))
 """
     assert python_bounded(code, cpu_seconds=10) == ["-1/1000000000", "0", "1/1000000000"]
@@ -95,7 +95,7 @@ def test_exponents_kubernetes_would_wrap_and_absurd_digits_are_not_quantities():
     """apimachinery narrows the exponent with int32(), so these would silently read as something else."""
     code = """
 import json
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.pods.quantity import QuantityError, parse_quantity
 out = []
 for text in ["1e4294967296", "1e-2147483649", "1e" + "9" * 400, "0." + "3" * 70 + "Ki", float("inf")]:
     try:

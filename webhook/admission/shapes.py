@@ -5,63 +5,55 @@ the typed object into the AdmissionReview (k8s.io/apiserver pkg/admission/plugin
 admissionreview.go). So labels always arrive as a map of strings, containers as a list of objects,
 quantities as strings: anything else did not come from an apiserver. Such a review is refused with
 code 400 and the field path, instead of reaching a rule that would trip over it. Fields gpugate
-never reads are not looked at; ``null`` stands for an absent field, as in Go.
+never reads are not looked at; ``null`` stands for an absent field, as in Go. Every kind gpugate reads is
+checked: the built-in workloads and the kinds the policy directory declares (GPUWorkloadKind), whose pod
+templates the rules read just the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .pods import dig, shapes_of
+from .. import rules  # noqa: F401  (registers every rule, and with it what each reads)
+from ..pods.fields import ANY_OBJECT, BASE_READS, CONTAINER_LISTS, QUANTITY, MapOf
+from ..pods.objects import dig, shapes_of
+from ..policy.model import WorkloadKind
+from ..rules.registry import REGISTRY, RegistryError
 
-# A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
-# gpugate reads), a one-element list [item schema], or MapOf(value schema).
-
-
-class MapOf:
-    """A JSON object whose keys are free and whose values all follow one schema."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
+Workloads = Mapping[tuple[str, str], WorkloadKind]
 
 
-QUANTITY = "quantity"  # a resource.Quantity: the apiserver sends a string; a JSON number also decodes
-ANY_OBJECT = "object"  # read, but only its presence matters
+def _merge(node: dict[str, Any], keys: list[str], schema: Any, path: str) -> None:
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RegistryError(f"{path}: declared both as a field and as a value")
+    last = keys[-1]
+    if last not in node:
+        node[last] = copy.deepcopy(schema)
+    elif isinstance(node[last], dict) and isinstance(schema, dict):
+        for key, sub in schema.items():
+            _merge(node[last], [key], sub, f"{path}.{key}")
+    elif node[last] != schema:
+        raise RegistryError(f"{path}: two rules read it with different types")
 
-STRINGS = MapOf(str)
-QUANTITIES = MapOf(QUANTITY)
-SELECTOR_REQUIREMENT = {"key": str, "operator": str, "values": [str]}
-NODE_SELECTOR_TERM = {"matchExpressions": [SELECTOR_REQUIREMENT], "matchFields": [SELECTOR_REQUIREMENT]}
-OBJECT_META = {
-    "name": str,
-    "namespace": str,
-    "generateName": str,
-    "labels": STRINGS,
-    "annotations": STRINGS,
-    "ownerReferences": [{"apiVersion": str, "kind": str, "name": str, "controller": bool}],
-}
-CONTAINER = {
-    "name": str,
-    "image": str,
-    "restartPolicy": str,
-    "env": [{"name": str, "value": str, "valueFrom": ANY_OBJECT}],
-    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
-}
-POD_SPEC = {
-    "containers": [CONTAINER],
-    "initContainers": [CONTAINER],
-    "ephemeralContainers": [CONTAINER],
-    "runtimeClassName": str,
-    "nodeSelector": STRINGS,
-    "tolerations": [{"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}],
-    "affinity": {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]},
-        },
-    },
-    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
-}
+
+def pod_schemas(reads: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The object-metadata and pod-spec schemas of a set of reads (``pods.fields``)."""
+    tree: dict[str, dict[str, Any]] = {"metadata": {}, "spec": {}, "container": {}}
+    for path, schema in reads:
+        top, _, rest = path.partition(".")
+        if top not in tree or not rest or (top == "spec" and rest.split(".")[0] in CONTAINER_LISTS):
+            raise RegistryError(f"{path}: a read is metadata.<field>, spec.<field> or container.<field>")
+        _merge(tree[top], rest.split("."), schema, path)
+    spec = {name: [tree["container"]] for name in CONTAINER_LISTS} | tree["spec"]
+    return tree["metadata"], spec
+
+
+#: Every field gpugate reads: what finding pods and GPUs needs, and what the registered rules declare.
+OBJECT_META, POD_SPEC = pod_schemas([*BASE_READS.items(), *REGISTRY.reads()])
 
 MAX_REPORTED = 10  # a hostile object can be wrong in thousands of places; the first few say enough
 _NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string", ANY_OBJECT: "an object"}
@@ -115,8 +107,9 @@ def _matches(value: Any, schema: Any) -> bool:
     return isinstance(value, schema)
 
 
-def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
-    """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send."""
+def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads | None = None) -> list[str]:
+    """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send.
+    ``workloads``: the kinds gpugate reads (``pods.objects.workload_kinds``; the built-in ones when None)."""
     problems: list[str] = []
     for key in ("apiVersion", "kind"):
         if key in obj and not isinstance(obj[key], str):
@@ -126,14 +119,14 @@ def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
     _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
     if problems:
         return problems  # finding the pod templates reads the metadata
-    for shape in shapes_of(obj) or ():  # kinds gpugate does not read are not looked into
+    for shape in shapes_of(obj, workloads=workloads) or ():  # kinds gpugate does not read are not looked into
         if shape.template:
             _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
         _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
     return problems
 
 
-def request_problems(request: Mapping[str, Any]) -> list[str]:
+def request_problems(request: Mapping[str, Any], *, workloads: Workloads | None = None) -> list[str]:
     """Fields of an AdmissionRequest gpugate reads (besides uid, kind and operation) with a wrong JSON type."""
     problems: list[str] = []
     for key in ("namespace", "name", "subResource"):
@@ -143,7 +136,7 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
         problems.append(f"request.dryRun: expected a boolean, got {_json_type(request['dryRun'])}")
     for key in ("object", "oldObject"):
         if isinstance(request.get(key), dict):
-            problems += object_problems(request[key], path=f"request.{key}")
+            problems += object_problems(request[key], path=f"request.{key}", workloads=workloads)
     if len(problems) > MAX_REPORTED:
         problems[MAX_REPORTED:] = [f"and {len(problems) - MAX_REPORTED} more"]
     return problems

@@ -1,14 +1,12 @@
-"""Where a pod spec lives in each admitted object, and read-only views of its containers and GPU requests."""
+"""Where a pod spec lives in each admitted object, and read-only views of its containers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-from .policy.model import Device, Policy, WorkloadKind
-from .quantity import QuantityError, parse_quantity
+from ..policy.model import WorkloadKind
 
 #: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU
 #: work arrives through; a policy directory adds more with GPUWorkloadKind documents. Template paths were
@@ -200,94 +198,6 @@ def is_sidecar(container: Mapping[str, Any]) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
-def gpu_amounts(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
-    """GPU resource -> amount for one container: the limit, else the request; unparsable values skipped."""
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return {}
-    out: dict[str, Fraction] = {}
-    for section in ("requests", "limits"):  # limits last: they win, as scheduling uses request == limit
-        values = resources.get(section)
-        if not isinstance(values, Mapping):
-            continue
-        for resource, raw in values.items():
-            if is_gpu(resource):
-                try:
-                    out[resource] = parse_quantity(raw)
-                except QuantityError:
-                    continue
-    return out
-
-
-def requests_gpu(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> bool:
-    """True when any container asks for a positive amount of a GPU resource."""
-    return any(amount > 0 for _, _, c in containers(spec) for amount in gpu_amounts(c, is_gpu).values())
-
-
-def gpu_resources_requested(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> set[str]:
-    return {r for _, _, c in containers(spec) for r, amount in gpu_amounts(c, is_gpu).items() if amount > 0}
-
-
 def container_label(fld: str, container: Mapping[str, Any]) -> str:
     kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(fld, "container")
     return f'{kind} "{container.get("name", "?")}"'
-
-
-@dataclass(frozen=True)
-class GPUUse:
-    """How a pod holds GPUs under a policy: counted GPU resources, their vendors, and other holds."""
-
-    #: GPU count resources requested with a positive amount.
-    resources: frozenset[str]
-    #: The vendors of the GPU and auxiliary resources the pod requests, in policy order.
-    devices: tuple[Device, ...]
-    #: Other ways the pod holds a GPU: "spec.resourceClaims", "annotation gpu-fraction", ...
-    holders: tuple[str, ...] = ()
-
-    @property
-    def holds_gpu(self) -> bool:
-        return bool(self.resources or self.devices or self.holders)
-
-    @property
-    def device(self) -> Device | None:
-        """The one vendor whose profile applies; None for none or (a violation) several."""
-        return self.devices[0] if len(self.devices) == 1 else None
-
-
-def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) -> GPUUse:
-    counted: set[str] = set()
-    vendors: dict[str, Device] = {}
-    for _, _, container in containers(spec):
-        resources = container.get("resources")
-        if not isinstance(resources, Mapping):
-            continue
-        for section in ("requests", "limits"):
-            values = resources.get(section)
-            if not isinstance(values, Mapping):
-                continue
-            for resource, raw in values.items():
-                device = policy.device_of(str(resource))
-                if device is None:
-                    continue
-                try:
-                    amount = parse_quantity(raw)
-                except QuantityError:
-                    continue
-                if amount <= 0:
-                    continue
-                if device.counts(str(resource)):
-                    counted.add(str(resource))
-                vendors.setdefault(device.name, device)
-    holders: list[str] = []
-    if policy.holders.resource_claims and spec.get("resourceClaims"):
-        holders.append("spec.resourceClaims")
-    annotations = meta.get("annotations") or {}
-    if isinstance(annotations, Mapping):
-        by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
-        holders += by_annotation
-        device = policy.devices.get(policy.holders.annotation_device or "")
-        if by_annotation and device is not None:
-            vendors.setdefault(device.name, device)
-    order = list(policy.devices)
-    devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
-    return GPUUse(frozenset(counted), devices, tuple(holders))
