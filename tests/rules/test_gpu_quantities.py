@@ -1,45 +1,14 @@
-"""GPU quantities and placement: the checks the apiserver runs only after the mutating webhooks."""
+"""GPU quantities (webhook/rules/gpu_quantities.py): the checks the apiserver runs only after the mutating
+webhooks."""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import pytest
 
 from tests.support import container, gpu_pod, mutated, pod, policy, standard
-from webhook.pods.quantity import QuantityError, parse_quantity
 from webhook.policy.model import BUILTIN, PolicySet
 
 NO_POLICY = PolicySet()
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("1", 1),
-        ("1000m", 1),
-        ("2e0", 2),
-        ("0.5", 0.5),
-        ("500m", 0.5),
-        ("1Ki", 1024),
-        ("+2", 2),
-        ("-1", -1),
-        ("1E3", 1000),
-        ("1e-3", Fraction(1, 1000)),
-        ("2k", 2000),
-        ("1Mi", 1024**2),
-        (".5", 0.5),
-        (3, 3),
-    ],
-)
-def test_quantities_parse_exactly_as_kubernetes_does(text, value):
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "abc", "1.2.3", " 1", "1 ", "1\n", "e3", ".", "1KB", "1ki", True, None, [1]])
-def test_non_quantities_are_refused(text):
-    with pytest.raises(QuantityError):
-        parse_quantity(text)
 
 
 DENIED = [
@@ -142,20 +111,3 @@ def test_policy_gpu_resources_decide_what_is_checked():
     own = policy("fpga", gpuResources=["example.com/*"])
     _, decision = mutated(pod(container(limits={"example.com/fpga": "500m"})), own)
     assert not decision.allowed and "example.com/fpga" in decision.message
-
-
-def test_gpus_in_pod_level_resources_are_refused():
-    obj = gpu_pod(1, resources={"limits": {"nvidia.com/gpu": "1"}})
-    _, decision = mutated(obj, NO_POLICY, check_schema=False)
-    assert not decision.allowed
-    assert "spec.resources.limits[nvidia.com/gpu]" in decision.message
-    assert "extended resources are not allowed in pod-level resources" in decision.message
-
-
-def test_gpus_in_ephemeral_containers_are_refused():
-    obj = gpu_pod(
-        1, ephemeralContainers=[{"name": "dbg", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
-    )
-    _, decision = mutated(obj, NO_POLICY, check_schema=False)
-    assert not decision.allowed
-    assert 'spec.ephemeralContainers[0].resources: ephemeral container "dbg": Forbidden' in decision.message
