@@ -111,7 +111,12 @@ def test_a_crash_inside_a_rule_becomes_allowed_false_code_500_with_the_uid(clien
     def boom(editor, ctx):
         raise RuntimeError("rule bug")
 
-    monkeypatch.setattr(registry, "_RULES", [registry.Rule("boom", "mutate", "gpu", False, boom)])
+    from webhook.rules.base import Touch
+
+    broken = registry.Registry()
+    field = Touch("runtimeClassName", "spec.runtimeClassName", in_place=False, describe=lambda before, after: [])
+    broken.rule("boom", order=1, reads={"spec.runtimeClassName": str}, touches=[field]).mutator(pods="gpu")(boom)
+    monkeypatch.setattr(registry, "REGISTRY", broken)
     resp = post(client, "/mutate", review(gpu_pod(1), uid="u-3"))
     assert resp.status_code == 200
     out = resp.get_json()["response"]

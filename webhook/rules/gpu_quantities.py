@@ -4,7 +4,8 @@ Guards, for every GPU resource in ``resources.requests`` / ``resources.limits`` 
 containers, the checks of k/k pkg/apis/core/validation/validation.go (ValidateResourceQuantityValue,
 validateResourceRequirements): extended resources are integer-only and not overcommittable. The apiserver
 runs them only AFTER mutating webhooks, so the mutating endpoint is the only one that ever sees such a pod;
-messages keep the apiserver's wording and add how to fix it. Always enforced (``builtin``).
+messages keep the apiserver's wording and add how to fix it. Needs no policy and is always enforced
+(``refused_by_apiserver``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from ..pods.fields import RESOURCES
 from ..pods.objects import container_label, containers
 from ..pods.quantity import QuantityError, format_quantity, parse_quantity
 from ..policy.model import BUILTIN
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "gpu-quantity"
+record = rule(RULE, order=10, reads={"container.resources": RESOURCES}, module=__name__)
 PART_OF_A_GPU = (
     "request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
     "or a MIG profile such as nvidia.com/mig-1g.10gb"
@@ -36,7 +39,7 @@ def _is_gpu(resource: str, ctx: PodContext) -> bool:
     return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
 
 
-@validator(RULE, pods="any", builtin=True)
+@record.validator(pods="any", needs_policy=False)
 def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     spec = pod.spec
     violations: list[Violation] = []
@@ -69,7 +72,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                             who,
                             f'Invalid value: "{raw}": is not a quantity',
                             'write a whole number such as "1"',
-                            builtin=True,
+                            refused_by_apiserver=True,
                         )
                     )
                     continue
@@ -82,13 +85,18 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                             who,
                             f'Invalid value: "{raw}": must be greater than or equal to 0',
                             "request at least 1 GPU",
-                            builtin=True,
+                            refused_by_apiserver=True,
                         )
                     )
                 elif value.denominator != 1:
                     violations.append(
                         Violation(
-                            RULE, path, who, f'Invalid value: "{raw}": must be an integer', PART_OF_A_GPU, builtin=True
+                            RULE,
+                            path,
+                            who,
+                            f'Invalid value: "{raw}": must be an integer',
+                            PART_OF_A_GPU,
+                            refused_by_apiserver=True,
                         )
                     )
         for (section, resource), request in parsed.items():
@@ -104,7 +112,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                         f"Required value: Limit must be set for non overcommitable resources ({resource})",
                         f"set resources.limits[{resource}] to the same whole number as the request "
                         f'("{requests[resource]}"), or only set the limit',
-                        builtin=True,
+                        refused_by_apiserver=True,
                     )
                 )
                 continue
@@ -120,7 +128,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                         f'Invalid value: "{requests[resource]}": must be equal to {resource} limit of '
                         f"{format_quantity(limit)}",
                         "GPUs cannot be overcommitted: make the request equal to the limit, or drop the request",
-                        builtin=True,
+                        refused_by_apiserver=True,
                     )
                 )
     return violations
