@@ -5,6 +5,9 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
   nothing   no admission webhook or policy of ours;
   no-op     deploy/'s two webhook configurations pointed at bench/noop.py on gpugate's stack
             (gunicorn, TLS, flask; parses the review, answers allowed);
+  no-op + patch
+            the same no-op answering /mutate with the JSON patch gpugate produces for the pod: what the
+            apiserver's side of any mutating webhook costs;
   gpugate   the same two webhook configurations pointed at `gpugate serve` with policies/;
   CEL       bench/cel-equivalent.yaml: a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy inside
             the apiserver, what a user could write instead of running a webhook.
@@ -12,7 +15,7 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
 For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
 `POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
 the order reversed every other round, and every figure is the median over the rounds, so that load from
-other tenants of the machine falls on all four alike. CPU seconds of each process (from /proc/<pid>/stat;
+other tenants of the machine falls on all five alike. CPU seconds of each process (from /proc/<pid>/stat;
 gunicorn's master plus its workers) are read around every cell.
 
 Run: .venv/bin/python bench/apiserver.py [--rounds 5] [--requests 300] [--write docs/development/performance.md]
@@ -925,7 +928,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--registrations",
         default=",".join(REGISTRATIONS),
-        help="comma-separated subset to measure, for experiments (the report needs all four)",
+        help="comma-separated subset to measure, for experiments (the report needs all five)",
     )
     parser.add_argument("--cel-file", default=str(CEL_FILE), help=f"the CEL equivalent (default {CEL_FILE.name})")
     parser.add_argument("--pods", default=",".join(PODS), help="comma-separated subset of GPU,CPU, for experiments")
