@@ -8,12 +8,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .keys import API_VERSION, MODEL_LABEL
 from .model import (
-    API_VERSION,
     BUILTIN_DEVICE_RESOURCES,
     DEFAULT_HOLDER_ANNOTATIONS,
     KIND,
-    MODEL_LABEL,
     WORKLOAD_KIND,
     AttributionLabel,
     Device,

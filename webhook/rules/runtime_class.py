@@ -10,10 +10,20 @@ node unless the container toolkit refuses that variable from unprivileged pods.
 
 from __future__ import annotations
 
-from .base import Change, PodContext, PodEditor, PodView, Violation
-from .registry import mutator, validator
+from typing import Any
+
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
+from .registry import rule
 
 RULE = "runtime-class"
+
+
+def _describe(before: Any, after: Any) -> list[PodChange]:
+    return [PodChange("runtimeClassName", f"runtimeClassName: {after}")] if before != after else []
+
+
+RUNTIME_CLASS = Touch("runtimeClassName", "spec.runtimeClassName", in_place=False, describe=_describe)
+record = rule(RULE, order=50, reads={"spec.runtimeClassName": str}, touches=[RUNTIME_CLASS], module=__name__)
 
 
 def _wanted(ctx: PodContext) -> str | None:
@@ -22,7 +32,7 @@ def _wanted(ctx: PodContext) -> str | None:
     return device.runtime_class_name if device is not None else None
 
 
-@validator(RULE, pods="gpu")
+@record.validator(pods="gpu")
 def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     wanted = _wanted(ctx)
     actual = pod.spec.get("runtimeClassName")
@@ -39,7 +49,7 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     ]
 
 
-@mutator(RULE, pods="gpu")
+@record.mutator(pods="gpu")
 def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
     wanted = _wanted(ctx)
     if wanted is None or editor.spec.get("runtimeClassName"):
@@ -48,7 +58,7 @@ def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
     return [Change("runtimeClassName", f"runtimeClassName={wanted}")]
 
 
-@validator(RULE, pods="non-gpu")
+@record.validator(pods="non-gpu")
 def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     wanted = pod.spec.get("runtimeClassName")
     if ctx.policy.non_gpu_runtime_class != "deny" or wanted not in ctx.policy.gpu_runtime_classes:

@@ -15,8 +15,19 @@ from collections.abc import Sequence
 
 from gunicorn.workers import gthread
 
+from ..policy import lastgood
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
 from .gunicorn import FIRST_BYTES_TIMEOUT, Server, gunicorn_options
-from .tls import ReloadingCertificate, TLSConfigError, describe
+from .tls import (
+    HANDSHAKE_TIMEOUT,
+    IDLE_TIMEOUT,
+    REQUEST_READ_TIMEOUT,
+    ReloadingCertificate,
+    Timeouts,
+    TLSConfigError,
+    describe,
+)
 
 APP_FACTORY = "webhook.serve.wiring:build_app"
 DEFAULT_BIND = "0.0.0.0:8443"
@@ -54,6 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)"
     )
     parser.add_argument("--access-log", action="store_true", help="log every request to stdout")
+    # Slow or silent clients are cut off (webhook/serve/tls.py): kube-apiserver sends a review at once.
+    for name, default, what in (
+        ("handshake", HANDSHAKE_TIMEOUT, "time a client gets for the TLS handshake"),
+        ("request", REQUEST_READ_TIMEOUT, "time a client gets to send each request"),
+        ("idle", IDLE_TIMEOUT, "longest silence within the handshake or a request"),
+    ):
+        parser.add_argument(
+            f"--{name}-timeout",
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what}; a slower client is disconnected (default {default:g})",
+        )
     # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
     parser.add_argument(
         "--app-factory",
@@ -123,7 +147,32 @@ def check_policies(policies: str, *, required: bool) -> None:
     try:
         policy.load_policies(policies)
     except policy.PolicyError as err:
-        raise ValueError(f"invalid policies in {policies}:\n{err}") from None
+        issues = err.issues
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        first = f"{issues[0]}{more}" if issues else str(err)
+        good = _last_good_copy()
+        if good is None:
+            raise ValueError(
+                f"--policies {policies}: invalid: {first}; no last good copy to start from "
+                f"(gpugate policy validate {policies} lists every error)"
+            ) from None
+        print(
+            f"gpugate serve: warning: --policies {policies}: invalid: {first}; "
+            f"starting from the last good copy ({good.digest})",
+            file=sys.stderr,
+        )
+
+
+def _last_good_copy() -> PolicySet | None:
+    """The copy a previous run of this server kept in its metrics directory (an emptyDir outlives a
+    container restart), if there is one that loads."""
+    copy = lastgood.location()
+    if copy is None:
+        return None
+    try:
+        return lastgood.load(from_=copy)
+    except (PolicyError, OSError):
+        return None
 
 
 def prepare_metrics_dir() -> str | None:
@@ -136,11 +185,15 @@ def prepare_metrics_dir() -> str | None:
     if existing:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
+        # The last good policy copy stays (webhook/policy/lastgood.py): a server restarted over broken
+        # files starts from it. Older copies and staging directories go.
+        link = os.path.join(existing, lastgood.LINK)
+        kept = os.readlink(link) if os.path.islink(link) else None
         for name in os.listdir(existing):
             path = os.path.join(existing, name)
             if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.serve.metrics.claim
                 os.unlink(path)
-            elif name.startswith(("policies-", ".policies-", "last-good-policies", ".last-good-policies")):
+            elif name.startswith(("policies-", ".policies-", ".last-good-policies")) and name != kept:
                 shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")
@@ -157,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         check_bind_free(args.bind)
         metrics_dir = prepare_metrics_dir()
         check_policies(args.policies, required=args.app_factory == APP_FACTORY)
-        certificate = ReloadingCertificate(args.cert, args.key)
+        timeouts = Timeouts(args.handshake_timeout, args.request_timeout, args.idle_timeout)
+        certificate = ReloadingCertificate(args.cert, args.key, timeouts=timeouts)
         factory = check_factory(args.app_factory)
     except (ValueError, TLSConfigError, ImportError, OSError) as err:
         print(f"gpugate serve: {err}", file=sys.stderr)
