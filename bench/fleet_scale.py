@@ -45,6 +45,7 @@ from typing import Any
 from bench.apiserver import _children, _proc_cpu
 from tests.harness import fleet
 from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.kubeapi import ApiError
 from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
 
 REPO = Path(__file__).resolve().parents[1]
@@ -247,6 +248,9 @@ class RunResult:
     apiserver_cpu_ms_per_pod: float = 0.0
     gpugate_cpu_ms_per_pod: float | None = None
     gpugate_peak_rss_mib: float | None = None
+    workload_create_retries: int = (
+        0  # Deployment/Job creates that failed (5xx, e.g. a webhook timeout) and were retried
+    )
     webhook_calls: int | None = None  # the apiserver's calls to gpugate's webhooks
     webhook_fail_open: int | None = None  # mutating calls that failed (e.g. timed out) and were ignored
     webhook_rejections: int | None = None  # calls that refused the pod or failed closed
@@ -291,7 +295,15 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
         t0 = time.monotonic()
         created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode == "none"))
         for obj in created:
-            api.create(obj)
+            for attempt in range(10):  # as a user or a GitOps controller would: a webhook timeout is retried
+                try:
+                    api.create(obj)
+                    break
+                except ApiError as e:
+                    if e.status < 500 or attempt == 9:
+                        raise
+                    result.workload_create_retries += 1
+                    time.sleep(2.0)
         wanted = sum(o["spec"].get("replicas", o["spec"].get("completions", 0)) for o in created)
         result.pods_wanted = wanted
         deadline = t0 + timeout
@@ -308,7 +320,7 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
             if len(placed) >= wanted or now > deadline or now - last_progress > STALL_SECONDS:
                 break
             print(f"fleet_scale: {mode}: {len(items)} pods, {len(placed)} placed", file=sys.stderr, flush=True)
-            time.sleep(2.0)
+            time.sleep(5.0)
         result.seconds = last_progress - t0  # to the last placement seen (within one poll interval)
         result.pods_placed = len(placed)
         result.unplaced = wanted - len(placed)
@@ -415,6 +427,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("pod create in the apiserver, p99 ms", "pod_create_p99_ms", "{:.1f}"),
         ("gpugate's webhooks in the apiserver (mutating), p50 ms", "webhook_p50_ms", "{:.1f}"),
         ("gpugate's webhooks in the apiserver (mutating), p99 ms", "webhook_p99_ms", "{:.1f}"),
+        ("Deployment/Job creates retried after a 5xx (webhook timeout)", "workload_create_retries", "{}"),
         ("webhook calls by the apiserver", "webhook_calls", "{}"),
         ("mutating calls failed open (ignored: timeout or error)", "webhook_fail_open", "{}"),
         ("webhook rejections (refused or failed closed)", "webhook_rejections", "{}"),
