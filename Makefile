@@ -70,11 +70,11 @@ faults: venv tools ## fault-injection run through a real apiserver; prints decis
 image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs/operations.md: push with skopeo)
 	./scripts/build-image
 
-chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules and auditor RBAC into charts/gpugate/files
+chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules, dashboard and auditor RBAC into charts/gpugate/files
 	rm -f charts/gpugate/files/policies/*
 	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
 	cp deploy/base/policies/* charts/gpugate/files/policies/
 	cp deploy/base/webhooks.yaml deploy/base/admission-policy.yaml charts/gpugate/files/base/
-	cp deploy/monitoring/gpugate-attribution.rules.yaml charts/gpugate/files/
+	cp deploy/monitoring/gpugate-attribution.rules.yaml deploy/monitoring/gpugate-report-dashboard.json charts/gpugate/files/
 	mkdir -p charts/gpugate/files/audit
 	cp deploy/audit/rbac.yaml charts/gpugate/files/audit/

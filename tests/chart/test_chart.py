@@ -99,6 +99,7 @@ VARIANTS: dict[str, list[str]] = {
     "narrowed network policy": ["networkPolicy.controlPlaneCIDRs={10.0.0.0/28}", "networkPolicy.metricsNamespace="],
     "no network policy": ["networkPolicy.enabled=false"],
     "prometheus rule": ["prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus"],
+    "dashboard": ["dashboard.enabled=true"],
     "namespace": ["namespace.create=true"],
     "auditor RBAC": ["audit.rbac.enabled=true"],
     "existing configmap": ["policies.existingConfigMap=fleet-policies"],
@@ -160,6 +161,7 @@ def test_secret_mode_requires_the_ca_bundle(helm: Path) -> None:
         ("base/webhooks.yaml", DEPLOY / "base" / "webhooks.yaml"),
         ("base/admission-policy.yaml", DEPLOY / "base" / "admission-policy.yaml"),
         ("gpugate-attribution.rules.yaml", DEPLOY / "monitoring" / "gpugate-attribution.rules.yaml"),
+        ("gpugate-report-dashboard.json", DEPLOY / "monitoring" / "gpugate-report-dashboard.json"),
         ("audit/rbac.yaml", DEPLOY / "audit" / "rbac.yaml"),
     ],
 )
@@ -693,3 +695,15 @@ def test_upgrade_keeps_the_certificate_and_uninstall_removes_the_webhooks(
         listed = cp.kubectl("get", kind, "-o", "json").json()["items"]
         assert not [o for o in listed if o["metadata"]["name"].startswith("gpugate")], kind
     assert json.loads(cp.kubectl("get", "secrets", "-n", "gpugate", "-o", "json").stdout)["items"] == []
+
+
+def test_the_report_dashboard_is_a_configmap_for_grafana_s_sidecar(helm: Path) -> None:
+    [configmap] = [
+        d
+        for d in template(helm, "dashboard.enabled=true")
+        if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]
+    ]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["gpugate-report-dashboard.json"])
+    assert dashboard == json.loads((DEPLOY / "monitoring" / "gpugate-report-dashboard.json").read_text())
+    assert not [d for d in template(helm) if "dashboard" in d["metadata"]["name"]]
