@@ -167,9 +167,9 @@ def create_app(
                 "the cause is in gpugate's logs. Please report it to the platform team."
             )
         _record(endpoint, req, decision)
-        body = _json(response_review(decision, uid=req["uid"], api_version=review["apiVersion"]))
+        answered = _json(response_review(decision, uid=req["uid"], api_version=review["apiVersion"]))
         metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
-        return body
+        return answered
 
     @app.post("/mutate")
     def mutate_endpoint() -> Response:
