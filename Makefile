@@ -5,11 +5,14 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
+.PHONY: help demo venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
 	    | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+
+demo: venv ## the reference fleet (kwok nodes, real scheduler) with gpugate registered via its chart, until Ctrl-C
+	$(BIN)/python -m tests.harness.demo $(DEMO_ARGS)
 
 venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
 
