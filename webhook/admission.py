@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rules  # noqa: F401  (registers every rule)
+from .inventory.claims import ClaimLookup
+from .inventory.model import Inventory
 from .patch import Operation, make_patch
 from .pods import PodShape, dig, gpu_use, shapes_of, workload_kinds
 from .policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
@@ -59,6 +61,10 @@ class Environment:
 
     policies: PolicySet
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: {}
+    #: The cluster's inventory, or None while it is unknown (not synced, no cluster access, no --fleet).
+    fleet: Callable[[], Inventory | None] = lambda: None
+    #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
+    claims: ClaimLookup | None = None
 
 
 def shorten(text: str, limit: int = WARNING_LIMIT) -> str:
@@ -111,6 +117,7 @@ def _subjects(
         return None
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
+    fleet = env.fleet()
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
@@ -146,9 +153,10 @@ def _subjects(
             namespace_labels=labels,
             operation=str(request.get("operation")),
             object_meta=obj.get("metadata") or {},
-            gpu=gpu_use(meta, spec, policy),
+            gpu=gpu_use(meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims),
             old=before,
             mutable=mutable,
+            fleet=fleet,
         )
         subjects.append(_Subject(PodView(meta, spec), ctx))
     return subjects

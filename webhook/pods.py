@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .policy.model import Device, Policy, WorkloadKind
+from .inventory.claims import ClaimLookup, claims_of, dra_resource_vendor
+from .inventory.model import Inventory
+from .policy.model import IMPLICIT_DRA_PREFIX, Device, Policy, WorkloadKind
 from .quantity import QuantityError, parse_quantity
 
 #: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU
@@ -241,8 +243,18 @@ class GPUUse:
     resources: frozenset[str]
     #: The vendors of the GPU and auxiliary resources the pod requests, in policy order.
     devices: tuple[Device, ...]
-    #: Other ways the pod holds a GPU: "spec.resourceClaims", "annotation gpu-fraction", ...
+    #: Other ways the pod holds a GPU: "spec.resourceClaims[0]", "annotation gpu-fraction", ...
     holders: tuple[str, ...] = ()
+    #: Counted resources served only through DRA (``deviceclass.resource.kubernetes.io/<class>``, or a GPU
+    #: DeviceClass's own ``extendedResourceName`` that no device profile lists): no device-plugin pool has them.
+    dra_resources: frozenset[str] = frozenset()
+    #: GPU DeviceClasses the pod's claims use.
+    device_classes: tuple[str, ...] = ()
+    #: The pod holds admin-access claims on GPUs (monitoring): it observes GPUs, holds none.
+    observer: bool = False
+    #: Claim path -> (GPU DeviceClass, devices; None for All), and (path, DeviceClass) the inventory lacks.
+    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    missing_classes: tuple[tuple[str, str], ...] = ()
 
     @property
     def holds_gpu(self) -> bool:
@@ -253,9 +265,31 @@ class GPUUse:
         """The one vendor whose profile applies; None for none or (a violation) several."""
         return self.devices[0] if len(self.devices) == 1 else None
 
+    @property
+    def device_plugin_resources(self) -> frozenset[str]:
+        """The counted resources a device plugin serves (or DRA through the same name, KEP-5004)."""
+        return self.resources - self.dra_resources
 
-def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) -> GPUUse:
+    @property
+    def fractional(self) -> bool:
+        return any(h.startswith("annotation ") for h in self.holders)
+
+    def counts(self, resource: str, policy: Policy) -> bool:
+        """A GPU count resource for this pod: the policy's, or one DRA serves as a GPU."""
+        return resource in self.dra_resources or policy.counts_as_gpu(resource)
+
+
+def gpu_use(
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    policy: Policy,
+    *,
+    namespace: str = "",
+    inventory: Inventory | None = None,
+    claims: ClaimLookup | None = None,
+) -> GPUUse:
     counted: set[str] = set()
+    dra: set[str] = set()
     vendors: dict[str, Device] = {}
     for _, _, container in containers(spec):
         resources = container.get("resources")
@@ -266,7 +300,11 @@ def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) ->
             if not isinstance(values, Mapping):
                 continue
             for resource, raw in values.items():
-                device = policy.device_of(str(resource))
+                name = str(resource)
+                device = policy.device_of(name)
+                served_by_dra = device is None or name.startswith(IMPLICIT_DRA_PREFIX)
+                if device is None and "/" in name:
+                    device = dra_resource_vendor(name, policy, inventory)
                 if device is None:
                     continue
                 try:
@@ -275,12 +313,24 @@ def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) ->
                     continue
                 if amount <= 0:
                     continue
-                if device.counts(str(resource)):
-                    counted.add(str(resource))
+                if served_by_dra or device.counts(name):
+                    counted.add(name)
+                if served_by_dra:
+                    dra.add(name)
                 vendors.setdefault(device.name, device)
     holders: list[str] = []
-    if policy.holders.resource_claims and spec.get("resourceClaims"):
-        holders.append("spec.resourceClaims")
+    observer = False
+    classes: list[str] = []
+    use = None
+    if spec.get("resourceClaims"):
+        use = claims_of(spec, namespace=namespace, policy=policy, inventory=inventory, lookup=claims)
+        for path, (device, device_class) in use.gpus.items():
+            holders.append(path)
+            vendors.setdefault(device.name, device)
+            classes.append(device_class)
+        if policy.holders.resource_claims:
+            holders += use.unknown
+        observer = bool(use.observers) and not use.gpus
     annotations = meta.get("annotations") or {}
     if isinstance(annotations, Mapping):
         by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
@@ -290,4 +340,4 @@ def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) ->
             vendors.setdefault(device.name, device)
     order = list(policy.devices)
     devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
-    return GPUUse(frozenset(counted), devices, tuple(holders))
+    return GPUUse(frozenset(counted), devices, tuple(holders), frozenset(dra), tuple(dict.fromkeys(classes)), observer)

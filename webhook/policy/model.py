@@ -23,12 +23,30 @@ BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
         ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"),
     ),
-    "amd": (("amd.com/gpu",), ()),
+    # AMD's device plugin under its "mixed" naming strategy exposes each partition kind as its own resource,
+    # amd.com/<compute>_<memory> (spx/dpx/qpx/cpx × nps1/nps4: ROCm/gpu-operator docs/device_plugin).
+    "amd": (("amd.com/gpu", "amd.com/[sdqc]px_nps*"), ()),
     "intel": (
         ("gpu.intel.com/i915", "gpu.intel.com/xe"),
         ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"),
     ),
 }
+#: DRA: the drivers whose devices are each vendor's GPUs, and the DeviceClasses their charts install, known
+#: without a cluster (NVIDIA's DRA driver: ``gpu.nvidia.com``, ``mig.nvidia.com``, ``vfio.gpu.nvidia.com``;
+#: its compute-domain classes are no GPUs. ROCm/k8s-gpu-dra-driver: ``gpu.amd.com``. Intel's resource
+#: drivers: ``gpu.intel.com``).
+BUILTIN_DRA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (("gpu.nvidia.com",), ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")),
+    "amd": (("gpu.amd.com",), ("gpu.amd.com",)),
+    "intel": (("gpu.intel.com",), ("gpu.intel.com",)),
+}
+#: Every DeviceClass can be requested as an extended resource of this prefix and its name (KEP-5004,
+#: "Implicit Extended Resource Name"); the scheduler then makes the claim itself.
+IMPLICIT_DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: Which of a vendor's GPU pods get its runtime class: those served by the device plugin, and those holding a
+#: fraction through a GPU-sharing scheduler's annotation. DRA-served pods never do (the driver injects
+#: devices through CDI).
+RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
@@ -149,14 +167,31 @@ class Device:
     model_aliases: tuple[str, ...] = ()
     #: Scheduler annotations that choose the hardware (HAMi ``nvidia.com/use-gputype``).
     choice_annotations: tuple[str, ...] = ()
+    #: DRA drivers whose devices are this vendor's GPUs (``gpu.nvidia.com``): a DeviceClass that selects them
+    #: is a GPU class of this vendor, whatever its name.
+    dra_drivers: tuple[str, ...] = ()
+    #: DeviceClass names (globs) known to be this vendor's GPUs without reading the cluster.
+    device_classes: tuple[str, ...] = ()
+    #: Which GPU pods get ``runtime_class_name``: "device-plugin" and/or "fractional" (see RUNTIME_CLASS_PODS).
+    runtime_class_pods: tuple[str, ...] = RUNTIME_CLASS_PODS
     _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
+
+    def gpu_class(self, device_class: str) -> bool:
+        """True for a DeviceClass this profile names as its GPUs (by name, without the cluster)."""
+        return _matches_any(device_class, self.device_classes)
+
+    def _implicit(self, resource: str) -> bool:
+        return resource.startswith(IMPLICIT_DRA_PREFIX) and self.gpu_class(resource[len(IMPLICIT_DRA_PREFIX) :])
 
     def counts(self, resource: str) -> bool:
         return bool(
             _remember(
                 self._cache,
                 ("counts", resource),
-                lambda: _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources),
+                lambda: (
+                    (_matches_any(resource, self.resources) or self._implicit(resource))
+                    and not _matches_any(resource, self.auxiliary_resources)
+                ),
             )
         )
 
@@ -165,7 +200,11 @@ class Device:
             _remember(
                 self._cache,
                 ("owns", resource),
-                lambda: _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources),
+                lambda: (
+                    _matches_any(resource, self.resources)
+                    or _matches_any(resource, self.auxiliary_resources)
+                    or self._implicit(resource)
+                ),
             )
         )
 
@@ -181,6 +220,10 @@ class ModelClass:
     resources: tuple[str, ...]
     #: Alias label or annotation key -> values that mean this class (``cloud.google.com/gke-accelerator``).
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: DeviceClasses of the class's DRA pools: their devices are this class's GPUs (DRA nodes carry no GFD label).
+    device_classes: tuple[str, ...] = ()
+    #: Node labels of the class's pools, added as they are (a DRA pool has no model label to select by).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
     _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def offers(self, resources: Iterable[str]) -> bool:
@@ -231,7 +274,10 @@ class AttributionLabel:
 
 
 def builtin_devices() -> dict[str, Device]:
-    return {name: Device(name, res, aux) for name, (res, aux) in BUILTIN_DEVICE_RESOURCES.items()}
+    return {
+        name: Device(name, res, aux, dra_drivers=BUILTIN_DRA[name][0], device_classes=BUILTIN_DRA[name][1])
+        for name, (res, aux) in BUILTIN_DEVICE_RESOURCES.items()
+    }
 
 
 @dataclass(frozen=True, eq=False)  # a policy is itself: compared and hashed by identity

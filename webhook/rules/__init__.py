@@ -5,4 +5,5 @@ provenance annotation sees everything else)."""
 # isort: off
 from . import gpu_quantities, gpu_placement, gpu_shapes, gpu_limits  # noqa: F401
 from . import runtime_class, tolerations, model_selection, attribution, visible_devices  # noqa: F401
+from . import feasibility  # noqa: F401
 # isort: on

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import Inventory
 from ..pods import GPUUse, Key, PodShape, dig
 from ..policy.model import Policy
 
@@ -79,6 +80,12 @@ class PodContext:
     #: Whether gpugate's mutating webhook could have changed this object (pods on CREATE; templates only
     #: with ``mutateTemplates``): if not, what it would inject is reported, not required.
     mutable: bool = True
+    #: The cluster's inventory once it has synced (None: unknown, so no rule judges against it).
+    fleet: Inventory | None = None
+
+    def counts_as_gpu(self, resource: str) -> bool:
+        """A GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004)."""
+        return self.gpu.counts(resource, self.policy)
 
     def spec_field(self, rest: str) -> str:
         return f"{self.shape.spec_path}.{rest}"
