@@ -1,6 +1,6 @@
 """What gpugate adds to every pod create in a real kube-apiserver, beside a no-op webhook and in-process CEL.
 
-One control plane (etcd + kube-apiserver from tests/e2e/cluster.py), one run, these registrations in turn:
+One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), one run, these registrations in turn:
 
   nothing   no admission webhook or policy of ours;
   no-op     deploy/'s two webhook configurations pointed at bench/noop.py on gpugate's stack
@@ -46,15 +46,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.cluster import (  # noqa: E402
-    WEBHOOK_KINDS,
-    BinariesMissing,
-    ControlPlane,
-    GPUGate,
-    find_binaries,
-    point_at,
-    render_deploy,
-)
+from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries  # noqa: E402
+from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
 PODS = ("GPU", "CPU")

@@ -22,14 +22,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.harness.ports import free_port  # noqa: E402
+
 GPUGATE = Path(sys.executable).with_name("gpugate")
 NAME = "gpugate.gpugate.svc"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(certs: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:

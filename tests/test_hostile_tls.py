@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 from tests.support import gpu_pod, review, stop
 from tests.test_server_tls import (
     GPUGATE,
@@ -28,8 +30,6 @@ from tests.test_server_tls import (
     START_TIMEOUT,
     Connection,
     client_context,
-    eventually,
-    free_port,
     make_certs,
 )
 from webhook.app import MAX_BODY
@@ -118,7 +118,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             return False
 
     try:
-        assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{log.read_text()}"
+        assert eventually(up, timeout=START_TIMEOUT, interval=0.2), f"gpugate serve did not come up:\n{log.read_text()}"
         yield running
     finally:
         stop(process)
@@ -318,7 +318,7 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
     try:
         target.write_text(good + "\n---\nkind: GPUPolicy\nspec: [broken\n")
         # Every worker re-reads the directory once a second on its own, traffic or not.
-        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY)
+        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY, interval=0.2)
         time.sleep(3)  # long enough for both workers to have seen the edit (each checks once a second)
         for _ in range(6):  # scrapes land on either worker
             assert server.metric("gpugate_policy_reload_errors_total") == errors + 1
@@ -327,7 +327,7 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
         assert_healthy(server)  # the last good policies are in force
     finally:
         target.write_text(good)
-    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY)
+    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY, interval=0.2)
     assert server.metric("gpugate_policy_reload_errors_total") == errors + 1
 
 
@@ -350,10 +350,12 @@ def test_a_worker_that_dies_while_a_broken_edit_is_ignored_is_replaced(server: S
     before = workers(server)
     try:
         target.write_text(good + "\n---\nkind: GPUPolicy\nspec: [broken\n")
-        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY)
+        assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 0, timeout=SAFETY, interval=0.2)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        assert eventually(lambda: len(workers(server) - before) == 1, timeout=SAFETY), "no replacement worker"
+        assert eventually(lambda: len(workers(server) - before) == 1, timeout=SAFETY, interval=0.2), (
+            "no replacement worker"
+        )
         time.sleep(2)  # a worker that fails to boot takes gunicorn's master down within a second or so
         assert server.process.poll() is None, f"gpugate serve exited:\n{server.log.read_text()[-3000:]}"
         for _ in range(6):  # either worker: both answer with the last good policies
@@ -362,4 +364,4 @@ def test_a_worker_that_dies_while_a_broken_edit_is_ignored_is_replaced(server: S
             assert status == 200 and b"policy edit ignored" in text
     finally:
         target.write_text(good)
-    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY)
+    assert eventually(lambda: server.metric("gpugate_policy_last_reload_ok") == 1, timeout=SAFETY, interval=0.2)

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 from tests.support import stop
-from tests.test_server_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, eventually, free_port, make_certs
+from tests.test_server_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, make_certs
 
 pytestmark = pytest.mark.tls
 
@@ -60,7 +62,7 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
             except OSError:
                 return False
 
-        assert eventually(up, timeout=START_TIMEOUT), log.read_text(errors="replace")
+        assert eventually(up, timeout=START_TIMEOUT, interval=0.2), log.read_text(errors="replace")
         yield port, certs
     finally:
         stop(process)

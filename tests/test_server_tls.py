@@ -11,13 +11,15 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 from tests.support import stop
 
 pytestmark = pytest.mark.tls
@@ -121,22 +123,6 @@ def der(pem_file: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(pem_file.read_text())
 
 
-def eventually(probe: Callable[[], Any], *, timeout: float = POLL_TIMEOUT, interval: float = 0.2) -> Any:
-    """Call `probe` until it returns something truthy or `timeout` passes; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def children(pid: int) -> set[int]:
     out: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -207,7 +193,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             return connection.get("/healthz")[0] == 200
 
     try:
-        assert eventually(up, timeout=START_TIMEOUT), f"gpugate serve did not come up:\n{running.log_text()}"
+        assert eventually(up, timeout=START_TIMEOUT, interval=0.2), (
+            f"gpugate serve did not come up:\n{running.log_text()}"
+        )
         yield running
     finally:
         stop(process)
@@ -382,7 +370,9 @@ def test_rotation_reaches_new_handshakes_without_a_restart(server: Server, tmp_p
                 return False
         return True
 
-    assert eventually(all_new), f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    assert eventually(all_new, timeout=POLL_TIMEOUT, interval=0.2), (
+        f"new handshakes never saw the new certificate:\n{server.log_text()}"
+    )
     # A worker that did not take one of those handshakes may have looked at the files less than a
     # second before the swap; it looks again at its next handshake once its one-second interval is up.
     time.sleep(RELOAD_INTERVAL + 0.2)
@@ -412,7 +402,7 @@ def test_broken_new_files_keep_the_old_certificate(server: Server, tmp_path: Pat
             assert connection.peer_certificate() == der(current / "tls.crt")
         return "TLS certificate reload failed" in server.log_text()
 
-    assert eventually(reported), server.log_text()
+    assert eventually(reported, timeout=POLL_TIMEOUT, interval=0.2), server.log_text()
     for _ in range(4):
         with server.connect(current / "ca.crt") as connection:
             assert connection.peer_certificate() == der(current / "tls.crt")

@@ -463,7 +463,9 @@ def test_inline_policies(helm: Path, tmp_path: Path) -> None:
 def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A control plane of its own, the chart installed into it with `webhooks.url` pointing at gpugate on
     loopback, and that gpugate serving the chart's generated certificate and the chart's policy ConfigMap."""
-    from tests.e2e.cluster import BinariesMissing, ControlPlane, GPUGate, eventually, find_binaries, wait_until_in_force
+    from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
+    from tests.harness.gpugate import GPUGate, wait_until_in_force
+    from tests.harness.polling import eventually
 
     try:
         bin_dir = find_binaries()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import BinariesMissing, ControlPlane, find_binaries
+from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
 
 from .test_manifests import BACKSTOP_CASES, DEPLOY, GPU_TOLERATION, container, kustomize_command, pod, pod_spec
 

@@ -14,17 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from .cluster import (
-    BinariesMissing,
-    ControlPlane,
-    GPUGate,
-    Stack,
-    eventually,
-    find_binaries,
-    point_at,
-    register,
-    render_deploy,
-)
+from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
+from tests.harness.gpugate import GPUGate, Stack, point_at, register, render_deploy
+from tests.harness.polling import eventually
+
 from .objects import BASE_POLICY, reload_policy
 
 # Everything that is running, so that a failing test's report can show their logs.

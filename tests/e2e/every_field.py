@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .cluster import REPO
+from tests.harness.controlplane import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "kubernetes-api" / "v1.36.0" / "core.v1.Pod.json"
 

@@ -41,19 +41,12 @@ from typing import Any
 
 from cryptography import x509
 
+from tests.harness.controlplane import ControlPlane, find_binaries
+from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.polling import eventually
+from tests.harness.processes import https_get, wait_for_https
 from webhook import certs as certs_module
 
-from .cluster import (
-    ControlPlane,
-    GPUGate,
-    eventually,
-    find_binaries,
-    https_get,
-    point_at,
-    register,
-    render_deploy,
-    wait_for_https,
-)
 from .objects import BASE_POLICY, GPU, IMAGE, NODE_LABEL, TEAM
 
 FAULTS = (

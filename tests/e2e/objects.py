@@ -7,10 +7,10 @@ import copy
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from .cluster import eventually
+from tests.harness.polling import eventually
 
 if TYPE_CHECKING:
-    from .cluster import Stack
+    from tests.harness.gpugate import Stack
 
 GPU = "nvidia.com/gpu"
 NODE_LABEL = "nvidia.com/gpu.product"

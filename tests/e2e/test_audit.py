@@ -29,10 +29,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.harness.controlplane import REPO, ControlPlane
+from tests.harness.gpugate import gpugate_executable
 from webhook.check import check_objects
 from webhook.policy.loader import load_policies
 
-from .cluster import REPO, ControlPlane, gpugate_executable
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e

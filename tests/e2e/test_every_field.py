@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .every_field import FIXTURE, PRIORITY_CLASS, REMOVED_SPEC_FIELDS, every_field_pod, load_fixture
 from .objects import GPU_TOLERATION, NODE_LABEL
 

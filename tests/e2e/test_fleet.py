@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import ControlPlane, KubectlResult, Stack
+from tests.harness.controlplane import ControlPlane, KubectlResult
+from tests.harness.gpugate import Stack
+
 from .objects import gpugate_denial, refusal
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .objects import GPU_TOLERATION, H100_VALUES, NODE_LABEL, comparable, gpu_pod, model_selection
 
 pytestmark = pytest.mark.e2e

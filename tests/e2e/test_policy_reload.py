@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import ControlPlane, Stack, eventually, https_get
+from tests.harness.controlplane import ControlPlane
+from tests.harness.gpugate import Stack
+from tests.harness.polling import eventually
+from tests.harness.processes import https_get
+
 from .objects import H100_VALUES, gpu_pod, model_selection, reload_policy
 
 pytestmark = pytest.mark.e2e

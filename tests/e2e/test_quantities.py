@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .objects import container, gpugate_denial, pod
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .objects import GPU, container, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import ControlPlane, Stack
+from tests.harness.controlplane import ControlPlane
+from tests.harness.gpugate import Stack
+
 from .objects import (
     GPU,
     GPU_TOLERATION,

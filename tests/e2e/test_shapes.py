@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .objects import GPU, IMAGE, NODE_LABEL, container, gpugate_denial, model_selection, pod
 
 pytestmark = pytest.mark.e2e

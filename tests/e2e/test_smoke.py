@@ -2,7 +2,7 @@
 
 import pytest
 
-from .cluster import ControlPlane
+from tests.harness.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

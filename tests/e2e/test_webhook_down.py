@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import Stack, webhook
+from tests.harness.gpugate import Stack, webhook
+
 from .objects import GPU, GPU_TOLERATION, container, gpu_pod, pod
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from .cluster import Stack
+from tests.harness.gpugate import Stack
+
 from .objects import container, deployment, gpu_pod, gpugate_denial, job, pod
 
 pytestmark = pytest.mark.e2e

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import Process, free_port, https_get, wait_for_https
+from tests.harness.ports import free_port
+from tests.harness.processes import Process, https_get, wait_for_https
 from tests.support import REPO
 
 BUILD = REPO / "scripts" / "build-image"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.harness.ports import free_port
 
 from .synthetic import Fleet, small_fleet
 
@@ -37,12 +38,6 @@ def find_tool(name: str) -> str:
             f"(it extracts it from Debian's 'prometheus' package into {TOOLS_CACHE}) or put it on PATH."
         )
     return str(found)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
