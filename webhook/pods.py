@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from .inventory.claims import ClaimLookup, claims_of, dra_resource_vendor
@@ -235,6 +236,9 @@ def container_label(fld: str, container: Mapping[str, Any]) -> str:
     return f'{kind} "{container.get("name", "?")}"'
 
 
+_NO_CLAIMS: Mapping[str, tuple[str, int | None]] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class GPUUse:
     """How a pod holds GPUs under a policy: counted GPU resources, their vendors, and other holds."""
@@ -253,7 +257,7 @@ class GPUUse:
     #: The pod holds admin-access claims on GPUs (monitoring): it observes GPUs, holds none.
     observer: bool = False
     #: Claim path -> (GPU DeviceClass, devices; None for All), and (path, DeviceClass) the inventory lacks.
-    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=lambda: _NO_CLAIMS)
     missing_classes: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -302,11 +306,15 @@ def gpu_use(
             for resource, raw in values.items():
                 name = str(resource)
                 device = policy.device_of(name)
-                served_by_dra = device is None or name.startswith(IMPLICIT_DRA_PREFIX)
-                if device is None and "/" in name:
-                    device = dra_resource_vendor(name, policy, inventory)
                 if device is None:
-                    continue
+                    if "/" not in name:
+                        continue  # cpu, memory, ephemeral-storage, hugepages-*
+                    device = dra_resource_vendor(name, policy, inventory)
+                    if device is None:
+                        continue
+                    served_by_dra = True
+                else:
+                    served_by_dra = name.startswith(IMPLICIT_DRA_PREFIX)
                 try:
                     amount = parse_quantity(raw)
                 except QuantityError:

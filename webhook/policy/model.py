@@ -237,6 +237,35 @@ class Models:
     #: Classes tried in order when a pod names none; the first that offers what the pod requests wins.
     defaults: tuple[str, ...] = ()
 
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_dra_classes(self) -> bool:
+        """Some class is DRA pools only (DeviceClasses, no model label values)."""
+        found = self._cache.get("has-dra")
+        if found is None:
+            found = self._cache["has-dra"] = any(c.device_classes and not c.values for c in self.classes.values())
+        return bool(found)
+
+    def default_is_dra(self, device: str, resources: frozenset[str]) -> bool:
+        """The class a pod that names none and chose nothing gets is DRA pools only."""
+        key = ("default-dra", device, resources)
+        found = self._cache.get(key)
+        if found is None:
+            chosen = self.default_for(device, sorted(resources))
+            found = chosen is not None and bool(chosen.device_classes) and not chosen.values
+            if len(self._cache) < _CACHE_LIMIT:
+                self._cache[key] = found
+        return bool(found)
+
+    @property
+    def dra_choice_keys(self) -> frozenset[str]:
+        """The label and annotation keys through which a pod's own choice can reach a DRA-only class."""
+        if "dra-keys" not in self._cache:
+            dra = [c for c in self.classes.values() if c.device_classes and not c.values]
+            self._cache["dra-keys"] = frozenset(k for c in dra for k in (*c.aliases, *c.node_selector))
+        return self._cache["dra-keys"]  # type: ignore[no-any-return]
+
     def offering(self, device: str, resources: Iterable[str]) -> list[ModelClass]:
         wanted = tuple(resources)
         return [c for c in self.classes.values() if c.device == device and c.offers(wanted)]
@@ -244,7 +273,11 @@ class Models:
     def default_for(self, device: str, resources: Iterable[str]) -> ModelClass | None:
         """The class a pod that names none gets: the first listed default that can serve it, else the only
         class that can; None when none or several can."""
-        candidates = self.offering(device, resources)
+        wanted = tuple(resources)
+        return _remember(self._cache, ("default", device, wanted), lambda: self._default_for(device, wanted))  # type: ignore[no-any-return]
+
+    def _default_for(self, device: str, wanted: tuple[str, ...]) -> ModelClass | None:
+        candidates = self.offering(device, wanted)
         for name in self.defaults:
             for c in candidates:
                 if c.name == name:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,9 +83,13 @@ class PodContext:
     #: The cluster's inventory once it has synced (None: unknown, so no rule judges against it).
     fleet: Inventory | None = None
 
-    def counts_as_gpu(self, resource: str) -> bool:
-        """A GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004)."""
-        return self.gpu.counts(resource, self.policy)
+    @property
+    def counts_as_gpu(self) -> Callable[[str], bool]:
+        """Whether a resource is a GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004).
+        The policy's own (cached) predicate when the pod has no DRA-backed resource: rules call it per resource."""
+        if not self.gpu.dra_resources:
+            return self.policy.counts_as_gpu
+        return lambda resource: self.gpu.counts(resource, self.policy)
 
     def spec_field(self, rest: str) -> str:
         return f"{self.shape.spec_path}.{rest}"

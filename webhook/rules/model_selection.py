@@ -212,6 +212,8 @@ def _own_class(
     """The pod's own choice, with the one class it maps to when that choice alone also reaches another pool
     (an instance type can carry whole GPUs or MIG slices: p5.48xlarge in the reference fleet). gpugate then
     adds that class's own constraint, which narrows the choice and never contradicts it."""
+    if any(key == device.model_label for key, _, _ in choices):
+        return Choice(own=True)  # a choice on the model label itself is never narrowed
     mapped = [
         c
         for c in models.classes.values()
@@ -223,7 +225,7 @@ def _own_class(
         )
     ]
     serving = [c for c in mapped if c in able]
-    if not serving or any(key == device.model_label for key, _, _ in choices):
+    if not serving:
         return Choice(own=True)
     # Several classes share the choice (one instance type, whole GPUs or MIG slices): the first default
     # among them, else the first the policy lists.

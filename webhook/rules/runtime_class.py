@@ -12,13 +12,14 @@ node unless the container toolkit refuses that variable from unprivileged pods.
 
 from __future__ import annotations
 
+from ..policy.model import MODEL_LABEL, ModelClass
 from .base import Change, PodContext, PodEditor, PodView, Violation
 from .registry import mutator, validator
 
 RULE = "runtime-class"
 
 
-def _wanted(pod: PodView, ctx: PodContext) -> str | None:
+def _wanted(pod: PodView | PodEditor, ctx: PodContext) -> str | None:
     """The runtime class of the vendor whose GPUs the pod requests, when its stack needs one: device-plugin
     pods and fractional holds, as the profile's ``runtimeClassPods`` says; never DRA-served pods (the driver
     injects devices through CDI). With a synced inventory, only a RuntimeClass that exists: the apiserver's
@@ -38,22 +39,55 @@ def _wanted(pod: PodView, ctx: PodContext) -> str | None:
     return device.runtime_class_name
 
 
-def _dra_pool(pod: PodView, ctx: PodContext) -> bool:
+def _dra_pool(pod: PodView | PodEditor, ctx: PodContext) -> bool:
     """The pod lands in a model class whose pools are DRA only (DeviceClasses, no model label values)."""
-    if ctx.policy.models is None:
+    models = ctx.policy.models
+    if models is None or not models.has_dra_classes:
         return False
+    named = pod.labels.get(MODEL_LABEL)
+    if named:
+        return _is_dra(models.classes.get(named))
+    device = ctx.gpu.device
+    if device is None:
+        return False
+    spec = pod.spec
+    annotated = bool(device.choice_annotations) and any(a in pod.annotations for a in device.choice_annotations)
+    if not spec.get("nodeSelector") and not spec.get("affinity") and not annotated:
+        return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # the common case
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms") or []
+    chosen = {*(spec.get("nodeSelector") or {}), *(a for a in device.choice_annotations if a in pod.annotations)}
+    chosen |= {
+        e.get("key")
+        for t in terms
+        if isinstance(t, dict)
+        for e in t.get("matchExpressions") or []
+        if isinstance(e, dict)
+    }
+    if not chosen & {device.model_label, *device.model_aliases, *device.choice_annotations}:
+        return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # no own choice
+    if not chosen & models.dra_choice_keys:
+        return False  # an own choice, on keys no DRA-only class is chosen by
     # Imported here: importing model_selection first would register its mutator before this module's.
     from .model_selection import resolve
 
-    chosen = resolve(pod, ctx).model_class
+    view = pod if isinstance(pod, PodView) else PodView(pod.metadata, pod.spec)
+    return _is_dra(resolve(view, ctx).model_class)
+
+
+def _is_dra(chosen: ModelClass | None) -> bool:
     return chosen is not None and bool(chosen.device_classes) and not chosen.values
 
 
 @validator(RULE, pods="gpu")
 def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
-    wanted = _wanted(pod, ctx)
     actual = pod.spec.get("runtimeClassName")
-    if wanted is None or actual in (None, "", wanted):
+    if actual in (None, ""):
+        return []  # absent: the mutator's to add (or, if it could not, the engine's "not mutated" check)
+    wanted = _wanted(pod, ctx)
+    if wanted is None or actual == wanted:
         return []
     return [
         Violation(
@@ -68,8 +102,10 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
 
 @mutator(RULE, pods="gpu")
 def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    wanted = _wanted(PodView(editor.metadata, editor.spec), ctx)
-    if wanted is None or editor.spec.get("runtimeClassName"):
+    if editor.spec.get("runtimeClassName"):
+        return []
+    wanted = _wanted(editor, ctx)
+    if wanted is None:
         return []
     editor.set_spec("runtimeClassName", wanted)
     return [Change("runtimeClassName", f"runtimeClassName={wanted}")]
