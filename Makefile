@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools lint test check check-examples mutation faults image chart-sync
+.PHONY: help venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
@@ -33,13 +33,24 @@ run: venv dev-certs ## run gpugate on https://$(BIND) with the example policies 
 tools: venv ## test tools: promtool, and kube-apiserver/etcd/kubectl for the end-to-end suite
 	./scripts/install-tools
 
-lint: venv ## ruff, mypy and the import-layer contracts (import-linter)
-	$(BIN)/ruff check webhook tests bench
+PYTHON_SOURCES := webhook tests bench
+
+fmt: venv ## ruff format and ruff check --fix over the Python sources
+	$(BIN)/ruff format $(PYTHON_SOURCES)
+	$(BIN)/ruff check --fix $(PYTHON_SOURCES)
+
+lint: venv ## ruff (lint and format check), mypy and the import-layer contracts (import-linter)
+	$(BIN)/ruff check $(PYTHON_SOURCES)
+	$(BIN)/ruff format --check $(PYTHON_SOURCES)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
 test: venv tools ## the whole test suite, end-to-end included
 	$(BIN)/pytest
+
+# The inner loop: no control plane, chart or image; needs no `make tools` (tests whose tool is missing skip).
+test-fast: venv ## everything but the e2e, chart and image suites (a couple of minutes)
+	$(BIN)/pytest -m "not e2e and not image" --ignore=tests/chart -q
 
 check: lint test ## what CI runs: lint and the whole test suite
 

@@ -576,8 +576,8 @@ def measure(args: argparse.Namespace) -> Run:
                     # Either no-op: only the registered one is called.
                     "no-op server": lambda: (
                         tree_cpu(noop.process.proc.pid)  # type: ignore[union-attr]
-                        + tree_cpu(patching.process.proc.pid)
-                    ),  # type: ignore[union-attr]
+                        + tree_cpu(patching.process.proc.pid)  # type: ignore[union-attr]
+                    ),
                     "gpugate server": lambda: tree_cpu(gate.process.proc.pid),  # type: ignore[union-attr]
                     "client": self_cpu,
                 }
@@ -942,7 +942,7 @@ The machine is shared (the load averages above include other people's builds and
 
 
 TUNING_NOTE = """\
-- **Threads pinned by idle connections** (webhook/worker.py). kube-apiserver's webhook client (Go net/http)
+- **Threads pinned by idle connections** (webhook/serve/worker.py). kube-apiserver's webhook client (Go net/http)
   dials a connection when none is idle and, if another frees up first, parks the new one, handshaken but
   unused, in its pool (up to 25 per host, k8s.io/client-go transport/cache.go). gunicorn's gthread worker
   does the handshake in a pool thread and then blocks that thread reading the first request, without a

@@ -99,7 +99,7 @@ def main() -> None:
         hours = request * running.get(pod, 0.0)
         efficiency = use / request if request > 0 and use > 0 else 0.0
         mine = (
-            f"{row['allocated_gpu_hours']:.1f} | {row['idle_gpu_hours']:.1f} | {row['avg_utilisation']:.0f}%"
+            f"{row['allocated_gpu_hours']:.1f} | {row['idle_gpu_hours']:.1f} | {100 * row['avg_utilisation']:.0f}%"
             if row
             else "0 | 0 | -"
         )

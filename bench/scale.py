@@ -27,50 +27,27 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import gpu_pod, request  # noqa: E402
+from tests.support import STANDARD, gpu_pod, policy_yaml, request  # noqa: E402
 from webhook.admission import Environment, mutate, validate  # noqa: E402
-from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
 from webhook.policy.store import PolicyStore  # noqa: E402
 
 FALLBACK = (REPO / "policies" / "00-default.yaml").read_text()
 
 
 def policy_document(i: int) -> str:
-    """Policy number `i`: a namespace glob, an exact name or a namespace selector; every 4th adds a podSelector."""
+    """Team i's policy: the standard test policy (tests/support.py) with up to 8 GPUs, matched by a glob, a
+    name or a namespace label, every fourth one also by a pod label."""
     if i % 3 == 0:
-        match = f'namespaces: ["team-{i:04d}-*"]'
+        match: dict[str, Any] = {"namespaces": [f"team-{i:04d}-*"]}
     elif i % 3 == 1:
-        match = f'namespaces: ["project-{i:04d}"]'
+        match = {"namespaces": [f"project-{i:04d}"]}
     else:
-        match = f"namespaceSelector: {{matchLabels: {{team: team-{i:04d}}}}}"
+        match = {"namespaceSelector": {"matchLabels": {"team": f"team-{i:04d}"}}}
     if i % 4 == 0:
-        match += f"\n    podSelector: {{matchLabels: {{app: app-{i:04d}}}}}"
-    return f"""\
-apiVersion: gpugate.io/v1
-kind: GPUPolicy
-metadata:
-  name: team-{i:04d}
-spec:
-  priority: {10 + i}
-  mode: enforce
-  match:
-    {match}
-  runtimeClassName: nvidia
-  tolerations:
-    - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
-  limits:
-    maxPerContainer: 8
-    maxPerPod: 8
-  models:
-    nodeLabel: nvidia.com/gpu.product
-    default: l4
-    classes:
-      l4: [NVIDIA-L4]
-      h100: [NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB]
-  attribution:
-    labels:
-      gpugate.io/team: {{fromNamespaceLabel: team, default: unassigned}}
-"""
+        match["podSelector"] = {"matchLabels": {"app": f"app-{i:04d}"}}
+    limits = {"maxPerContainer": 8, "maxPerPod": 8}
+    return policy_yaml(f"team-{i:04d}", priority=10 + i, mode="enforce", match=match, **{**STANDARD, "limits": limits})
 
 
 def write_policies(directory: Path, count: int) -> None:
@@ -91,7 +68,7 @@ def labels_of(namespace: str) -> Mapping[str, str] | None:
 def per_decision(environment: Environment, req: Mapping[str, Any], *, seconds: float) -> float:
     """CPU seconds per mutate + validate (time.process_time: other tenants' load does not count), median of
     at least 5 timed batches."""
-    batch, samples = 200, []
+    batch, samples = 200, list[float]()
     deadline = time.perf_counter() + seconds
     while len(samples) < 5 or time.perf_counter() < deadline:
         started = time.process_time()

@@ -12,9 +12,10 @@ from typing import Any
 
 import jsonpatch
 import kubernetes_validate
+import yaml
 
 from webhook.admission import Decision, Environment, mutate, validate
-from webhook.pods import dig, shapes_of, workload_kinds
+from webhook.pods.objects import dig, shapes_of, workload_kinds
 from webhook.policy.loader import PolicyIssue, parse_policy
 from webhook.policy.model import PolicySet
 
@@ -41,17 +42,49 @@ def policies(*specs: Mapping[str, Any]) -> PolicySet:
     return PolicySet.of(built)
 
 
-STANDARD = {
-    "runtimeClassName": "nvidia",
-    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+#: Every resource NVIDIA's device plugin advertises (webhook.policy.model.BUILTIN_DEVICE_RESOURCES): each
+#: class of the standard policy offers them all, as a 0.1 class did.
+NVIDIA_RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"]
+H100_VALUES = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
+
+
+def nvidia(**fields: Any) -> dict[str, Any]:
+    """`spec.devices` with the standard NVIDIA profile, `fields` laid over it."""
+    return {
+        "nvidia": {
+            "runtimeClassName": "nvidia",
+            "tolerations": [dict(GPU_TAINT)],
+            "modelLabel": "nvidia.com/gpu.product",
+            **fields,
+        }
+    }
+
+
+def model_classes(default: str | None = "l4") -> dict[str, Any]:
+    """`spec.models` of the standard policy: L4 by default, H100 on request."""
+    classes = {
+        "l4": {"values": ["NVIDIA-L4"], "resources": list(NVIDIA_RESOURCES)},
+        "h100": {"values": list(H100_VALUES), "resources": list(NVIDIA_RESOURCES)},
+    }
+    return {"default": default, "classes": classes} if default is not None else {"classes": classes}
+
+
+#: The standard test policy (the current format of policies/README.md): NVIDIA's runtime class and GPU
+#: toleration, L4 by default and H100 on request on nvidia.com/gpu.product, the team from the namespace.
+#: A policy test pins that its 0.1 spelling (how these tests first wrote it) loads to the same policy.
+STANDARD: dict[str, Any] = {
+    "devices": nvidia(),
     "limits": {"maxPerContainer": 4, "maxPerPod": 8},
-    "models": {
-        "nodeLabel": "nvidia.com/gpu.product",
-        "default": "l4",
-        "classes": {"l4": ["NVIDIA-L4"], "h100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]},
-    },
+    "models": model_classes(),
     "attribution": {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}},
 }
+
+
+def policy_yaml(name: str, **spec: Any) -> str:
+    """One GPUPolicy document as YAML text, for a policy directory."""
+    document = {"apiVersion": "gpugate.io/v1", "kind": "GPUPolicy", "metadata": {"name": name}, "spec": spec}
+    return yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False)  # plain copies: no YAML anchors
 
 
 def standard(**overrides: Any) -> PolicySet:

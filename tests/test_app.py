@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
-from webhook.app import MAX_BODY, create_app
 from webhook.policy.store import PolicyStore
+from webhook.serve.app import MAX_BODY, create_app
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 
@@ -260,7 +260,7 @@ def test_a_broken_edit_counts_once_however_many_workers_see_it(policy_dir):
 
 
 def test_claims_are_exclusive_in_the_metrics_directory(tmp_path, monkeypatch):
-    from webhook import metrics
+    from webhook.serve import metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     assert metrics.claim("edit-1") is True

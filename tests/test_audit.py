@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,48 +13,31 @@ import jsonschema
 import pytest
 import yaml
 
-from webhook import audit
+from tests.support import STANDARD, policy_yaml
 from webhook.admission import Environment, mutate
-from webhook.policy.loader import load_policies
+from webhook.audit import evaluation, policyreports, render, tally
+from webhook.policy.files import load_policies
 from webhook.policy.model import PolicySet, WorkloadKind
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "tests" / "fixtures" / "wg-policy-prototypes" / "wgpolicyk8s.io_policyreports.yaml"
 
-FLEET = textwrap.dedent("""\
-    apiVersion: gpugate.io/v1
-    kind: GPUPolicy
-    metadata:
-      name: fleet
-    spec:
-      priority: 10
-      mode: enforce
-      limits:
-        maxPerContainer: 4
-        maxPerPod: {max_per_pod}
-      runtimeClassName: nvidia
-      tolerations:
-        - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
-      models:
-        nodeLabel: nvidia.com/gpu.product
-        default: l4
-        classes:
-          l4: [NVIDIA-L4]
-          h100: [NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB]
-      attribution:
-        labels:
-          gpugate.io/team: {{fromNamespaceLabel: team, default: unassigned}}
-      nonGPUPods:
-        gpuTolerations: deny
-    """)
 LABELS = {"ml": {"team": "vision"}, "research": {"team": "nlp"}}
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def fleet_policy(*, max_per_pod: int = 8, mode: str = "enforce") -> str:
+    """The standard test policy governing every namespace."""
+    limits = {"maxPerContainer": 4, "maxPerPod": max_per_pod}
+    return policy_yaml(
+        "fleet", priority=10, mode=mode, **{**STANDARD, "limits": limits}, nonGPUPods={"gpuTolerations": "deny"}
+    )
 
 
 def policies(tmp_path: Path, *, max_per_pod: int = 8, name: str = "p") -> PolicySet:
     directory = tmp_path / name
     directory.mkdir()
-    (directory / "fleet.yaml").write_text(FLEET.format(max_per_pod=max_per_pod))
+    (directory / "fleet.yaml").write_text(fleet_policy(max_per_pod=max_per_pod))
     return load_policies(directory)
 
 
@@ -127,8 +109,8 @@ def deployment(
     }
 
 
-def run(pols: PolicySet, objects: list[dict[str, Any]], **kwargs: Any) -> tuple[audit.Audit, dict[str, Any]]:
-    a = audit.Audit(pols, namespace_labels=LABELS, **kwargs)
+def run(pols: PolicySet, objects: list[dict[str, Any]], **kwargs: Any) -> tuple[tally.Audit, dict[str, Any]]:
+    a = tally.Audit(pols, namespace_labels=LABELS, **kwargs)
     for obj in objects:
         a.add(obj)
     return a, a.report(policies_source="test")
@@ -209,20 +191,20 @@ def test_refused_shapes_name_their_rule(tmp_path: Path, obj: dict[str, Any], rul
 def test_a_warn_policy_makes_violations_warned(tmp_path: Path) -> None:
     directory = tmp_path / "warn"
     directory.mkdir()
-    (directory / "fleet.yaml").write_text(FLEET.format(max_per_pod=8).replace("mode: enforce", "mode: warn"))
+    (directory / "fleet.yaml").write_text(fleet_policy(mode="warn"))
     pols = load_policies(directory)
     a, report = run(pols, [formed(pod("h200", labels={"gpugate.io/model": "h200"}), pols)])
     f = finding(report, "h200")
     assert f["verdict"] == "warned" and f["mode"] == "warn"
     assert [v["enforced"] for v in f["violations"]] == [False]
     assert a.found
-    [polr] = audit.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    [polr] = policyreports.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
     assert polr["summary"]["warn"] == 1 and polr["summary"]["fail"] == 0
 
 
 def test_a_gpu_deployment_is_fine_and_says_what_its_pods_will_get(tmp_path: Path) -> None:
     pols = policies(tmp_path)
-    ev = audit.evaluate(deployment("web"), Environment(policies=pols, namespace_labels=lambda ns: LABELS[ns]))
+    ev = evaluation.evaluate(deployment("web"), Environment(policies=pols, namespace_labels=lambda ns: LABELS[ns]))
     assert ev is not None and ev.verdict == "fine"
     assert [c.text for c in ev.changes] == [
         "runtimeClassName: nvidia",
@@ -320,7 +302,7 @@ def test_summaries_per_namespace_and_team(tmp_path: Path) -> None:
     ],
 )
 def test_pod_gpus_counts_as_the_scheduler(spec: dict[str, Any], expected: dict[str, int]) -> None:
-    assert audit.pod_gpus(spec, lambda r: r.startswith("nvidia.com/")) == expected
+    assert evaluation.pod_gpus(spec, lambda r: r.startswith("nvidia.com/")) == expected
 
 
 def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
@@ -341,7 +323,7 @@ def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:
             }
         },
     }
-    changes = audit.pod_changes(
+    changes = evaluation.pod_changes(
         {"spec": before_spec}, {"metadata": {"annotations": {"gpugate.io/policy": "p", "x": "y"}}, "spec": after_spec}
     )
     assert [c.text for c in changes] == [
@@ -374,7 +356,7 @@ def test_compare_to_shows_exactly_the_objects_a_tighter_limit_refuses(tmp_path: 
     assert changed[("Pod", "bare-three")]["verdict"] == {"from": "changed", "to": "refused"}
     assert any("2" in v for v in changed[("Deployment", "big")]["newViolations"])
     assert a.found
-    table = audit.render_table(report)
+    table = render.render_table(report)
     assert "Policy change preview: now -> next" in table
     assert "Pod ml/four: fine -> refused" in table
 
@@ -390,7 +372,7 @@ def test_compare_to_the_same_policies_finds_nothing(tmp_path: Path) -> None:
 
 def test_table_lists_findings_and_summaries(tmp_path: Path) -> None:
     report = run(policies(tmp_path), [pod("bare"), pod("greedy", gpus="9")])[1]
-    table = audit.render_table(report)
+    table = render.render_table(report)
     assert "ml         Pod   greedy  REFUSED  fleet" in table
     assert "    lacks: runtimeClassName: nvidia" in table
     assert "NAMESPACE  GPU PODS  GPUS                MISSING LABELS  REFUSED  WARNED  CHANGED  FINE" in table
@@ -403,7 +385,7 @@ def test_policy_reports_are_valid_v1alpha2_and_count_every_object(tmp_path: Path
     pols = policies(tmp_path)
     objects = [pod("bare"), pod("greedy", gpus="9"), formed(pod("good"), pols), pod("r", "research")]
     report = run(pols, objects)[1]
-    reports = audit.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    reports = policyreports.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
     crd = yaml.safe_load(CRD.read_text())
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
     for r in reports:
@@ -423,9 +405,9 @@ def test_policy_reports_are_valid_v1alpha2_and_count_every_object(tmp_path: Path
 
 
 def test_a_policy_report_stays_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(audit, "MAX_RESULTS", 5)
+    monkeypatch.setattr(policyreports, "MAX_RESULTS", 5)
     report = run(policies(tmp_path), [pod(f"bare-{i}") for i in range(8)])[1]
-    [polr] = audit.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+    [polr] = policyreports.policy_reports(report, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
     assert len(polr["results"]) == 5
     assert polr["summary"]["fail"] == 8
     assert polr["results"][-1]["rule"] == "truncated" and polr["results"][-1]["message"].startswith("4 more results")
@@ -434,13 +416,13 @@ def test_a_policy_report_stays_small(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_audited_kinds_come_from_the_pods_registry_and_the_policies(tmp_path: Path) -> None:
-    kinds = [(w.group, w.kind) for w in audit.audited_kinds()]
+    kinds = [(w.group, w.kind) for w in evaluation.audited_kinds()]
     assert kinds[0] == ("", "Pod")
     assert {("apps", "Deployment"), ("batch", "CronJob"), ("", "PodTemplate"), ("ray.io", "RayCluster")} <= set(kinds)
     pols = policies(tmp_path)
     trainer = WorkloadKind("example.com", "Trainer", ("spec.template",), "trainers", ("v1",), source="test")
     added = PolicySet.of(pols.policies, workloads=[trainer])
-    assert ("example.com", "Trainer") in [(w.group, w.kind) for w in audit.audited_kinds(pols, added)]
+    assert ("example.com", "Trainer") in [(w.group, w.kind) for w in evaluation.audited_kinds(pols, added)]
     obj = {**deployment("t", gpus="9"), "apiVersion": "example.com/v1", "kind": "Trainer"}
     assert run(pols, [obj])[1]["totals"]["listed"] == {}  # a kind nobody registered is not read
     f = finding(run(added, [obj])[1], "t")

@@ -39,8 +39,9 @@ def command(argv: list[str]) -> argparse.Namespace:
 
 def test_ca_is_a_p256_ca_limited_to_one_level(ca: certs.Issued) -> None:
     cert = ca.certificate
-    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
-    assert isinstance(cert.public_key().curve, ec.SECP256R1)
+    key = cert.public_key()
+    assert isinstance(key, ec.EllipticCurvePublicKey)
+    assert isinstance(key.curve, ec.SECP256R1)
     constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints)
     assert constraints.critical and constraints.value.ca and constraints.value.path_length == 0
     usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value

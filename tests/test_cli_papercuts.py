@@ -55,7 +55,7 @@ def _pyproject_version() -> str:
 
 
 def test_metrics_carry_the_build_info_gauge() -> None:
-    from webhook import metrics
+    from webhook.serve import metrics
 
     text, _ = metrics.render()
     lines = [line for line in text.decode().splitlines() if line.startswith("gpugate_build_info{")]
@@ -201,7 +201,7 @@ def readme_decoder() -> str:
     ],
 )
 def test_readme_decode_one_liner_works_on_a_patch_and_on_a_denial(review: str, expected: str) -> None:
-    from webhook.app import build_app
+    from webhook.serve.wiring import build_app
 
     app = build_app(str(REPO / "policies"))  # no kubeconfig, not in a pod: no namespace labels
     answer = app.test_client().post("/mutate", data=(EXAMPLES / review).read_bytes(), content_type="application/json")

@@ -46,7 +46,7 @@ def test_denied_and_errored_defaults():
 
 
 def test_a_denial_names_the_pod_namespace_policy_and_file_one_violation_a_line():
-    policy = standard(limits={"maxPerContainer": 1}, runtimeClassName="nvidia")
+    policy = standard(limits={"maxPerContainer": 1})
     verdict = validated(gpu_pod(3, runtimeClassName="other"), policy)
     lines = verdict.message.split("\n")
     assert lines[0].startswith('Pod "p" in namespace "default" violates GPU policy "standard" (test.yaml')

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import STANDARD, gpu_pod, mutated, policies, review, validated
-from webhook.app import create_app
 from webhook.policy.store import PolicyStore
+from webhook.serve.app import create_app
 
 TEAM = {"default": {"team": "vision"}}
 ATTRIBUTION = {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}}

@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import REPO, gpu_pod, review
-from webhook.app import create_app
 from webhook.policy.store import PolicyStore
+from webhook.serve.app import create_app
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 WRONG = [["x"], {"a": 1}, 7, 1.5, True, "s", [{"a": None}]]
@@ -149,12 +150,12 @@ def test_an_object_nested_deep_where_gpugate_does_not_read_gets_the_normal_answe
 
 
 def test_a_recursion_error_while_deciding_is_a_400_review(client, monkeypatch):
-    import webhook.app
+    import webhook.serve.app
 
     def deep(request, env):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(webhook.app, "mutate", deep)
+    monkeypatch.setattr(webhook.serve.app, "mutate", deep)
     app = create_app(policies=PolicyStore(REPO / "policies"))
     out = post(app.test_client(), review(gpu_pod(1), uid="u-9")).get_json()["response"]
     assert out["uid"] == "u-9" and out["allowed"] is False and out["status"]["code"] == 400
@@ -184,7 +185,7 @@ def test_a_workload_crd_template_with_a_wrong_type_is_a_400_naming_the_field(cli
         "metadata": {"labels": {"app": "ray"}},
         "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
-    broken = copy.deepcopy(template)
+    broken: dict[str, Any] = copy.deepcopy(template)
     broken["spec"]["containers"] = {"w": {"image": "ray"}}
     cluster = {
         "apiVersion": "ray.io/v1",

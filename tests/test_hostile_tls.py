@@ -32,8 +32,8 @@ from tests.test_server_tls import (
     client_context,
     make_certs,
 )
-from webhook.app import MAX_BODY
-from webhook.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
+from webhook.serve.app import MAX_BODY
+from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
 
 pytestmark = pytest.mark.tls
 
@@ -236,12 +236,12 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
                 raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
                 stalled.append(raw)
             else:
-                sock = server.tls(raw)
-                stalled.append(sock)
+                tls = server.tls(raw)
+                stalled.append(tls)
                 head = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
                 if stage == "partial body":
                     head += b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
-                sock.sendall(head)
+                tls.sendall(head)
         if stage != "tcp only":  # an idle TCP connection costs the server no thread: it waits in the poller
             for sock in stalled:
                 assert closed_by_server(sock), f"the server kept a stalled connection ({stage}) open"
@@ -253,7 +253,7 @@ def test_slow_clients_are_cut_off_and_do_not_starve_the_server(server: Server, s
 
 def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(server: Server) -> None:
     """More handshaken, silent connections than the server has threads (2 x 2): the way kube-apiserver parks
-    connections in its idle pool (webhook/worker.py). They hold no thread, so requests are answered meanwhile,
+    connections in its idle pool (webhook/serve/worker.py). They hold no thread, so requests are answered meanwhile,
     and each stays usable: a review sent on it later is answered."""
     idle: list[ssl.SSLSocket] = []
     try:

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from webhook.kube import NamespaceLabelCache, namespace_cache
+from webhook.kube.namespaces import NamespaceLabelCache, namespace_cache
 
 HANG_GUARD = 30.0  # seconds; only so that a broken build fails instead of hanging CI
 
@@ -588,8 +588,8 @@ def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
     import jsonpatch
 
     from tests.support import gpu_pod, review
-    from webhook.app import create_app
     from webhook.policy.store import PolicyStore
+    from webhook.serve.app import create_app
 
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "serving.yaml").write_text("""
@@ -598,7 +598,7 @@ kind: GPUPolicy
 metadata: {name: serving}
 spec:
   match: {namespaceSelector: {matchLabels: {team: vision}}}
-  runtimeClassName: nvidia
+  devices: {nvidia: {runtimeClassName: nvidia}}
   attribution:
     labels:
       gpugate.io/team: {fromNamespaceLabel: team}

@@ -1,4 +1,4 @@
-"""webhook.kube's reads for `gpugate audit` against a small real HTTP server speaking the apiserver's list and
+"""webhook.kube.cluster's reads for `gpugate audit` against a small real HTTP server speaking the apiserver's list and
 discovery shapes: paging with `continue`, an expired token (HTTP 410), discovery by version, errors as one line."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
-from webhook import kube
+from webhook.kube import cluster as kube
 
 PODS = [{"metadata": {"name": f"p{i}", "namespace": "ml", "managedFields": [{"manager": "kubectl"}]}} for i in range(5)]
 DISCOVERY: dict[str, Any] = {
@@ -123,7 +123,7 @@ def test_pages_follow_continue_and_survive_an_expired_token(
 ) -> None:
     config, handler = server
     client = kube.api_client(str(config))
-    with caplog.at_level(logging.WARNING, logger="webhook.kube"):
+    with caplog.at_level(logging.WARNING, logger="webhook.kube.cluster"):
         items = list(kube.list_objects(client, group="", version="v1", plural="pods", kind="Pod", page_size=2))
     client.close()
     assert [i["metadata"]["name"] for i in items] == ["p0", "p1", "p2", "p3", "p4"]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from webhook import lastgood
-from webhook.policy.loader import PolicyError, load_policies
+from webhook.policy import lastgood
+from webhook.policy.files import load_policies
+from webhook.policy.loader import PolicyError
 from webhook.policy.store import PolicyStore
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
@@ -67,21 +68,21 @@ def test_a_store_over_broken_files_starts_from_the_fallback_and_reports_the_erro
 
 
 def test_a_worker_starting_over_broken_files_uses_the_copy(policy_dir, tmp_path, monkeypatch):
-    from webhook import app
+    from webhook.serve import wiring
 
     state = tmp_path / "state"
     state.mkdir()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(state))
     assert lastgood.save(policy_dir, load_policies(policy_dir), into=state)
     (policy_dir / "default.yaml").write_text("spec: [broken")
-    store = app._policy_store(str(policy_dir))
+    store = wiring._policy_store(str(policy_dir))
     assert store.current().digest == lastgood.load(from_=state).digest and store.last_error
 
 
 def test_without_a_copy_broken_files_still_stop_the_worker(policy_dir, tmp_path, monkeypatch):
-    from webhook import app
+    from webhook.serve import wiring
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     (policy_dir / "default.yaml").write_text("spec: [broken")
     with pytest.raises(PolicyError):
-        app._policy_store(str(policy_dir))
+        wiring._policy_store(str(policy_dir))

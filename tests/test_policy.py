@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tests.support import env, gpu_pod, policies, request
+from tests.support import STANDARD, env, gpu_pod, policies, request
 from webhook.admission import mutate
-from webhook.policy.loader import PolicyError, load_policies
-from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable
+from webhook.policy.files import load_policies
+from webhook.policy.loader import PolicyError
+from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable, Policy
 from webhook.policy.store import PolicyStore
 
 HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
@@ -133,6 +136,28 @@ def test_a_0_1_policy_file_still_loads_as_one_nvidia_device():
     assert legacy.models is not None and legacy.models.classes["l4"].resources == nvidia.resources
     assert legacy.devices["amd"].runtime_class_name is None  # other vendors get nothing NVIDIA-specific
     assert legacy.counts_as_gpu("amd.com/gpu") and not legacy.counts_as_gpu("gpu.intel.com/millicores")
+
+
+STANDARD_0_1 = {
+    "runtimeClassName": "nvidia",
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "limits": {"maxPerContainer": 4, "maxPerPod": 8},
+    "models": {
+        "nodeLabel": "nvidia.com/gpu.product",
+        "default": "l4",
+        "classes": {"l4": ["NVIDIA-L4"], "h100": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]},
+    },
+    "attribution": {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}},
+}
+
+
+def test_the_0_1_spelling_of_the_standard_test_policy_loads_to_the_same_policy():
+    """The tests write their policies in the current format (tests/support.py STANDARD); this pins that the
+    0.1 spelling they were first written in means exactly the same."""
+    old = policies({"name": "standard", **STANDARD_0_1}).policies[0]
+    new = policies({"name": "standard", **STANDARD}).policies[0]
+    fields = [f.name for f in dataclasses.fields(Policy) if f.compare]
+    assert fields and {f: getattr(old, f) for f in fields} == {f: getattr(new, f) for f in fields}
 
 
 def test_an_empty_policy_directory_is_an_error(tmp_path):

@@ -83,6 +83,7 @@ def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any,
     import time
 
     from webhook.policy import store as store_module
+    from webhook.policy.files import load_policies
     from webhook.policy.store import PolicyStore
 
     policy = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
@@ -90,7 +91,7 @@ def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any,
     store = PolicyStore(tmp_path, interval=0, background=True)
     parsing = threading.Event()
     release = threading.Event()
-    real = store_module.load_policies
+    real = load_policies
 
     def slow(directory: Any) -> PolicySet:
         parsing.set()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from typing import Any
 
 import jsonpatch
 from hypothesis import given
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.support import apply, container, env, pod, request, schema_check, standard
 from webhook.admission import mutate, validate
-from webhook.patch import canonical, make_patch
+from webhook.admission.patch import canonical, make_patch
 
 POLICY = standard(limits={"maxPerContainer": 4, "maxPerPod": 16})
 NAMESPACES = {"default": {"team": "vision"}, "other": {}}
@@ -18,7 +20,7 @@ NAMESPACES = {"default": {"team": "vision"}, "other": {}}
 names = st.sampled_from(["a", "b", "c", "trainer", "x-1"])
 label_keys = st.sampled_from(["app", "tier", "example.com/owner", "gpugate.io/team", "gpugate.io/model"])
 label_values = st.sampled_from(["", "x", "h100", "l4", "someone-else", "v1.2"])
-tolerations = st.sampled_from(
+tolerations: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
     [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
@@ -46,10 +48,10 @@ def pods(draw, gpu: bool | None = None):
     cs = [draw(containers(with_gpu and i == 0)) for i in range(count)]
     for i, c in enumerate(cs):
         c["name"] = f"{c['name']}-{i}"
-    labels = draw(st.dictionaries(label_keys, label_values, max_size=3))
+    labels: dict[str, str] = draw(st.dictionaries(label_keys, label_values, max_size=3))
     if labels.get("gpugate.io/model") not in (None, "l4", "h100"):
         labels.pop("gpugate.io/model")
-    spec = {}
+    spec: dict[str, Any] = {}
     if draw(st.booleans()):
         spec["tolerations"] = draw(st.lists(tolerations, max_size=3, unique_by=lambda t: t["key"]))
     if draw(st.booleans()):
@@ -127,7 +129,7 @@ def test_make_patch_turns_any_object_into_any_other(a, b):
 def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
     import pytest
 
-    from webhook import patch
+    from webhook.admission import patch
 
     real = patch._diff
 
@@ -143,7 +145,7 @@ def test_a_patch_that_does_not_reproduce_the_object_is_never_sent(monkeypatch):
 
 # ------------------------------------------------------------------ the rule registry's invariants
 from tests.support import REPO  # noqa: E402
-from webhook.policy.loader import load_policies  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
 from webhook.policy.model import PolicySet  # noqa: E402
 from webhook.rules import registry  # noqa: E402
 
@@ -191,7 +193,9 @@ def any_pods(draw):
         if draw(st.booleans()):
             c["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": draw(st.sampled_from(["all", "0", "void"]))}]
         cs.append(c)
-    init = [container("i", limits=draw(any_resources) or None)] if draw(st.booleans()) else None
+    init: list[Mapping[str, Any]] | None = (
+        [container("i", limits=draw(any_resources) or None)] if draw(st.booleans()) else None
+    )
     spec: dict = {}
     if draw(st.booleans()):
         spec["tolerations"] = draw(any_tolerations)

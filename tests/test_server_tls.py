@@ -29,7 +29,7 @@ GPUGATE = Path(sys.executable).with_name("gpugate")
 SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
 START_TIMEOUT = 60.0
 POLL_TIMEOUT = 30.0
-RELOAD_INTERVAL = 1.0  # webhook.tls checks the certificate files at most once a second per worker
+RELOAD_INTERVAL = 1.0  # webhook.serve.tls checks the certificate files at most once a second per worker
 
 
 def gpugate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -438,14 +438,14 @@ def test_prometheus_client_is_not_imported_before_serve_sets_its_directory() -> 
     # sets PROMETHEUS_MULTIPROC_DIR before the workers import it. An import on the way there
     # (the CLI, the policy check) would silently make every worker count for itself.
     probe = (
-        "import sys, webhook.cli, webhook.server, webhook.policy.loader, webhook.certs, webhook.tls; "
+        "import sys, webhook.cli, webhook.serve.command, webhook.policy.loader, webhook.certs, webhook.serve.tls; "
         "sys.exit('prometheus_client' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=False).returncode == 0
 
 
 def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook import server as serve
+    from webhook.serve import command as serve
 
     given = tmp_path / "given"
     given.mkdir()
@@ -463,7 +463,7 @@ def test_metrics_dir_is_created_or_wiped(tmp_path: Path, monkeypatch: pytest.Mon
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == created
 
 
-# ---- webhook.tls.ReloadingCertificate on its own, with an injected clock -----------------------
+# ---- webhook.serve.tls.ReloadingCertificate on its own, with an injected clock -----------------------
 
 
 class Clock:
@@ -491,7 +491,7 @@ def serial_of(directory: Path) -> int:
 
 
 def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path], tmp_path: Path) -> None:
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     first, second, _ = three_certs
     volume = SecretVolume(tmp_path / "tls")
@@ -514,7 +514,7 @@ def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path],
 def test_broken_files_are_reported_once_and_retried_when_they_change(
     three_certs: list[Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     first, second, third = three_certs
     volume = SecretVolume(tmp_path / "tls")
@@ -543,7 +543,7 @@ def test_broken_files_are_reported_once_and_retried_when_they_change(
 
 
 def test_missing_files_keep_the_old_certificate(three_certs: list[Path], tmp_path: Path) -> None:
-    from webhook.tls import ReloadingCertificate, TLSConfigError
+    from webhook.serve.tls import ReloadingCertificate, TLSConfigError
 
     volume = SecretVolume(tmp_path / "tls")
     volume.publish(tls_files(three_certs[0]))
@@ -561,7 +561,7 @@ def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
     import datetime as dt
 
     from webhook import certs
-    from webhook.tls import ReloadingCertificate
+    from webhook.serve.tls import ReloadingCertificate
 
     long_ago = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     ca = certs.build_ca(common_name="old", now=long_ago, valid_for=dt.timedelta(days=1))
@@ -574,7 +574,7 @@ def test_expired_certificate_is_not_ready(tmp_path: Path) -> None:
 def test_encrypted_key_is_refused_without_a_prompt(three_certs: list[Path], tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    from webhook.tls import TLSConfigError, server_context
+    from webhook.serve.tls import TLSConfigError, server_context
 
     key = serialization.load_pem_private_key((three_certs[0] / "tls.key").read_bytes(), password=None)
     encrypted = tmp_path / "tls.key"

@@ -199,7 +199,7 @@ def write_files(directory: Path, files: dict[str, tuple[bytes, int]], *, force: 
             finally:
                 os.close(fd)
         # The private key first: a server watching the directory sees a new key before the new
-        # certificate, and retries until both match (see webhook.tls).
+        # certificate, and retries until both match (see webhook.serve.tls).
         for temp, target in staged:
             os.replace(temp, target)
     finally:

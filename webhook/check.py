@@ -1,50 +1,25 @@
-"""Offline verdicts: run manifests through mutate and validate as the apiserver would, without a cluster."""
+"""``gpugate check``: offline verdicts for every object in a manifest, as the apiserver would get them."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import jsonpatch
+import yaml
 
-from .admission import Decision, Environment, mutate, validate
-from .inventory.model import Inventory
-from .patch import Operation
-from .pods import group_of, shapes_of, workload_kinds
-from .policy.model import PolicySet
+from .admission.offline import check_objects
+from .inventory.snapshot import SnapshotError, load_snapshot
+from .policy.files import load_policies
+from .policy.loader import PolicyError
+
+EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class ManifestError(ValueError):
     """A manifest document that is not a Kubernetes object."""
-
-
-@dataclass
-class Result:
-    """One object's verdict: the decisions of both endpoints and the object as it would be stored."""
-
-    obj: Mapping[str, Any]
-    mutated: Mapping[str, Any]
-    patch: list[Operation]
-    mutation: Decision
-    validation: Decision | None
-    warnings: list[str] = field(default_factory=list)
-    #: Not a kind gpugate reads: neither allowed nor denied, and left as it is.
-    skipped: bool = False
-
-    @property
-    def allowed(self) -> bool:
-        return self.mutation.allowed and (self.validation is None or self.validation.allowed)
-
-    @property
-    def decision(self) -> Decision:
-        return self.mutation if not self.mutation.allowed or self.validation is None else self.validation
-
-    def describe(self) -> str:
-        meta = self.obj.get("metadata") or {}
-        name = meta.get("name") or meta.get("generateName") or "<unnamed>"
-        return f'{self.obj.get("kind")} "{name}"'
 
 
 def objects_of(documents: Iterable[Any]) -> list[Mapping[str, Any]]:
@@ -62,90 +37,116 @@ def objects_of(documents: Iterable[Any]) -> list[Mapping[str, Any]]:
     return out
 
 
-def default_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the apiserver's defaulting does before admission that matters here: a Pod container's missing
-    requests are copied from its limits (k/k pkg/apis/core/v1/defaults.go SetDefaults_Pod; not templates)."""
-    pod = copy.deepcopy(dict(obj))
-    if pod.get("kind") != "Pod" or group_of(str(pod.get("apiVersion"))) != "":
-        return pod
-    spec = pod.get("spec") or {}
-    for fld in ("initContainers", "containers"):
-        for container in spec.get(fld) or []:
-            resources = container.get("resources") or {}
-            limits = resources.get("limits") or {}
-            if limits:
-                resources["requests"] = {**limits, **(resources.get("requests") or {})}
-    return pod
-
-
-def _namespaced_claims(objects: list[Mapping[str, Any]], namespace: str) -> list[Mapping[str, Any]]:
-    """The manifest's claims and claim templates, in the namespace they would be created in: a pod's claims
-    are read from them (with or without a fleet), as the server reads them from the cluster."""
-    return [
-        {
-            **o,
-            "metadata": {
-                **(o.get("metadata") or {}),
-                "namespace": (o.get("metadata") or {}).get("namespace") or namespace,
-            },
-        }
-        for o in objects
-        if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
-    ]
-
-
-def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, Any]:
-    api_version = str(obj.get("apiVersion"))
-    group, _, version = api_version.rpartition("/")
-    meta = obj.get("metadata") or {}
-    return {
-        "uid": uid,
-        "operation": "CREATE",
-        "namespace": meta.get("namespace") or namespace,
-        "name": meta.get("name", ""),
-        "kind": {"group": group, "version": version, "kind": obj.get("kind")},
-        "object": obj,
-        "oldObject": None,
-        "dryRun": True,
-    }
-
-
-def check_objects(
-    objects: Iterable[Mapping[str, Any]],
-    *,
-    policies: PolicySet,
-    namespace_labels: Mapping[str, Mapping[str, str]],
-    namespace: str = "default",
-    fleet: Inventory | None = None,
-) -> list[Result]:
-    """``fleet``: the cluster's inventory (``--fleet``), with which the manifest's own claims and claim
-    templates are read too; None decides without one, as a server does before its inventory has synced."""
-    objects = list(objects)
-    own = _namespaced_claims(objects, namespace)
-    known = fleet.with_claims(own) if fleet is not None else None
-    manifest = Inventory().with_claims(own).claims
-    env = Environment(
-        policies=policies,
-        namespace_labels=lambda ns: namespace_labels.get(ns, {}),
-        fleet=lambda: known,
-        claims=lambda kind, ns, name: manifest.get((kind, ns, name)),
+def add_arguments(check: argparse.ArgumentParser) -> None:
+    check.add_argument("--policies", required=True, help="policy directory")
+    check.add_argument("-f", "--filename", required=True, help="manifest file, or - for standard input")
+    check.add_argument("--namespace", default="default", help="namespace for objects that name none")
+    check.add_argument(
+        "--namespace-labels",
+        action="append",
+        default=[],
+        metavar="NS=k=v,...",
+        help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)",
     )
-    kinds = workload_kinds(policies.workloads)
-    results = []
-    for index, raw in enumerate(objects):
-        obj = default_pod(raw)
-        if shapes_of(obj, workloads=kinds) is None:
-            nothing = Decision(allowed=True)
-            results.append(Result(obj, obj, [], nothing, None, skipped=True))
-            continue
-        mutation = mutate(_request(obj, namespace=namespace, uid=f"check-{index}"), env)
-        if not mutation.allowed:
-            results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
-            continue
-        patch = mutation.patch or []
-        mutated = jsonpatch.apply_patch(obj, patch) if patch else obj
-        validation = validate(_request(mutated, namespace=namespace, uid=f"check-{index}"), env)
-        results.append(
-            Result(obj, mutated, patch, mutation, validation, list(mutation.warnings) + list(validation.warnings))
+    check.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="decide with this fleet snapshot (gpugate fleet snapshot, or kubectl get nodes,runtimeclasses,"
+        "deviceclasses,resourceslices -o yaml): GPU pods no node could host are refused",
+    )
+    check.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "patch", "none"),
+        default="yaml",
+        help="print the objects as they would be stored (yaml, the default; json), the JSON "
+        "patches (patch), or only the verdicts on stderr (none)",
+    )
+
+
+def _parse_namespace_labels(values: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``NS=k=v,k2=v2`` (repeatable) -> {NS: {k: v, k2: v2}}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in values:
+        namespace, sep, rest = item.partition("=")
+        if not sep or not namespace:
+            raise ValueError(f"--namespace-labels {item!r}: expected NS=key=value[,key=value...]")
+        labels = out.setdefault(namespace, {})
+        for pair in filter(None, rest.split(",")):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"--namespace-labels {item!r}: {pair!r} is not key=value")
+            labels[key] = value
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policies = load_policies(args.policies)
+    except PolicyError as err:
+        print(err, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        namespace_labels = _parse_namespace_labels(args.namespace_labels)
+    except ValueError as err:  # the flag's fault, not the manifest's: say so
+        print(f"gpugate check: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if args.filename == "-":
+            documents = list(yaml.safe_load_all(sys.stdin))
+        else:
+            with open(args.filename, encoding="utf-8") as stream:
+                documents = list(yaml.safe_load_all(stream))
+        objects = objects_of(documents)
+    except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
+        print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not objects:  # an empty file is a mistake (wrong path, failed render), never "all allowed"
+        print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    fleet = None
+    if args.fleet:
+        try:
+            fleet = load_snapshot(args.fleet)
+        except SnapshotError as err:
+            print(f"gpugate check: --fleet {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    results = check_objects(
+        objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace, fleet=fleet
+    )
+    outputs: list[Any] = []
+    for result in results:
+        decision = result.decision
+        policy = f' (policy "{decision.policy}")' if decision.policy else ""
+        if result.skipped:
+            print(
+                f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+                "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+                file=sys.stderr,
+            )
+        elif result.allowed:
+            print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
+        else:
+            print(
+                f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
+                file=sys.stderr,
+            )
+        for warning in result.warnings:
+            print(f"  Warning: {warning}", file=sys.stderr)
+        for key, value in decision.audit_annotations.items():
+            print(f"  audit {key}: {value}", file=sys.stderr)
+        if args.output == "patch":
+            outputs.append(result.patch)
+        elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
+            outputs.append(result.mutated)
+    if outputs and args.output == "json":
+        print(
+            json.dumps(
+                outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}, indent=2
+            )
         )
-    return results
+    elif outputs and args.output == "patch":
+        print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
+    elif outputs and args.output == "yaml":
+        print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
+    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED

@@ -1,191 +1,39 @@
-"""The ``gpugate`` command: serve, check, audit, policy validate, certs, report."""
+"""The ``gpugate`` command: the parser only. Each subcommand's flags and body live in its own package."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-import yaml
-
-from .check import ManifestError, check_objects, objects_of
-from .inventory.snapshot import SnapshotError, load_snapshot
-from .policy.loader import PolicyError, load_policies
-from .policy.schema import policy_schema
 from .version import describe
-
-EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _parse_namespace_labels(values: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``NS=k=v,k2=v2`` (repeatable) -> {NS: {k: v, k2: v2}}."""
-    out: dict[str, dict[str, str]] = {}
-    for item in values:
-        namespace, sep, rest = item.partition("=")
-        if not sep or not namespace:
-            raise ValueError(f"--namespace-labels {item!r}: expected NS=key=value[,key=value...]")
-        labels = out.setdefault(namespace, {})
-        for pair in filter(None, rest.split(",")):
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise ValueError(f"--namespace-labels {item!r}: {pair!r} is not key=value")
-            labels[key] = value
-    return out
-
-
-def _check(args: argparse.Namespace) -> int:
-    try:
-        policies = load_policies(args.policies)
-    except PolicyError as err:
-        print(err, file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        namespace_labels = _parse_namespace_labels(args.namespace_labels)
-    except ValueError as err:  # the flag's fault, not the manifest's: say so
-        print(f"gpugate check: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        if args.filename == "-":
-            documents = list(yaml.safe_load_all(sys.stdin))
-        else:
-            with open(args.filename, encoding="utf-8") as stream:
-                documents = list(yaml.safe_load_all(stream))
-        objects = objects_of(documents)
-    except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
-        print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not objects:  # an empty file is a mistake (wrong path, failed render), never "all allowed"
-        print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    fleet = None
-    if args.fleet:
-        try:
-            fleet = load_snapshot(args.fleet)
-        except SnapshotError as err:
-            print(f"gpugate check: --fleet {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    results = check_objects(
-        objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace, fleet=fleet
-    )
-    outputs: list[Any] = []
-    for result in results:
-        decision = result.decision
-        policy = f' (policy "{decision.policy}")' if decision.policy else ""
-        if result.skipped:
-            print(
-                f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
-                "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
-                file=sys.stderr,
-            )
-        elif result.allowed:
-            print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
-        else:
-            print(
-                f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
-                file=sys.stderr,
-            )
-        for warning in result.warnings:
-            print(f"  Warning: {warning}", file=sys.stderr)
-        for key, value in decision.audit_annotations.items():
-            print(f"  audit {key}: {value}", file=sys.stderr)
-        if args.output == "patch":
-            outputs.append(result.patch)
-        elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
-            outputs.append(result.mutated)
-    if outputs and args.output == "json":
-        print(
-            json.dumps(
-                outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}, indent=2
-            )
-        )
-    elif outputs and args.output == "patch":
-        print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
-    elif outputs and args.output == "yaml":
-        print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
-    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
-
-
-def _policy_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(policy_schema(), indent=2))
-    return 0
-
-
-def _policy_validate(args: argparse.Namespace) -> int:
-    try:
-        policies = load_policies(args.directory)
-    except PolicyError as err:
-        print(err, file=sys.stderr)
-        return EXIT_DENIED
-    names = ", ".join(p.name for p in policies.policies) or "none"
-    print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
-    return EXIT_ALLOWED
 
 
 def parser() -> argparse.ArgumentParser:
-    from . import certs, server
+    # Each product is imported here, not at the top: `gpugate check` should not pay for gunicorn or the
+    # Kubernetes client.
+    from . import certs, check
+    from .audit import command as audit
+    from .policy import command as policy
+    from .report import command as report
+    from .serve import command as serve
 
     top = argparse.ArgumentParser(prog="gpugate", description="Admission webhook that forms GPU pods correctly.")
     top.add_argument("--version", action="version", version=describe())
     sub = top.add_subparsers(dest="command", required=True)
-
-    serve = sub.add_parser("serve", help="run the admission server (gunicorn, TLS)")
-    server.add_arguments(serve)
-    serve.set_defaults(run=server.run)
-
-    check = sub.add_parser("check", help="offline verdict for every object in a manifest")
-    check.add_argument("--policies", required=True, help="policy directory")
-    check.add_argument("-f", "--filename", required=True, help="manifest file, or - for standard input")
-    check.add_argument("--namespace", default="default", help="namespace for objects that name none")
-    check.add_argument(
-        "--namespace-labels",
-        action="append",
-        default=[],
-        metavar="NS=k=v,...",
-        help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)",
-    )
-    check.add_argument(
-        "--fleet",
-        metavar="FILE",
-        help="decide with this fleet snapshot (gpugate fleet snapshot, or kubectl get nodes,runtimeclasses,"
-        "deviceclasses,resourceslices -o yaml): GPU pods no node could host are refused",
-    )
-    check.add_argument(
-        "-o",
-        "--output",
-        choices=("yaml", "json", "patch", "none"),
-        default="yaml",
-        help="print the objects as they would be stored (yaml, the default; json), the JSON "
-        "patches (patch), or only the verdicts on stderr (none)",
-    )
-    check.set_defaults(run=_check)
-
-    from . import auditor
-
-    audit = sub.add_parser("audit", help="what gpugate would say about what already runs in a cluster (read-only)")
-    auditor.add_arguments(audit)
-    audit.set_defaults(run=auditor.run)
-
-    policy = sub.add_parser("policy", help="work with policy files")
-    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
-    validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
-    validate.add_argument("directory")
-    validate.set_defaults(run=_policy_validate)
-    schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files (for editors)")
-    schema.set_defaults(run=_policy_schema)
-
-    cert = sub.add_parser("certs", help="make a CA and a serving certificate for the webhook")
-    certs.add_arguments(cert)
-    cert.set_defaults(run=certs.run)
-
-    from .report import command as report_command
-
-    report = sub.add_parser(
-        "report", help="allocated-but-idle GPU-hours by team, cost center or workload, from Prometheus"
-    )
-    report_command.add_arguments(report)
-    report.set_defaults(run=report_command.run)
+    commands = [
+        ("serve", serve, "run the admission server (gunicorn, TLS)"),
+        ("check", check, "offline verdict for every object in a manifest"),
+        ("audit", audit, "what gpugate would say about what already runs in a cluster (read-only)"),
+        ("policy", policy, "work with policy files"),
+        ("certs", certs, "make a CA and a serving certificate for the webhook"),
+        ("report", report, "allocated-but-idle GPU-hours by team, cost center or workload, from Prometheus"),
+    ]
+    for name, module, help_text in commands:
+        command = sub.add_parser(name, help=help_text)
+        module.add_arguments(command)
+        if hasattr(module, "run"):
+            command.set_defaults(run=module.run)
     return top
 
 

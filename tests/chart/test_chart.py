@@ -366,7 +366,7 @@ def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> Non
 
 def test_workload_crd_rules_are_the_kinds_gpugate_reads() -> None:
     """The chart's default CRD rules name exactly the built-in workload kinds outside core, apps and batch."""
-    from webhook.pods import BUILTIN_WORKLOADS
+    from webhook.pods.objects import BUILTIN_WORKLOADS
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     ours = sorted(

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.pods import BUILTIN_WORKLOADS
+from webhook.pods.objects import BUILTIN_WORKLOADS
 
 from .test_manifests import DEPLOY, EXCLUDED, REPO, compile_cel, evaluate, find, render, webhooks
 
@@ -169,7 +169,7 @@ def test_overlays_and_the_exclusion_component_carry_over(tmp_path: Path) -> None
         assert len(config["webhooks"]) == 2
 
 
-RAY = {
+RAY: dict[str, Any] = {
     "apiVersion": "ray.io/v1",
     "kind": "RayCluster",
     "metadata": {"name": "r", "namespace": "ml"},

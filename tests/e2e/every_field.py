@@ -14,7 +14,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "kubernetes-api" / "v1.36.0" / "core.v1.
 
 
 # The Priority admission plugin resolves priorityClassName and refuses a different priority.
-PRIORITY_CLASS = {
+PRIORITY_CLASS: dict[str, Any] = {
     "apiVersion": "scheduling.k8s.io/v1",
     "kind": "PriorityClass",
     "metadata": {"name": "e2e-every-field"},
@@ -60,7 +60,7 @@ def every_field_pod(namespace: str) -> dict[str, Any]:
     apiserver refuses either fixed (enums, paths, one-of unions split into several entries) or,
     where no valid value exists in this cluster, removed (REMOVED_SPEC_FIELDS and the comments
     where it happens)."""
-    pod = _kebab_all(load_fixture())
+    pod: dict[str, Any] = _kebab_all(load_fixture())
     pod.pop("status", None)
     meta = pod["metadata"]
     for key in (

@@ -398,11 +398,11 @@ def inject(fault: str, cluster: Cluster, api: API, timeline: Timeline, *, hold: 
             raise RuntimeError("gpugate did not pick up the fixed policy")
     elif fault == "namespace-relabel":
         namespace = sorted(cluster.namespaces)[1]
-        old = cluster.namespaces[namespace]
-        new = {"beta": "gamma"}.get(old, "beta")
+        team = cluster.namespaces[namespace]
+        new = {"beta": "gamma"}.get(team, "beta")
         cluster.cp.kubectl("label", "namespace", namespace, f"team={new}", "--overwrite")
         changed = time.monotonic()
-        timeline.relabels.append((changed, namespace, old, new))
+        timeline.relabels.append((changed, namespace, team, new))
         cluster.namespaces[namespace] = new
         # Mutate and validate may run in workers whose watches see the relabel a moment apart.
         timeline.unhealthy.append((changed, changed + LABEL_SETTLE))
@@ -509,13 +509,15 @@ def judge(
             )
     by_name = {f"{r.namespace}/{r.name}": r for r in records if not r.dry_run}
     for key, pod in stored.items():  # stored although the client saw no admission (an answer lost)
-        r = by_name.get(key)
-        if key in seen or r is None or not r.gpu:
+        sent = by_name.get(key)
+        if key in seen or sent is None or not sent.gpu:
             continue
-        found = problems(pod, expected_teams(r, timeline, initial))
+        found = problems(pod, expected_teams(sent, timeline, initial))
         if found:
-            rows[r.fault].wrong += 1
-            wrong.append(f"{r.fault}: GPU pod {key} stored although the client saw {r.outcome!r}: {'; '.join(found)}")
+            rows[sent.fault].wrong += 1
+            wrong.append(
+                f"{sent.fault}: GPU pod {key} stored although the client saw {sent.outcome!r}: {'; '.join(found)}"
+            )
     return rows, wrong
 
 

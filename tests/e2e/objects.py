@@ -4,10 +4,10 @@ from plain dicts (never kubernetes.client models, which drop fields)."""
 from __future__ import annotations
 
 import copy
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 from tests.harness.polling import eventually
+from tests.support import STANDARD, model_classes, policy_yaml
 
 if TYPE_CHECKING:
     from tests.harness.gpugate import Stack
@@ -16,68 +16,30 @@ GPU = "nvidia.com/gpu"
 NODE_LABEL = "nvidia.com/gpu.product"
 H100_VALUES = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
 
-# The policy format of policies/README.md: one policy governing every namespace, plus one for the hot-reload scenario.
-BASE_POLICY = textwrap.dedent(
-    """\
-    apiVersion: gpugate.io/v1
-    kind: GPUPolicy
-    metadata:
-      name: e2e-fleet
-    spec:
-      priority: 10
-      mode: enforce
-      limits:
-        maxPerContainer: 4
-        maxPerPod: 8
-      runtimeClassName: nvidia
-      tolerations:
-        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-      models:
-        nodeLabel: nvidia.com/gpu.product
-        default: l4
-        classes:
-          l4: [NVIDIA-L4]
-          h100: [NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB]
-      attribution:
-        labels:
-          gpugate.io/team: {fromNamespaceLabel: team, default: unassigned}
-      nonGPUPods:
-        gpuTolerations: deny
-      # Refuse GPUs held only by init containers (the default is a warning; the shipped policies and
-      # test_fleet.py show that one).
-      initOnlyGPUs: deny
-    """
+# The standard test policy (tests/support.py) governing every namespace, plus one for the hot-reload scenario.
+BASE_POLICY = policy_yaml(
+    "e2e-fleet",
+    priority=10,
+    mode="enforce",
+    **STANDARD,
+    nonGPUPods={"gpuTolerations": "deny"},
+    # Refuse GPUs held only by init containers (the default is a warning; the shipped policies and
+    # test_fleet.py show that one).
+    initOnlyGPUs="deny",
 )
 
 
 def reload_policy(default_class: str) -> str:
     """A higher-priority policy for namespaces `reload-*` only; the reload test rewrites it."""
-    return textwrap.dedent(
-        f"""\
-        apiVersion: gpugate.io/v1
-        kind: GPUPolicy
-        metadata:
-          name: e2e-reload
-        spec:
-          priority: 100
-          mode: enforce
-          match:
-            namespaces: ["reload-*"]
-          runtimeClassName: nvidia
-          tolerations:
-            - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
-          models:
-            nodeLabel: nvidia.com/gpu.product
-            default: {default_class}
-            classes:
-              l4: [NVIDIA-L4]
-              h100: [NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB]
-          attribution:
-            labels:
-              gpugate.io/team: {{fromNamespaceLabel: team, default: unassigned}}
-          nonGPUPods:
-            gpuTolerations: deny
-        """
+    return policy_yaml(
+        "e2e-reload",
+        priority=100,
+        mode="enforce",
+        match={"namespaces": ["reload-*"]},
+        devices=STANDARD["devices"],
+        models=model_classes(default=default_class),
+        attribution=STANDARD["attribution"],
+        nonGPUPods={"gpuTolerations": "deny"},
     )
 
 

@@ -31,8 +31,8 @@ import yaml
 
 from tests.harness.controlplane import REPO, ControlPlane
 from tests.harness.gpugate import gpugate_executable
-from webhook.check import check_objects
-from webhook.policy.loader import load_policies
+from webhook.admission.offline import check_objects
+from webhook.policy.files import load_policies
 
 from .objects import BASE_POLICY, GPU_TOLERATION, container, deployment, gpu_pod, pod
 
@@ -400,7 +400,7 @@ def test_the_shipped_rbac_reads_the_installed_policies_and_writes_reports(
         },
         "results": [],
     }
-    foreign = copy.deepcopy(stale)
+    foreign: dict[str, Any] = copy.deepcopy(stale)
     foreign["metadata"].update(name="someone-else", labels={"app.kubernetes.io/managed-by": "kyverno"})
     cp.kubectl("apply", "-f", "-", stdin=[stale, foreign])
     args = ("--policies", str(REPO / "deploy" / "base" / "policies"), "-n", shapes, "--report", "policyreports")

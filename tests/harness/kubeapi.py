@@ -90,6 +90,13 @@ class KubeAPI:
             self._local.conn = conn
         return conn
 
+    def close(self) -> None:
+        """Close this thread's connection (others close when their thread's objects go)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
     def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         payload = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}

@@ -138,6 +138,8 @@ class FleetCluster:
         self.wait_for_nodes(timeout=ready_timeout, kwok=kwok)
 
     def stop(self) -> None:
+        if hasattr(self, "api"):
+            self.api.close()
         self.cp.stop()
 
     @property

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import pytest
 
 from tests.support import REPO
@@ -39,7 +37,7 @@ def test_a_node_keeps_labels_taints_and_only_extended_allocatable():
         }
     )
     assert node.labels == {"nvidia.com/gpu.product": "NVIDIA-L4"}
-    assert node.allocatable == {"nvidia.com/gpu": Fraction(4)}
+    assert node.allocatable == {"nvidia.com/gpu": "4", "example.com/bad": "not-a-quantity"}  # parsed by readers
     assert node.taints == (Taint("nvidia.com/gpu", "", "NoSchedule"),)
     assert node.unschedulable and not node.truncated
 
@@ -96,7 +94,7 @@ def test_a_resource_slice_keeps_counts_products_and_memory(wrapped):
         }
     )
     assert (found.driver, found.node, found.pool, found.devices) == ("gpu.nvidia.com", "h200-0", "p", 3)
-    assert found.products == ("NVIDIA H200",) and found.memory == 141 * 2**30
+    assert found.products == ("NVIDIA H200",) and found.memory == "141Gi"
 
 
 @pytest.mark.parametrize(
@@ -139,8 +137,12 @@ def test_claim_requests_in_every_api_shape(request_, classes, count, admin):
 def test_the_reference_snapshot_and_what_it_serves():
     fleet = load_snapshot(REFERENCE)
     assert len(fleet.nodes) == 10 and fleet.runtime_classes == {"nvidia"}
-    assert fleet.class_for_resource("nvidia.com/gpu").name == "gpu.nvidia.com"
-    assert fleet.class_for_resource("deviceclass.resource.kubernetes.io/dra.cpu").name == "dra.cpu"
+    gpu, cpu = (
+        fleet.class_for_resource("nvidia.com/gpu"),
+        fleet.class_for_resource("deviceclass.resource.kubernetes.io/dra.cpu"),
+    )
+    assert gpu is not None and gpu.name == "gpu.nvidia.com"
+    assert cpu is not None and cpu.name == "dra.cpu"
     assert fleet.devices_on("h200-0", ["gpu.nvidia.com"]) == 8
     assert fleet.products_on("h200-0", ["gpu.nvidia.com"]) == ("NVIDIA H200",)
     assert ("ResourceClaimTemplate", "default", "exclusive-cpus") in fleet.claims

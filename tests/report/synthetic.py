@@ -42,6 +42,7 @@ class SeriesSpec:
 @dataclass
 class Fleet:
     series: list[SeriesSpec] = field(default_factory=list)
+    length: int = WEEK  # seconds since START that write() covers by default
 
     def add(
         self,
@@ -102,8 +103,9 @@ class Fleet:
             labels[f"label_gpugate_io_{key}"] = value
         self.add("kube_pod_labels", labels, 1.0, begin=begin, end=end, interval=interval)
 
-    def write(self, stream: TextIO, *, since: int = 0, until: int = WEEK) -> int:
+    def write(self, stream: TextIO, *, since: int = 0, until: int | None = None) -> int:
         """OpenMetrics text of the samples in [since, until) (seconds since START); returns their number."""
+        until = self.length if until is None else until
         count = 0
         by_family: dict[str, list[SeriesSpec]] = {}
         for spec in self.series:
@@ -194,7 +196,7 @@ def small_fleet() -> Fleet:
             dcgm(
                 "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                 labels,
-                lambda t: None if fn(t) is None else fn(t) / 100,
+                lambda t: None if (value := fn(t)) is None else value / 100,
                 begin=begin,
                 end=end,
             )
@@ -230,7 +232,7 @@ def small_fleet() -> Fleet:
             host="node-a",
             model=A100,
             pod=("ml-vision", "trainer-0"),
-            util=lambda _t, u=util: u,
+            util=lambda _t, u=util: u,  # type: ignore[misc]
             memory=60000.0,
             gap=True,
         )

@@ -10,24 +10,35 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
 from webhook.cli import main
 
 from .conftest import RunningPrometheus, backfill, free_port, start_prometheus
-from .synthetic import A100, HOUR, START, Fleet, dcgm_labels
+from .schema import checked
+from .synthetic import A100, H100, HOUR, START, Fleet, dcgm_labels
 from .test_report import END_ISO, gpugate
 
 DAY = 24 * HOUR
+EXPORTER_POD = "nvidia-dcgm-exporter-7xk2p"
+
+
+class Window(TypedDict):
+    begin: int
+    end: int
+    interval: int
+
+
 LABELS = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deployment", "workload_name": "trainer"}
 
 
 def broken_days() -> Fleet:
-    fleet = Fleet()
+    fleet = Fleet(length=8 * DAY)
     interval = 300
 
-    def day(n: int) -> dict[str, int]:
+    def day(n: int) -> Window:
         return {"begin": n * DAY, "end": (n + 1) * DAY, "interval": interval}
 
     def gpu(n: int, labels: dict[str, str]) -> None:
@@ -54,6 +65,29 @@ def broken_days() -> Fleet:
     # day 5: pods, but none requests a GPU
     fleet.pod("ml", "web-0", node="n", resources={"cpu": 2}, attribution=LABELS, **day(5))
     gpu(5, dcgm_labels(gpu=0, uuid="GPU-5", model=A100, host="n"))
+    # day 6: scraped with honorLabels: the series of a GPU nobody holds carry the exporter pod's own labels
+    # (the scrape target's pod/namespace/container); kube-state-metrics lists that pod, which requests no GPU.
+    fleet.pod("ml", "p6", node="n", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(6))
+    fleet.pod("gpu-operator", EXPORTER_POD, node="n", resources={"cpu": 1}, attribution=None, **day(6))
+    gpu(6, dcgm_labels(gpu=0, uuid="GPU-6a", model=A100, host="n", pod=("ml", "p6")))
+    unused = dcgm_labels(gpu=1, uuid="GPU-6b", model=A100, host="n", pod=("gpu-operator", EXPORTER_POD))
+    gpu(6, unused | {"container": "nvidia-dcgm-exporter"})
+    # day 7: an H100 cut into 1g.10gb instances, MIG single strategy (slices requested as nvidia.com/gpu).
+    # The node's exporter is down from 11:00; m2 starts at 12:00, in the gap, and is never seen.
+    start, gap = 7 * DAY, 7 * DAY + 11 * HOUR
+    fleet.pod("ml", "m1", node="node-m", resources={"nvidia.com/gpu": 1}, attribution=LABELS, **day(7))
+    fleet.pod(
+        "ml",
+        "m2",
+        node="node-m",
+        resources={"nvidia.com/gpu": 1},
+        attribution=LABELS,
+        begin=7 * DAY + 12 * HOUR,
+        end=8 * DAY,
+        interval=interval,
+    )
+    slice_labels = dcgm_labels(gpu=0, uuid="GPU-7", model=H100, host="node-m", pod=("ml", "m1"), mig=("1g.10gb", 1))
+    fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", slice_labels, 0.5, begin=start, end=gap, interval=interval)
     return fleet
 
 
@@ -112,6 +146,7 @@ def test_without_the_allowlist_every_gpu_is_unlabelled_and_the_note_says_why(bro
     result = report(broken.url, "--end", day_end(3), "--window", "22h", "-o", "json")
     assert result.returncode == 0, result.stderr
     assert "--metric-labels-allowlist=pods=[gpugate.io/team," in result.stderr
+    checked(result.stdout)
     assert '"group": "unlabelled"' in result.stdout
 
 
@@ -171,3 +206,22 @@ def test_a_missing_price_table(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     fails(
         in_process(capsys, "http://127.0.0.1:9", "--prices", str(tmp_path / "nope.yaml")), "No such file or directory"
     )
+
+
+def test_with_honor_labels_the_exporter_pods_gpus_are_unallocated_not_unlabelled(broken: RunningPrometheus) -> None:
+    result = report(broken.url, "--end", day_end(6), "--window", "22h", "-o", "json", "--group", "workload")
+    assert result.returncode == 0, result.stderr
+    document = checked(result.stdout)
+    assert [row["group"] for row in document["groups"]] == ["ml/Deployment/trainer"]
+    assert document["capacity"]["unallocated_gpu_hours"] == pytest.approx(22, abs=0.1)
+    assert document["capacity"]["allocated_gpu_hours"] == pytest.approx(22, abs=0.1)
+
+
+def test_a_single_strategy_slice_started_in_a_telemetry_gap_is_billed_as_a_slice(broken: RunningPrometheus) -> None:
+    result = report(broken.url, "--end", day_end(7), "--window", "22h", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    total = checked(result.stdout)["total"]
+    # m1: 10 h seen and 12 h in the gap, m2: 11 h in the gap; each 1/7 of the H100, never a whole GPU.
+    assert total["whole_gpus_peak"] == 0
+    assert total["mig_slices_peak"] == {"1g.10gb": 2}
+    assert total["allocated_gpu_hours"] == pytest.approx((22 + 11) / 7, abs=2 * 300 / 3600)

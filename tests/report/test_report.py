@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +12,11 @@ from typing import Any
 import pytest
 
 from webhook.report import queries
-from webhook.report.compute import compute_report
+from webhook.report.compute import Integrator
 from webhook.report.prometheus import Prometheus
 
 from .conftest import RunningPrometheus
+from .schema import checked
 from .synthetic import END, START, expected, gap_hours
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def gpugate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
 def report_json(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
     result = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "json", *extra)
     assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout))
+    return checked(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,8 @@ def test_the_scrape_gap_is_no_telemetry_never_idle(by_team: dict[str, Any]) -> N
     vision = next(row for row in by_team["groups"] if row["group"] == "vision")
     gap = gap_hours()
     assert 5.8 < gap <= 6
-    assert vision["no_telemetry_gpu_hours"] == pytest.approx(4 * gap, abs=1e-6)
-    assert vision["idle_gpu_hours"] == pytest.approx(vision["busy_gpu_hours"], abs=1e-6)  # two idle, two busy GPUs
+    assert vision["no_telemetry_gpu_hours"] == pytest.approx(4 * gap, abs=1e-3)  # rounded to 3 decimals
+    assert vision["idle_gpu_hours"] == pytest.approx(vision["busy_gpu_hours"], abs=1e-3)  # two idle, two busy GPUs
     assert vision["telemetry_share"] == pytest.approx(1 - 4 * gap / 672, abs=1e-3)
 
 
@@ -82,7 +82,7 @@ def test_a_time_sliced_gpu_is_counted_once(by_team: dict[str, Any]) -> None:
     rows = {row["group"]: row for row in by_team["groups"]}
     # The T4 shared by nb-alice (platform) and nb-bob (research): 168 GPU-hours in all, half each.
     assert rows["platform"]["allocated_gpu_hours"] == pytest.approx(84, abs=STEP_HOURS)
-    assert rows["platform"]["avg_utilisation"] == pytest.approx(30)
+    assert rows["platform"]["avg_utilisation"] == pytest.approx(0.30)
     total = by_team["total"]["allocated_gpu_hours"]
     assert total == pytest.approx(sum(want["allocated"] for want in expected().values()), abs=4 * STEP_HOURS)
 
@@ -92,9 +92,9 @@ def test_utilisation_source_per_row(by_team: dict[str, Any]) -> None:
     assert rows["unlabelled"]["utilisation_source"] == "GPU_UTIL"  # node-d's exporter has no profiling fields
     assert rows["vision"]["utilisation_source"] == "GR_ENGINE_ACTIVE"
     assert by_team["total"]["utilisation_source"].startswith("mixed (")
-    assert rows["vision"]["avg_utilisation"] == pytest.approx(45)
-    assert rows["vision"]["p95_utilisation"] == pytest.approx(90)
-    assert rows["unlabelled"]["p95_utilisation"] == pytest.approx(5)
+    assert rows["vision"]["avg_utilisation"] == pytest.approx(0.45)
+    assert rows["vision"]["p95_utilisation"] == pytest.approx(0.90)
+    assert rows["unlabelled"]["p95_utilisation"] == pytest.approx(0.05)
     assert rows["nlp"]["peak_memory_mib"] == 70000  # the job that ended mid-window
 
 
@@ -112,7 +112,7 @@ def test_costs_from_the_price_table(by_team: dict[str, Any]) -> None:
 
 
 def test_top_idle_workloads(by_team: dict[str, Any]) -> None:
-    top = [(w["namespace"], w["kind"], w["name"], round(w["idle_gpu_hours"])) for w in by_team["topIdleWorkloads"]]
+    top = [(w["namespace"], w["kind"], w["name"], round(w["idle_gpu_hours"])) for w in by_team["top_idle_workloads"]]
     assert top == [
         ("ml-vision", "Deployment", "trainer", 324),
         ("legacy", "Pod", "old-render-0", 168),
@@ -160,7 +160,7 @@ def test_fail_above_exits_1_and_names_the_group(prometheus: RunningPrometheus) -
     share = gpugate(*common, "--fail-above", "99%")
     assert share.returncode == 1 and "unlabelled: 100% idle" in share.stderr
     assert gpugate(*common, "--fail-above", "100%").returncode == 0
-    rows = list(csv.DictReader(io.StringIO(over.stdout)))
+    rows = [r for r in csv.DictReader(io.StringIO(over.stdout)) if r["record"] in ("group", "total")]
     assert rows[-1]["team"] == "TOTAL" and rows[0]["team"] == "vision"
 
 
@@ -175,22 +175,23 @@ def test_table_output(prometheus: RunningPrometheus) -> None:
     assert result.stderr == ""  # no progress line when stderr is not a terminal
 
 
-def test_a_range_split_into_many_queries_gives_the_same_figures(
-    prometheus: RunningPrometheus, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _integrate(client: Prometheus, *, budget: int, progress: Any = None) -> Any:
+    integrator = Integrator(step=300)
+    for chunk in queries.stream_inputs(client, start=START, end=END, step=300, budget=budget, progress=progress):
+        integrator.add(chunk)
+    return integrator.finish()
+
+
+def test_a_window_streamed_in_many_chunks_gives_the_same_figures(prometheus: RunningPrometheus) -> None:
     client = Prometheus(prometheus.url)
-    whole = compute_report(queries.fetch_inputs(client, start=START, end=END, step=300))
-    monkeypatch.setattr(queries, "CHUNK_POINTS", 500)  # 2016 steps -> 5 queries per metric
+    whole = _integrate(client, budget=10**9)
     calls: list[str] = []
-    split = compute_report(
-        queries.fetch_inputs(
-            client, start=START, end=END, step=300, progress=lambda done, total, what: calls.append(what)
-        )
-    )
-    assert len(calls) == 4 * 5 + 2
+    split = _integrate(client, budget=2_000, progress=lambda done, total, what: calls.append(what))
+    assert len(calls) > 5 * 20  # small chunks: many queries of each of the five kinds
     assert [(r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in split.rows] == [
         (r.group, round(r.allocated_hours, 6), round(r.idle_hours, 6)) for r in whole.rows
     ]
+    assert split.capacity.unallocated_hours == pytest.approx(whole.capacity.unallocated_hours)
 
 
 def test_a_coarser_step_stays_within_its_own_error(prometheus: RunningPrometheus, by_team: dict[str, Any]) -> None:
@@ -198,3 +199,55 @@ def test_a_coarser_step_stays_within_its_own_error(prometheus: RunningPrometheus
     rows = {row["group"]: row for row in document["groups"]}
     for team, want in expected(step=3600).items():
         assert rows[team]["allocated_gpu_hours"] == pytest.approx(want["allocated"], abs=2 * max(1, want["whole"]))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        ("--bucket", "1d", "--prices", str(Path(__file__).with_name("prices.yaml"))),
+        ("--bucket", "1h", "--group", "workload"),
+        ("--group", "namespace", "--top", "0"),
+    ],
+)
+def test_every_json_document_follows_the_published_schema(
+    prometheus: RunningPrometheus, extra: tuple[str, ...]
+) -> None:
+    document = report_json(prometheus, *extra)
+    assert document["schema_version"] == "gpugate.io/report/v1"
+
+
+def test_capacity_is_allocated_plus_unallocated_and_reconciles(by_team: dict[str, Any]) -> None:
+    capacity = by_team["capacity"]
+    assert capacity["allocated_gpu_hours"] == pytest.approx(by_team["total"]["allocated_gpu_hours"], abs=1e-3)
+    assert capacity["capacity_gpu_hours"] == pytest.approx(
+        capacity["allocated_gpu_hours"] + capacity["unallocated_gpu_hours"], abs=1e-3
+    )
+    assert capacity["allocated_cost"] == pytest.approx(by_team["total"]["cost"], abs=0.01)
+    for table in ("by_model", "by_resource"):
+        assert sum(p["capacity_gpu_hours"] for p in capacity[table]) == pytest.approx(
+            capacity["capacity_gpu_hours"], abs=0.01
+        )
+        assert sum(p["capacity_cost"] for p in capacity[table]) == pytest.approx(capacity["capacity_cost"], abs=0.05)
+    models = {p["model"]: p for p in capacity["by_model"]}
+    # node-a: GPU 7 unheld all week and GPU 5 after finetune ended (60 h in), less the 6-hour gap for both;
+    # node-b's A100 has 4/7 no MIG instance covers; node-e's H100 5/7.
+    a100 = 168 - gap_hours() + 108 - gap_hours() + 4 / 7 * 168
+    assert models["NVIDIA A100-SXM4-80GB"]["unallocated_gpu_hours"] == pytest.approx(a100, abs=0.5)
+    assert models["NVIDIA H100 80GB HBM3"]["unallocated_gpu_hours"] == pytest.approx(5 / 7 * 168, abs=0.1)
+    assert by_team["total"]["no_telemetry_cost"] == pytest.approx(4 * gap_hours() * 3.0 + gap_hours() * 3.0, abs=0.5)
+
+
+def test_buckets_add_up_to_the_window(prometheus: RunningPrometheus, by_team: dict[str, Any]) -> None:
+    document = report_json(prometheus, "--bucket", "1d", "--prices", str(Path(__file__).with_name("prices.yaml")))
+    fleet = document["buckets"]["fleet"]
+    assert [b["start"] for b in fleet] == [f"2026-11-{d:02d}T00:00:00Z" for d in range(2, 9)]
+    assert sum(b["allocated_gpu_hours"] for b in fleet) == pytest.approx(
+        by_team["total"]["allocated_gpu_hours"], abs=0.01
+    )
+    assert sum(b["idle_cost"] for b in fleet) == pytest.approx(by_team["total"]["idle_cost"], abs=0.05)
+    vision = document["buckets"]["groups"]["vision"]
+    assert [round(b["allocated_gpu_hours"]) for b in vision] == [96] * 7
+    csv_text = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "csv", "--bucket", "1d").stdout
+    records = [r for r in csv.DictReader(io.StringIO(csv_text)) if r["record"] == "bucket" and r["team"] == "FLEET"]
+    assert [float(r["allocated_gpu_hours"]) for r in records] == [b["allocated_gpu_hours"] for b in fleet]

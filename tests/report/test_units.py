@@ -25,7 +25,7 @@ from webhook.report.series import Series
     ],
 )
 def test_mig_share(profile: str, model: str, share: float) -> None:
-    assert mig_fraction(profile, model=model) == pytest.approx(share)
+    assert mig_fraction(profile, model=model) == (pytest.approx(share), True)
 
 
 def test_mig_profile_from_the_resource_name() -> None:
@@ -89,7 +89,7 @@ def test_progress_only_on_a_terminal() -> None:
         progress = _Progress(stream)
         progress(2, 9, "engine 2026-11-02T00:05:00Z..2026-11-09T00:00:00Z")
         progress.clear()
-    assert "\rgpugate report: query 3/9 engine 2026-11-02T00:05:00Z" in terminal.getvalue()
+    assert "\rgpugate report: 22% of 9 steps, engine 2026-11-02T00:05:00Z" in terminal.getvalue()
     assert terminal.getvalue().endswith("\r")
     assert pipe.getvalue() == ""
 

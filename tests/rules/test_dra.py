@@ -9,8 +9,8 @@ from tests.support import REPO, apply, container, pod, request
 from webhook.admission import Environment, mutate, validate
 from webhook.inventory.model import ClaimRequest, ClaimSpec, Inventory
 from webhook.inventory.snapshot import load_snapshot
-from webhook.pods import gpu_use
-from webhook.policy.loader import load_policies
+from webhook.pods.gpus import gpu_use
+from webhook.policy.files import load_policies
 
 FLEET = load_policies(REPO / "policies")
 DEFAULT = next(p for p in FLEET.policies if p.name == "default")

@@ -11,7 +11,7 @@ from tests.support import REPO, apply, container, pod, request
 from webhook.admission import Environment, mutate, validate
 from webhook.inventory.model import Inventory
 from webhook.inventory.snapshot import load_snapshot
-from webhook.policy.loader import load_policies
+from webhook.policy.files import load_policies
 
 FLEET = load_policies(REPO / "policies")
 SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "reference-fleet.yaml")
@@ -125,3 +125,34 @@ def test_other_modes_only_report(mode, tmp_path):
     assert verdict.allowed
     shown = verdict.warnings if mode == "warn" else [verdict.audit_annotations.get("violations", "")]
     assert any("more than any node it can land on has" in w for w in shown)
+
+
+def claiming(template: str, requests: list[dict], **kw):
+    obj = pod(container(), resourceClaims=[{"name": "c", "resourceClaimTemplateName": template}], **kw)
+    claim = {
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+    return obj, SNAPSHOT.with_claims([claim])
+
+
+def test_a_claim_on_more_devices_than_any_node_publishes():
+    obj, fleet = claiming("nine", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}])
+    [message] = feasibility(decide(obj, fleet)[1])
+    assert message.startswith('spec.resourceClaims[0]: pod: claims 9 device(s) of DeviceClass "gpu.nvidia.com"')
+    assert "(largest: 8 on one node)" in message
+    obj, fleet = claiming("eight", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}])
+    assert decide(obj, fleet)[1].allowed
+
+
+def test_a_claim_on_a_device_class_that_does_not_exist():
+    obj, fleet = claiming(
+        "two",
+        [
+            {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+            {"name": "n", "exactly": {"deviceClassName": "sriov.example.com"}},
+        ],
+    )
+    [message] = feasibility(decide(obj, fleet)[1])
+    assert 'claims devices of DeviceClass "sriov.example.com", which does not exist' in message

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support import REPO, apply, container, env, pod, request, validated
 from webhook.admission import mutate, validate
-from webhook.policy.loader import load_policies
+from webhook.policy.files import load_policies
 
 FLEET = load_policies(REPO / "policies")
 PRODUCT = "nvidia.com/gpu.product"

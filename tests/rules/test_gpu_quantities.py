@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 
 from tests.support import container, gpu_pod, mutated, pod, policy, standard
+from webhook.pods.quantity import QuantityError, parse_quantity
 from webhook.policy.model import BUILTIN, PolicySet
-from webhook.quantity import QuantityError, parse_quantity
 
 NO_POLICY = PolicySet()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import container, gpu_pod, mutated, pod, standard, validated
+from tests.support import container, gpu_pod, model_classes, mutated, pod, standard, validated
 
 LABEL = "nvidia.com/gpu.product"
 H100 = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
@@ -133,6 +133,6 @@ def test_selections_outside_the_class_are_violations(labels, spec, words):
 
 
 def test_no_label_and_no_default_is_a_violation_listing_the_classes():
-    models = {"nodeLabel": LABEL, "classes": {"l4": ["NVIDIA-L4"], "h100": H100}}
-    verdict = validated(gpu_pod(1), standard(models=models, runtimeClassName=None, tolerations=[], attribution={}))
+    devices = {"nvidia": {"modelLabel": LABEL}}
+    verdict = validated(gpu_pod(1), standard(devices=devices, models=model_classes(default=None), attribution={}))
     assert "names no GPU model class" in verdict.message and "l4, h100" in verdict.message

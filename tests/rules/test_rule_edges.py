@@ -5,10 +5,12 @@ form without a subject."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.rules.test_fleet import FLEET, NVIDIA_TOLERATION, admit
-from tests.support import apply, container, env, gpu_pod, mutated, pod, request, standard, validated
+from tests.support import apply, container, env, gpu_pod, mutated, nvidia, pod, policy, request, standard, validated
 from webhook.admission import mutate
 from webhook.rules.base import Violation
 
@@ -41,7 +43,7 @@ POOL = "example.com/gpu-pool"
     ],
 )
 def test_a_policys_own_taint_keeps_cpu_pods_off_gpu_nodes(policy_toleration, pod_toleration, refused):
-    policy = standard(tolerations=[policy_toleration])
+    policy = standard(devices=nvidia(tolerations=[policy_toleration]))
     verdict = validated(pod(container("web"), tolerations=[pod_toleration]), policy)
     assert verdict.allowed is not refused, verdict.message
     if refused:
@@ -116,9 +118,9 @@ def test_kai_names_the_configmap_of_an_init_container_with_an_i():
 def test_pod_level_gpu_resources_are_refused_whether_the_policy_or_kubernetes_counts_them(resource):
     """Pod-level resources cannot carry extended resources; a GPU there is refused whether it is a GPU by
     this policy's devices or by the built-in list."""
-    policy = standard(gpuResources=["example.com/fpga"])
+    fpga_only = policy("fpga-only", gpuResources=["example.com/fpga"])  # the 0.1 form: exactly these count as GPUs
     obj = pod(container("a"), resources={"limits": {resource: "1"}})
-    verdict = validated(obj, policy)
+    verdict = validated(obj, fpga_only)
     assert not verdict.allowed and f"spec.resources.limits[{resource}]" in verdict.message
 
 
@@ -135,7 +137,7 @@ def test_a_violation_message_without_a_subject_or_a_fix_has_no_empty_parts():
 
 def test_gpus_of_every_sidecar_add_up_in_the_pod_total():
     policy = standard(limits={"maxPerContainer": 4, "maxPerPod": 2})
-    sidecar = {"restartPolicy": "Always"}
+    sidecar: dict[str, Any] = {"restartPolicy": "Always"}
     obj = pod(
         container("app", limits={"nvidia.com/gpu": 1}),
         init=[
@@ -237,14 +239,14 @@ def test_a_toleration_that_differs_in_one_field_is_not_taken_for_the_policys(nea
 
 
 def test_tolerations_that_differ_only_in_value_are_different():
-    policy = standard(tolerations=[{**GPU_TAINT, "operator": "Equal", "value": "present"}])
+    policy = standard(devices=nvidia(tolerations=[{**GPU_TAINT, "operator": "Equal", "value": "present"}]))
     mine = {**GPU_TAINT, "operator": "Equal", "value": "absent"}
     result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
     assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "operator": "Equal", "value": "present"}]
 
 
 def test_tolerations_that_differ_only_in_toleration_seconds_are_different():
-    policy = standard(tolerations=[{**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}])
+    policy = standard(devices=nvidia(tolerations=[{**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}]))
     mine = {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60}
     result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
     assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import gpu_pod, mutated, pod, standard, validated
+from tests.support import gpu_pod, mutated, nvidia, pod, standard, validated
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 NOT_READY = {
@@ -29,7 +29,7 @@ def test_an_equal_toleration_is_not_added_twice():
 
 def test_equality_uses_the_defaults_of_operator():
     mine = {"key": "example.com/dedicated", "value": "ml", "effect": "NoSchedule"}
-    policy = standard(tolerations=[{**mine, "operator": "Equal"}])
+    policy = standard(devices=nvidia(tolerations=[{**mine, "operator": "Equal"}]))
     result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
     assert result["spec"]["tolerations"] == [mine]
 

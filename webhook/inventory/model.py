@@ -5,7 +5,8 @@ The same reducers serve the live watch in ``gpugate serve`` (``webhook.kube.inve
 (``gpugate fleet snapshot``, ``gpugate check --fleet``) and the tests, so all three see one picture. Memory is
 bounded: a node keeps its labels (interned: nodes of a pool share them), its taints and only the extended
 resources of its allocatable; a ResourceSlice keeps its driver, node, pool, device count, product names and
-largest memory capacity, never the devices themselves.
+memory capacity, never the devices themselves. Quantities stay as the objects state them: the readers
+(feasibility, ``gpugate fleet``) parse them, so this module imports nothing of gpugate's.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
-
-from ..quantity import QuantityError, parse_quantity
 
 #: Labels a node may keep (a Node with more is truncated, never refused: kubelet and cloud controllers add
 #: about 20-40). A selector on a label past this is judged "unknown", never "no node".
@@ -71,8 +69,9 @@ class Taint:
 class Node:
     name: str
     labels: Mapping[str, str]
-    #: Extended resources only (``nvidia.com/gpu``, ``amd.com/gpu``...): name -> allocatable amount.
-    allocatable: Mapping[str, Fraction]
+    #: Extended resources only (``nvidia.com/gpu``, ``amd.com/gpu``...): name -> allocatable quantity, as the
+    #: node reports it (parsed by the reader: this module stays below the quantity parser).
+    allocatable: Mapping[str, str]
     taints: tuple[Taint, ...] = ()
     #: The node had more labels than LABEL_LIMIT: a selector on a missing key is unknown, not a miss.
     truncated: bool = False
@@ -85,14 +84,12 @@ def node_of(obj: Mapping[str, Any]) -> Node:
     items = list(raw_labels.items()) if isinstance(raw_labels, Mapping) else []
     labels = MappingProxyType({_intern(k): _intern(v) for k, v in items[:LABEL_LIMIT]})
     status = obj.get("status") or {}
-    allocatable: dict[str, Fraction] = {}
     raw_alloc = status.get("allocatable") or {}
-    for resource, raw in raw_alloc.items() if isinstance(raw_alloc, Mapping) else ():
-        if _extended(str(resource)):
-            try:
-                allocatable[_intern(resource)] = parse_quantity(raw)
-            except QuantityError:
-                continue
+    allocatable = {
+        _intern(resource): _intern(raw)
+        for resource, raw in (raw_alloc.items() if isinstance(raw_alloc, Mapping) else ())
+        if _extended(str(resource)) and isinstance(raw, (str, int))
+    }
     spec = obj.get("spec") or {}
     taints = tuple(
         Taint(_intern(t.get("key", "")), _intern(t.get("value", "")), _intern(t.get("effect", "")))
@@ -144,8 +141,8 @@ class Slice:
     pool: str
     devices: int
     products: tuple[str, ...] = ()
-    #: The largest ``memory`` capacity of its devices, in bytes (None when they state none).
-    memory: int | None = None
+    #: The ``memory`` capacity of its devices as published (the first stated; None when they state none).
+    memory: str | None = None
     all_nodes: bool = False
 
 
@@ -163,7 +160,7 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
     spec = obj.get("spec") or {}
     devices = [d for d in spec.get("devices") or [] if isinstance(d, Mapping)]
     products: list[str] = []
-    memory: int | None = None
+    memory: str | None = None
     for device in devices:
         basic = device.get("basic")
         body: Mapping[str, Any] = basic if isinstance(basic, Mapping) else device  # v1beta1 wraps in basic
@@ -175,12 +172,8 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
                 break
         capacity = body.get("capacity") or {}
         raw = (capacity.get("memory") or {}).get("value") if isinstance(capacity, Mapping) else None
-        if raw is not None:
-            try:
-                amount = int(parse_quantity(raw))
-            except (QuantityError, ValueError, TypeError):
-                continue
-            memory = amount if memory is None else max(memory, amount)
+        if memory is None and isinstance(raw, (str, int)):
+            memory = str(raw)
     pool = spec.get("pool") or {}
     node = spec.get("nodeName")
     return Slice(

@@ -1,1 +1,2 @@
-"""GPU policies: the model (``model``), reading policy files (``loader``) and the set in force (``store``)."""
+"""GPU policies: the model (``model``), reading policy files (``loader``), the set in force (``store``) and
+the last good copy (``lastgood``)."""

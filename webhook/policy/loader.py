@@ -1,17 +1,12 @@
-"""Loading policies: read a directory of YAML files and build the model, reporting every error with its
-file, document and field."""
+"""Loading policies: build the model from parsed YAML documents, reporting every error with its file, document
+and field. Reading the directory and the YAML is ``files``."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .model import (
     API_VERSION,
@@ -30,7 +25,6 @@ from .model import (
     ModelClass,
     Models,
     Policy,
-    PolicySet,
     Requirement,
     WorkloadKind,
     builtin_devices,
@@ -622,106 +616,3 @@ def parse_workload_kind(
     return WorkloadKind(
         group=group, kind=kind, templates=templates, plural=plural, versions=versions, source=f"{file}#{index}"
     )
-
-
-def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
-    """The ``*.yaml``/``*.yml`` files directly in ``directory`` (ConfigMap mounts: the ``..data`` links)."""
-    root = Path(directory)
-    return sorted(
-        p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
-    )
-
-
-#: libyaml's parser under PyYAML's own safe constructor: the same documents as yaml.safe_load_all, about ten
-#: times faster (a reload of 1,000 policies is parsing, mostly). PyYAML wheels ship libyaml; without it the
-#: pure-Python loader is used.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _load_all(text: bytes) -> list[Any]:
-    try:
-        return list(yaml.load_all(text, Loader=_FAST_LOADER))
-    except yaml.YAMLError:
-        # Report the error as the pure-Python parser words and places it (see _yaml_error).
-        return list(yaml.safe_load_all(text))
-
-
-def _yaml_error(err: yaml.YAMLError) -> str:
-    """Where a YAML error is, as a person reads the file. PyYAML marks where it noticed the problem, which
-    is often the line after the mistake (an unclosed bracket is noticed at the next key); say both."""
-    problem = getattr(err, "problem", None) or str(err)
-    mark = getattr(err, "problem_mark", None)
-    context = getattr(err, "context_mark", None)
-    if mark is None:
-        return f"is not valid YAML: {problem}"
-    where = f"line {mark.line + 1}, column {mark.column + 1}"
-    if context is not None and context.line != mark.line:
-        where = f"line {context.line + 1} to {mark.line + 1}"
-        problem = f"{getattr(err, 'context', '') or 'in this block'}: {problem}"
-    elif mark.column == 0 and mark.line > 0:
-        where = f"line {mark.line} or {mark.line + 1}"
-    return f"is not valid YAML ({where}): {problem}"
-
-
-def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
-    """Load and validate every policy in ``directory`` as a whole; raise :class:`PolicyError` if any is wrong."""
-    root = Path(directory)
-    if not root.exists():
-        raise PolicyError([PolicyIssue(str(root), None, "", "does not exist")])
-    if not root.is_dir():
-        raise PolicyError(
-            [PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds the policy files)")]
-        )
-    issues: list[PolicyIssue] = []
-    policies: list[Policy] = []
-    workloads: list[WorkloadKind] = []
-    seen: dict[str, str] = {}
-    digest = hashlib.sha256()
-    files = policy_files(root)
-    if not files:
-        raise PolicyError(
-            [
-                PolicyIssue(
-                    str(root),
-                    None,
-                    "",
-                    "holds no policy files (*.yaml, *.yml); without a "
-                    "policy gpugate injects nothing (policies/README.md)",
-                )
-            ]
-        )
-    for path in files:
-        try:
-            text = path.read_bytes()
-        except OSError as err:
-            issues.append(PolicyIssue(path.name, None, "", f"cannot be read: {err.strerror}"))
-            continue
-        digest.update(path.name.encode() + b"\0" + text + b"\0")
-        try:
-            documents = _load_all(text)
-        except yaml.YAMLError as err:
-            issues.append(PolicyIssue(path.name, None, "", _yaml_error(err)))
-            continue
-        for index, document in enumerate(documents):
-            if document is None:
-                continue
-            if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
-                workload = parse_workload_kind(document, file=path.name, index=index, issues=issues)
-                if workload is not None:
-                    workloads.append(workload)
-                continue
-            policy = parse_policy(document, file=path.name, index=index, issues=issues)
-            if policy is None:
-                continue
-            if policy.name in seen:
-                issues.append(
-                    PolicyIssue(
-                        path.name, index, "metadata.name", f"{policy.name!r} is already defined in {seen[policy.name]}"
-                    )
-                )
-                continue
-            seen[policy.name] = f"{path.name} document {index}"
-            policies.append(policy)
-    if issues:
-        raise PolicyError(issues)
-    return PolicySet.of(policies, digest.hexdigest()[:12], workloads)

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .loader import PolicyError, load_policies, policy_files
+from .files import load_policies, policy_files
+from .loader import PolicyError
 from .model import PolicySet
 
 log = logging.getLogger("gpugate.policy")

@@ -12,9 +12,9 @@ from typing import TextIO
 
 import yaml
 
-from .compute import DEFAULT_THRESHOLD, GROUPS, Prices, Report, compute_report
+from .compute import BUCKETS, DEFAULT_THRESHOLD, GROUPS, Integrator, Prices, Report
 from .prometheus import Prometheus, PrometheusError
-from .queries import ReportError, fetch_inputs, preflight
+from .queries import ReportError, iso, memory_peaks, preflight, stream_inputs
 from .render import FORMATS, render
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -138,6 +138,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOURS|PERCENT%",
         help="exit 1 when a group's idle GPU-hours (100) or idle share (30%%) is above this",
     )
+    parser.add_argument(
+        "--bucket",
+        choices=sorted(BUCKETS),
+        help="also give the figures per day (1d) or hour (1h), in -o json and -o csv",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
@@ -155,7 +160,7 @@ class _Progress:
     def __call__(self, done: int, total: int, what: str) -> None:
         if self.enabled:
             line = (
-                f"gpugate report: query {done + 1 if done < total else total}/{total} {what} "
+                f"gpugate report: {100 * done // max(1, total)}% of {total} steps, {what} "
                 f"({time.monotonic() - self.started:.0f} s)"
             )
             self.stream.write("\r" + line[:150].ljust(150))
@@ -167,27 +172,43 @@ class _Progress:
             self.stream.flush()
 
 
+def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
+    """Flags -> preflight -> the window streamed chunk by chunk through the integrator -> the report."""
+    window = parse_duration(args.window, flag="--window")
+    step = parse_duration(args.step, flag="--step")
+    end = parse_time(args.end, now=time.time())
+    if step > window:
+        raise ReportError(f"--step {args.step} is longer than --window {args.window}")
+    if not 0 <= args.threshold <= 100:
+        raise ReportError(f"--threshold {args.threshold:g}: expected a percentage from 0 to 100")
+    if args.top < 0:
+        raise ReportError(f"--top {args.top}: expected 0 or more")
+    bucket = BUCKETS[args.bucket] if args.bucket else None
+    if bucket and bucket % step:
+        raise ReportError(f"--bucket {args.bucket} is not a whole number of --step {args.step}")
+    prices = load_prices(args.prices) if args.prices else None
+    # Whole steps only: the window starts `window` rounded down to a multiple of `step` before the end.
+    start = end - (window // step) * step
+    prometheus = Prometheus(args.prometheus, timeout=args.timeout)
+    notes = preflight(prometheus, start=start, end=end)
+    integrator = Integrator(
+        step=step, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top, bucket=bucket
+    )
+    for chunk in stream_inputs(prometheus, start=start, end=end, step=step, progress=progress):
+        integrator.add(chunk)
+    if not integrator.workloads:
+        raise ReportError(f"empty window: no pod held a GPU between {iso(start)} and {iso(end)}")
+    integrator.memory(memory_peaks(prometheus, start=start, end=end, notes=notes))
+    report = integrator.finish()
+    report.notes[:0] = notes
+    return report
+
+
 def run(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr)
     try:
-        window = parse_duration(args.window, flag="--window")
-        step = parse_duration(args.step, flag="--step")
-        end = parse_time(args.end, now=time.time())
-        if step > window:
-            raise ReportError(f"--step {args.step} is longer than --window {args.window}")
-        if not 0 <= args.threshold <= 100:
-            raise ReportError(f"--threshold {args.threshold:g}: expected a percentage from 0 to 100")
-        if args.top < 0:
-            raise ReportError(f"--top {args.top}: expected 0 or more")
         limit = parse_fail_above(args.fail_above)
-        prices = load_prices(args.prices) if args.prices else None
-        # Whole steps only: the window starts `window` rounded down to a multiple of `step` before the end.
-        start = end - (window // step) * step
-        prometheus = Prometheus(args.prometheus, timeout=args.timeout)
-        notes = preflight(prometheus, start=start, end=end)
-        inputs = fetch_inputs(prometheus, start=start, end=end, step=step, progress=progress, notes=notes)
-        report = compute_report(inputs, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top)
-        report.notes[:0] = notes
+        report = _compute(args, progress)
         text = render(report, output=args.output)
     except (ReportError, PrometheusError) as err:
         progress.clear()

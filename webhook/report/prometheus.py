@@ -89,6 +89,11 @@ class Prometheus:
             for item in data.get("result", [])
         ]
 
+    def series(self, match: str, *, start: float, end: float) -> list[Labels]:
+        """Label sets of the series matching ``match`` in [start, end], from the index only."""
+        data = self._get("/api/v1/series", {"match[]": match, "start": _fmt(start), "end": _fmt(end)})
+        return [dict(item) for item in data or []]
+
     def label_values(self, name: str, *, match: str, start: float | None = None, end: float | None = None) -> list[str]:
         """Values of label ``name`` on series matching ``match``, from the index only (cheap over any range)."""
         params = {"match[]": match}

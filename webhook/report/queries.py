@@ -7,7 +7,7 @@ depend on that day.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from .compute import ATTRIBUTION_KEYS, Inputs, dcgm_label, ksm_label
@@ -27,6 +27,9 @@ ALLOWLIST = (
 )
 # Leave head room below the server's hard limit.
 CHUNK_POINTS = MAX_POINTS_PER_SERIES - 1_000
+# Points (series x steps, over the five range queries) one chunk of steps should hold: about 200 MB of
+# Python objects while the chunk is integrated.
+POINT_BUDGET = 1_000_000
 
 Progress = Callable[[int, int, str], None]
 
@@ -46,8 +49,8 @@ def requests_query(step: int) -> str:
     kube-state-metrics replicas scraped side by side do not count twice. Only app containers:
     kube-state-metrics exports no init-container requests in this metric (internal/store/pod.go)."""
     return f"""
-sum by (namespace, pod, resource) (
-  max by (namespace, pod, container, resource) (
+sum by (namespace, pod, resource, node) (
+  max by (namespace, pod, container, resource, node) (
     max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}", node!=""}}[{step}s])
   )
 )
@@ -63,6 +66,20 @@ def labels_query(step: int) -> str:
 max by (namespace, pod, {keys}) (max_over_time({POD_LABELS}[{step}s]))
 and on (namespace, pod)
 max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
+""".strip()
+
+
+def non_gpu_pods_query(step: int) -> str:
+    """Pods named on dcgm-exporter series that kube-state-metrics lists but that request no GPU. With
+    honorLabels a GPU nobody holds has no pod label of its own, so the scrape adds the exporter pod's: those
+    series are the exporter's, and their GPUs are unallocated, not held (docs/report.md)."""
+    return f"""
+group by (namespace, pod) (
+  max_over_time({GPU_UTIL}{{pod!=""}}[{step}s]) or max_over_time({ENGINE_ACTIVE}{{pod!=""}}[{step}s])
+)
+and on (namespace, pod) group by (namespace, pod) (max_over_time({PHASE}[{step}s]))
+unless on (namespace, pod)
+group by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
 """.strip()
 
 
@@ -153,17 +170,33 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
     return notes
 
 
-def fetch_inputs(
+def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tuple[str, str]]:
+    """node -> (modelName, GPU_I_PROFILE) of the MIG instances dcgm-exporter reported there in the window,
+    from the series index (cheap over any range). Under the single strategy every instance of a node has
+    one profile; a node showing several is taken by its first and needs no fallback often (the mixed
+    strategy names the profile in the request)."""
+    found: dict[str, tuple[str, str]] = {}
+    for labels in prometheus.series(
+        f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}|{FB_USED}", GPU_I_PROFILE!=""}}', start=start, end=end
+    ):
+        host = labels.get("Hostname", "")
+        if host and host not in found:
+            found[host] = (labels.get("modelName", ""), labels.get("GPU_I_PROFILE", ""))
+    return found
+
+
+def stream_inputs(
     prometheus: Prometheus,
     *,
     start: int,
     end: int,
     step: int,
     progress: Progress | None = None,
-    notes: list[str] | None = None,
-) -> Inputs:
-    """Every series the report needs, for evaluation times start+step, start+2*step, ..., end; what could
-    not be fetched but is not essential goes to ``notes``."""
+    budget: int = POINT_BUDGET,
+) -> Iterator[Inputs]:
+    """Every series the report needs, for evaluation times start+step, ..., end, one chunk of steps at a time:
+    each chunk is sized so that its answers hold about ``budget`` points, from the points per step the last
+    chunk returned. Memory is one chunk's, however long the window and however many GPUs."""
     first = start + step
     steps = list(range(first, end + 1, step))
     if not steps:
@@ -171,42 +204,47 @@ def fetch_inputs(
     plan = [
         ("requests", requests_query(step)),
         ("labels", labels_query(step)),
+        ("exporter pods", non_gpu_pods_query(step)),
         ("engine", device_query(ENGINE_ACTIVE, step)),
         ("util", device_query(GPU_UTIL, step)),
     ]
-    parts = chunks(first, steps[-1], step, points=CHUNK_POINTS)
-    results: dict[str, list[Series]] = {name: [] for name, _ in plan}
-    done, total = 0, len(plan) * len(parts) + 1
-    for name, promql in plan:
-        for chunk_start, chunk_end in parts:
+    nodes = mig_nodes(prometheus, start=start, end=end)
+    size, done = min(len(steps), max(1, 3600 // step), CHUNK_POINTS), 0
+    while done < len(steps):
+        chunk = steps[done : done + size]
+        results: dict[str, list[Series]] = {}
+        for name, promql in plan:
             if progress:
-                progress(done, total, f"{name} {iso(chunk_start)}..{iso(chunk_end)}")
-            results[name].extend(_range(prometheus, promql, start=chunk_start, end=chunk_end, step=step))
-            done += 1
+                progress(done, len(steps), f"{name} {iso(chunk[0])}..{iso(chunk[-1])}")
+            results[name] = _range(prometheus, promql, start=chunk[0], end=chunk[-1], step=step)
+        points = sum(len(s.samples) for found in results.values() for s in found)
+        yield Inputs(
+            steps=chunk,
+            step=step,
+            requests=results["requests"],
+            pod_labels=results["labels"],
+            engine_active=results["engine"],
+            gpu_util=results["util"],
+            non_gpu_pods=results["exporter pods"],
+            mig_nodes=nodes,
+        )
+        done += len(chunk)
+        per_step = max(1.0, points / len(chunk))
+        size = max(1, min(CHUNK_POINTS, int(budget / per_step)))
     if progress:
-        progress(done, total, "peak GPU memory")
+        progress(len(steps), len(steps), "done")
+
+
+def memory_peaks(prometheus: Prometheus, *, start: int, end: int, notes: list[str]) -> list[Series]:
+    """max DCGM_FI_DEV_FB_USED per device and pod over the window (one instant query)."""
     try:
-        memory = prometheus.query(memory_query(end - start), at=end)
+        return prometheus.query(memory_query(end - start), at=end)
     except TooManySamples:
-        memory = []
-        if notes is not None:
-            notes.append(
-                f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
-                "--query.max-samples; use a shorter --window"
-            )
-    if progress:
-        progress(total, total, "done")
-    if not results["requests"] and not any(s.labels.get("pod") for s in results["engine"] + results["util"]):
-        raise ReportError(f"empty window: no pod held a GPU between {iso(start)} and {iso(end)}")
-    return Inputs(
-        steps=steps,
-        step=step,
-        requests=results["requests"],
-        pod_labels=results["labels"],
-        engine_active=results["engine"],
-        gpu_util=results["util"],
-        memory_peak=memory,
-    )
+        notes.append(
+            f"no peak GPU memory: {FB_USED} over the whole window exceeds the server's "
+            "--query.max-samples; use a shorter --window"
+        )
+        return []
 
 
 def _range(prometheus: Prometheus, promql: str, *, start: int, end: int, step: int) -> list[Series]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..inventory.model import Inventory
-from ..pods import GPUUse, Key, PodShape, dig
+from ..pods.gpus import GPUUse
+from ..pods.objects import Key, PodShape, dig
 from ..policy.model import Policy
 
 

@@ -17,7 +17,9 @@ from fractions import Fraction
 from typing import Any
 
 from ..inventory.model import Inventory, Node
-from ..pods import containers, gpu_amounts, is_sidecar
+from ..pods.gpus import gpu_amounts
+from ..pods.objects import containers, is_sidecar
+from ..pods.quantity import QuantityError, parse_quantity
 from ..policy.model import IMPLICIT_DRA_PREFIX
 from .base import PodContext, PodView, Violation
 from .registry import validator
@@ -101,12 +103,28 @@ def tolerates(spec: Mapping[str, Any], node: Node) -> bool:
     return all(t.tolerated_by(tolerations) for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
 
 
+_AMOUNTS: dict[str, Fraction] = {}
+
+
+def _amount(raw: str) -> Fraction:
+    """A node's allocatable quantity; nodes of a fleet report a handful of distinct strings, so remember them."""
+    found = _AMOUNTS.get(raw)
+    if found is None:
+        try:
+            found = parse_quantity(raw)
+        except QuantityError:
+            found = Fraction(0)
+        if len(_AMOUNTS) < 1024:
+            _AMOUNTS[raw] = found
+    return found
+
+
 def capacity(fleet: Inventory, node: Node, resource: str) -> Fraction:
     """What a node could ever give of a resource: its allocatable, else the devices its ResourceSlices publish
     for the DeviceClass that serves the resource (KEP-5004: a node without the resource in its allocatable
     gets it from DRA)."""
     if resource in node.allocatable:
-        return node.allocatable[resource]
+        return _amount(node.allocatable[resource])
     served = fleet.class_for_resource(resource)
     if served is None or not served.drivers:
         return Fraction(0)
@@ -135,7 +153,7 @@ def _pools(nodes: Iterable[Node], fleet: Inventory, model_label: str | None) -> 
 
 def _offered(fleet: Inventory, prefix: str) -> list[str]:
     """The resources of a vendor's domain some node offers (to say what exists instead of a MIG profile)."""
-    found = {r for n in fleet.nodes for r, a in n.allocatable.items() if a > 0 and r.startswith(prefix)}
+    found = {r for n in fleet.nodes for r, a in n.allocatable.items() if r.startswith(prefix) and _amount(a) > 0}
     return sorted(found)
 
 

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..pods import container_label, containers, gpu_amounts, is_sidecar
-from ..quantity import format_quantity
+from ..pods.gpus import gpu_amounts
+from ..pods.objects import container_label, containers, is_sidecar
+from ..pods.quantity import format_quantity
 from .base import PodContext, PodView, Violation
 from .registry import validator
 

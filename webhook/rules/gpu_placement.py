@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..pods import container_label
+from ..pods.objects import container_label
 from ..policy.model import BUILTIN
 from .base import PodContext, PodView, Violation
 from .registry import validator

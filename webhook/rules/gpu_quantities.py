@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..pods import container_label, containers
+from ..pods.objects import container_label, containers
+from ..pods.quantity import QuantityError, format_quantity, parse_quantity
 from ..policy.model import BUILTIN
-from ..quantity import QuantityError, format_quantity, parse_quantity
 from .base import PodContext, PodView, Violation
 from .registry import validator
 

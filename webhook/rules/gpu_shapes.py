@@ -13,7 +13,8 @@ which no MIG strategy offers; GPUs of two vendors in one pod need two runtimes a
 
 from __future__ import annotations
 
-from ..pods import container_label, containers, gpu_amounts, is_sidecar
+from ..pods.gpus import gpu_amounts
+from ..pods.objects import container_label, containers, is_sidecar
 from .base import PodContext, PodView, Violation
 from .registry import validator
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..pods import container_label, containers
+from ..pods.objects import container_label, containers
 from ..policy.model import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import PodContext, PodView, Violation
 from .registry import validator

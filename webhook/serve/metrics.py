@@ -9,7 +9,7 @@ import threading
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-from .version import gpugate_version
+from ..version import gpugate_version
 
 REQUESTS = Counter(
     "gpugate_admission_requests_total",
@@ -42,7 +42,7 @@ POLICY_VALID = Gauge(
     multiprocess_mode="livemin",
 )
 
-# Every worker keeps its own namespace cache and refreshes these once a second (webhook.app), so a
+# Every worker keeps its own namespace cache and refreshes these once a second (webhook.serve.app), so a
 # scrape shows all workers whichever of them answers it.
 NAMESPACE_CACHE_SYNCED = Gauge(
     "gpugate_namespace_cache_synced",

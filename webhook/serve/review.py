@@ -6,8 +6,8 @@ import base64
 import json
 from typing import Any, NotRequired, TypedDict
 
-from .admission import Decision
-from .wiretypes import request_problems
+from ..admission.decision import Decision
+from ..admission.shapes import Workloads, request_problems
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -47,8 +47,9 @@ class RequestError(ValueError):
         self.api_version, self.uid = api_version, uid
 
 
-def parse_review(body: bytes) -> Review:
-    """Parse and check an AdmissionReview body: kind, a known apiVersion and a request with a uid."""
+def parse_review(body: bytes, *, workloads: Workloads | None = None) -> Review:
+    """Parse and check an AdmissionReview body: kind, a known apiVersion and a request with a uid, and the JSON
+    types of the object's fields gpugate reads for every kind in ``workloads`` (the policies' kinds included)."""
     try:
         review = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -78,7 +79,7 @@ def parse_review(body: bytes) -> Review:
     if request.get("operation") in ("CREATE", "UPDATE") and not isinstance(request.get("object"), dict):
         problems.append(f"{request.get('operation')} request has no object")
     if not problems:
-        problems = request_problems(request)
+        problems = request_problems(request, workloads=workloads)
     if problems:
         raise RequestError(
             "malformed AdmissionReview request: " + "; ".join(problems), api_version=str(api_version), uid=uid

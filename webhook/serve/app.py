@@ -1,10 +1,10 @@
-"""The HTTP layer: flask routes for /mutate, /validate, /healthz, /readyz and /metrics. HTTP only."""
+"""The HTTP layer: flask routes for /mutate, /validate, /healthz, /readyz and /metrics (the wiring that feeds them
+policies and namespace labels is ``wiring``)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,12 +12,11 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from . import lastgood, metrics
-from .admission import Decision, Environment, errored, mutate, validate
-from .pods import BUILTIN_WORKLOADS
-from .policy.loader import PolicyError
-from .policy.model import PolicySet
-from .policy.store import PolicyStore
+from ..admission import Decision, Environment, errored, mutate, validate
+from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
+from ..policy.model import PolicySet
+from ..policy.store import PolicyStore
+from . import metrics
 from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")
@@ -31,9 +30,6 @@ MAX_BODY = 7 * 1024 * 1024
 # sending when the server closes gets a TCP reset (an SSLEOFError) instead of the answer. Beyond this the
 # connection is closed after the 413 -- reading gigabytes to be polite would be the attack.
 DRAIN_LIMIT = 4 * MAX_BODY
-# Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
-# gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
-REFRESH_INTERVAL = 1.0
 KNOWN_KINDS = frozenset(workload.kind for workload in BUILTIN_WORKLOADS)
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
@@ -100,8 +96,10 @@ def create_app(
 
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
+        env = environment()
         try:
-            review = parse_review(_body())
+            # The type guard reads every kind the decision will read, the policies' own kinds included.
+            review = parse_review(_body(), workloads=workload_kinds(env.policies.workloads))
         except RecursionError:
             # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
@@ -116,7 +114,7 @@ def create_app(
         req = review["request"]
         kind = req["kind"]["kind"]
         try:
-            decision = decide(req, environment())
+            decision = decide(req, env)
         except RecursionError:  # parsed, but too deep to copy or diff: not an object any apiserver sends
             decision = errored(
                 f"this {kind} (uid {req['uid']}) is nested too deeply to be a Kubernetes object",
@@ -211,7 +209,7 @@ def _drain(stream: Any, *, limit: int) -> bool:
             if not chunk:
                 return True
             read += len(chunk)
-    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.tls)
+    except (OSError, ValueError):  # the client went away, or was too slow (see webhook.serve.tls)
         pass
     return False
 
@@ -241,78 +239,3 @@ def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
             bool(req.get("dryRun")),
             "; ".join(v.message() for v in decision.violations) or decision.message,
         )
-
-
-def build_app(
-    policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None
-) -> Flask:
-    """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
-    from . import kube
-
-    store = _policy_store(policies_dir)
-    cache = kube.namespace_cache(kubeconfig)
-    labels_of: NamespaceLabels | None = None
-    if cache is not None:
-        cache.start()
-        labels_of = cache.labels
-    else:
-        log.warning(
-            "no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
-            "empty, so namespaceSelector policies do not match and attribution uses defaults"
-        )
-    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
-    refresh = app.extensions["gpugate.refresh"]
-    copy = lastgood.location()
-    saved = [""]
-
-    def refresh_and_keep_a_copy() -> None:
-        if tls_ready is not None:
-            # Follow the certificate files in every worker, not only in those taking handshakes: a worker
-            # that sat out a rotation would otherwise still hold the old certificate when a broken edit
-            # follows, and serve it while its neighbours serve the rotated one.
-            tls_ready()
-        current = refresh()
-        if (
-            copy is not None
-            and store.last_error is None
-            and current.digest != saved[0]
-            and lastgood.save(policies_dir, current, into=copy)
-        ):
-            saved[0] = current.digest
-
-    refresh_and_keep_a_copy()
-    _every(REFRESH_INTERVAL, refresh_and_keep_a_copy, name="gpugate-refresh")
-    return app
-
-
-def _policy_store(policies_dir: str) -> PolicyStore:
-    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
-    try:
-        return PolicyStore(policies_dir, background=True)  # a reload never holds up a request
-    except PolicyError:
-        copy = lastgood.location()
-        if copy is None:
-            raise
-        fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
-        log.error(
-            "the policies in %s are invalid; this worker starts with the last good copy (%s)",
-            policies_dir,
-            fallback.digest,
-        )
-        return PolicyStore(policies_dir, background=True, fallback=fallback)
-
-
-def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
-    """Run ``action`` every ``interval`` seconds in a daemon thread of this worker, for its whole life."""
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval)
-            try:
-                action()
-            except Exception:  # keep refreshing; a failure here must not silence the metrics for good
-                log.exception("%s failed", name)
-
-    thread = threading.Thread(target=loop, name=name, daemon=True)
-    thread.start()
-    return thread

@@ -17,8 +17,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .policy.loader import PolicyError, load_policies, policy_files
-from .policy.model import PolicySet
+from .files import load_policies, policy_files
+from .loader import PolicyError
+from .model import PolicySet
 
 log = logging.getLogger("gpugate.policy")
 LINK = "last-good-policies"

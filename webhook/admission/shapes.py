@@ -5,7 +5,9 @@ the typed object into the AdmissionReview (k8s.io/apiserver pkg/admission/plugin
 admissionreview.go). So labels always arrive as a map of strings, containers as a list of objects,
 quantities as strings: anything else did not come from an apiserver. Such a review is refused with
 code 400 and the field path, instead of reaching a rule that would trip over it. Fields gpugate
-never reads are not looked at; ``null`` stands for an absent field, as in Go.
+never reads are not looked at; ``null`` stands for an absent field, as in Go. Every kind gpugate reads is
+checked: the built-in workloads and the kinds the policy directory declares (GPUWorkloadKind), whose pod
+templates the rules read just the same.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .pods import dig, shapes_of
+from ..pods.objects import dig, shapes_of
+from ..policy.model import WorkloadKind
+
+Workloads = Mapping[tuple[str, str], WorkloadKind]
 
 # A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
 # gpugate reads), a one-element list [item schema], or MapOf(value schema).
@@ -115,8 +120,9 @@ def _matches(value: Any, schema: Any) -> bool:
     return isinstance(value, schema)
 
 
-def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
-    """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send."""
+def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads | None = None) -> list[str]:
+    """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send.
+    ``workloads``: the kinds gpugate reads (``pods.objects.workload_kinds``; the built-in ones when None)."""
     problems: list[str] = []
     for key in ("apiVersion", "kind"):
         if key in obj and not isinstance(obj[key], str):
@@ -126,14 +132,14 @@ def object_problems(obj: Mapping[str, Any], *, path: str) -> list[str]:
     _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
     if problems:
         return problems  # finding the pod templates reads the metadata
-    for shape in shapes_of(obj) or ():  # kinds gpugate does not read are not looked into
+    for shape in shapes_of(obj, workloads=workloads) or ():  # kinds gpugate does not read are not looked into
         if shape.template:
             _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
         _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
     return problems
 
 
-def request_problems(request: Mapping[str, Any]) -> list[str]:
+def request_problems(request: Mapping[str, Any], *, workloads: Workloads | None = None) -> list[str]:
     """Fields of an AdmissionRequest gpugate reads (besides uid, kind and operation) with a wrong JSON type."""
     problems: list[str] = []
     for key in ("namespace", "name", "subResource"):
@@ -143,7 +149,7 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
         problems.append(f"request.dryRun: expected a boolean, got {_json_type(request['dryRun'])}")
     for key in ("object", "oldObject"):
         if isinstance(request.get(key), dict):
-            problems += object_problems(request[key], path=f"request.{key}")
+            problems += object_problems(request[key], path=f"request.{key}", workloads=workloads)
     if len(problems) > MAX_REPORTED:
         problems[MAX_REPORTED:] = [f"and {len(problems) - MAX_REPORTED} more"]
     return problems

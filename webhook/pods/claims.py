@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import ClaimSpec, Inventory
 from ..policy.model import IMPLICIT_DRA_PREFIX, Device, Policy
-from .model import ClaimSpec, Inventory
 
 #: (kind, namespace, name) -> the claim or claim template, or None when it cannot be known right now.
 ClaimLookup = Callable[[str, str, str], ClaimSpec | None]

@@ -13,9 +13,10 @@ from typing import Any, TextIO
 
 import yaml
 
-from . import audit
-from .policy.loader import PolicyError, load_policies
-from .policy.model import PolicySet
+from ..policy.files import load_policies
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
+from . import evaluation, policyreports, render, tally
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 #: The namespaces the webhooks in deploy/base never see (their namespaceSelector): nothing there was admitted
@@ -75,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="read the installed policies from this ConfigMap instead of the one the Deployment mounts",
     )
-    parser.add_argument("--team-label", default=audit.TEAM_LABEL, help="the pod label that names a team")
+    parser.add_argument("--team-label", default=evaluation.TEAM_LABEL, help="the pod label that names a team")
     parser.add_argument("--page-size", type=int, default=500, help="objects per list request")
 
 
@@ -107,7 +108,7 @@ def _load(directory: str, what: str) -> PolicySet:
 
 
 def _installed(client: Any, args: argparse.Namespace) -> tuple[str, PolicySet]:
-    from . import kube
+    from ..kube import cluster as kube
 
     source, files = kube.installed_policies(
         client, namespace=args.gpugate_namespace, deployment=args.gpugate_deployment, configmap=args.policies_configmap
@@ -123,7 +124,7 @@ def _installed(client: Any, args: argparse.Namespace) -> tuple[str, PolicySet]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import kube  # imported here: the Kubernetes client takes most of a second to import
+    from ..kube import cluster as kube  # imported here: the Kubernetes client takes most of a second to import
 
     try:
         return _run(args)
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import kube
+    from ..kube import cluster as kube
 
     if args.page_size < 1:
         raise ValueError("--page-size must be at least 1")
@@ -152,9 +153,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--namespace {args.namespace}: no such namespace")
     excluded = set(args.exclude_namespace if args.exclude_namespace is not None else DEFAULT_EXCLUDED)
     excluded.discard(args.namespace)  # a namespace asked for by name is audited
-    run = audit.Audit(policies, namespace_labels=labels, compare_to=proposed, team_label=args.team_label)
+    run = tally.Audit(policies, namespace_labels=labels, compare_to=proposed, team_label=args.team_label)
     served = kube.served_kinds(
-        client, wanted=[(w.group, w.kind, w.plural, w.versions) for w in audit.audited_kinds(policies, proposed)]
+        client, wanted=[(w.group, w.kind, w.plural, w.versions) for w in evaluation.audited_kinds(policies, proposed)]
     )
     if ("", "Pod") not in served:  # discovery that finds no pods is a broken answer, not an empty cluster
         raise kube.ClusterError("API discovery (GET /api/v1) lists no pods resource: is this a Kubernetes apiserver?")
@@ -183,15 +184,15 @@ def _run(args: argparse.Namespace) -> int:
     elif args.output == "yaml":
         yaml.safe_dump(report, sys.stdout, sort_keys=False)
     elif args.output == "table":
-        sys.stdout.write(audit.render_table(report))
+        sys.stdout.write(render.render_table(report))
     if args.report == "policyreports":
-        reports = audit.policy_reports(report, now=datetime.datetime.now(datetime.UTC))
-        selector = ",".join(f"{k}={v}" for k, v in audit.MANAGED_BY.items())
+        reports = policyreports.policy_reports(report, now=datetime.datetime.now(datetime.UTC))
+        selector = ",".join(f"{k}={v}" for k, v in policyreports.MANAGED_BY.items())
         written, deleted = kube.replace_policy_reports(
             client, reports, label_selector=selector, namespace=args.namespace
         )
         print(
-            f"gpugate audit: wrote {written} PolicyReports ({audit.REPORT_NAME}), deleted {deleted} stale ones",
+            f"gpugate audit: wrote {written} PolicyReports ({policyreports.REPORT_NAME}), deleted {deleted} stale ones",
             file=sys.stderr,
         )
     return EXIT_FOUND if run.found and not args.exit_zero else EXIT_CLEAN

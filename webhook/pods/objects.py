@@ -1,17 +1,12 @@
-"""Where a pod spec lives in each admitted object, and read-only views of its containers and GPU requests."""
+"""Where a pod spec lives in each admitted object, and read-only views of its containers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .inventory.claims import ClaimLookup, claims_of, dra_resource_vendor
-from .inventory.model import Inventory
-from .policy.model import IMPLICIT_DRA_PREFIX, Device, Policy, WorkloadKind
-from .quantity import QuantityError, parse_quantity
+from ..policy.model import WorkloadKind
 
 #: The kinds gpugate reads and where their pod templates are. Built-in kinds, then the workload CRDs most GPU
 #: work arrives through; a policy directory adds more with GPUWorkloadKind documents. Template paths were
@@ -203,149 +198,6 @@ def is_sidecar(container: Mapping[str, Any]) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
-def gpu_amounts(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
-    """GPU resource -> amount for one container: the limit, else the request; unparsable values skipped."""
-    resources = container.get("resources")
-    if not isinstance(resources, Mapping):
-        return {}
-    out: dict[str, Fraction] = {}
-    for section in ("requests", "limits"):  # limits last: they win, as scheduling uses request == limit
-        values = resources.get(section)
-        if not isinstance(values, Mapping):
-            continue
-        for resource, raw in values.items():
-            if is_gpu(resource):
-                try:
-                    out[resource] = parse_quantity(raw)
-                except QuantityError:
-                    continue
-    return out
-
-
-def requests_gpu(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> bool:
-    """True when any container asks for a positive amount of a GPU resource."""
-    return any(amount > 0 for _, _, c in containers(spec) for amount in gpu_amounts(c, is_gpu).values())
-
-
-def gpu_resources_requested(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> set[str]:
-    return {r for _, _, c in containers(spec) for r, amount in gpu_amounts(c, is_gpu).items() if amount > 0}
-
-
 def container_label(fld: str, container: Mapping[str, Any]) -> str:
     kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(fld, "container")
     return f'{kind} "{container.get("name", "?")}"'
-
-
-_NO_CLAIMS: Mapping[str, tuple[str, int | None]] = MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class GPUUse:
-    """How a pod holds GPUs under a policy: counted GPU resources, their vendors, and other holds."""
-
-    #: GPU count resources requested with a positive amount.
-    resources: frozenset[str]
-    #: The vendors of the GPU and auxiliary resources the pod requests, in policy order.
-    devices: tuple[Device, ...]
-    #: Other ways the pod holds a GPU: "spec.resourceClaims[0]", "annotation gpu-fraction", ...
-    holders: tuple[str, ...] = ()
-    #: Counted resources served only through DRA (``deviceclass.resource.kubernetes.io/<class>``, or a GPU
-    #: DeviceClass's own ``extendedResourceName`` that no device profile lists): no device-plugin pool has them.
-    dra_resources: frozenset[str] = frozenset()
-    #: GPU DeviceClasses the pod's claims use.
-    device_classes: tuple[str, ...] = ()
-    #: The pod holds admin-access claims on GPUs (monitoring): it observes GPUs, holds none.
-    observer: bool = False
-    #: Claim path -> (GPU DeviceClass, devices; None for All), and (path, DeviceClass) the inventory lacks.
-    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=lambda: _NO_CLAIMS)
-    missing_classes: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def holds_gpu(self) -> bool:
-        return bool(self.resources or self.devices or self.holders)
-
-    @property
-    def device(self) -> Device | None:
-        """The one vendor whose profile applies; None for none or (a violation) several."""
-        return self.devices[0] if len(self.devices) == 1 else None
-
-    @property
-    def device_plugin_resources(self) -> frozenset[str]:
-        """The counted resources a device plugin serves (or DRA through the same name, KEP-5004)."""
-        return self.resources - self.dra_resources
-
-    @property
-    def fractional(self) -> bool:
-        return any(h.startswith("annotation ") for h in self.holders)
-
-    def counts(self, resource: str, policy: Policy) -> bool:
-        """A GPU count resource for this pod: the policy's, or one DRA serves as a GPU."""
-        return resource in self.dra_resources or policy.counts_as_gpu(resource)
-
-
-def gpu_use(
-    meta: Mapping[str, Any],
-    spec: Mapping[str, Any],
-    policy: Policy,
-    *,
-    namespace: str = "",
-    inventory: Inventory | None = None,
-    claims: ClaimLookup | None = None,
-) -> GPUUse:
-    counted: set[str] = set()
-    dra: set[str] = set()
-    vendors: dict[str, Device] = {}
-    for _, _, container in containers(spec):
-        resources = container.get("resources")
-        if not isinstance(resources, Mapping):
-            continue
-        for section in ("requests", "limits"):
-            values = resources.get(section)
-            if not isinstance(values, Mapping):
-                continue
-            for resource, raw in values.items():
-                name = str(resource)
-                device = policy.device_of(name)
-                if device is None:
-                    if "/" not in name:
-                        continue  # cpu, memory, ephemeral-storage, hugepages-*
-                    device = dra_resource_vendor(name, policy, inventory)
-                    if device is None:
-                        continue
-                    served_by_dra = True
-                else:
-                    served_by_dra = name.startswith(IMPLICIT_DRA_PREFIX)
-                try:
-                    amount = parse_quantity(raw)
-                except QuantityError:
-                    continue
-                if amount <= 0:
-                    continue
-                if served_by_dra or device.counts(name):
-                    counted.add(name)
-                if served_by_dra:
-                    dra.add(name)
-                vendors.setdefault(device.name, device)
-    holders: list[str] = []
-    observer = False
-    classes: list[str] = []
-    use = None
-    if spec.get("resourceClaims"):
-        use = claims_of(spec, namespace=namespace, policy=policy, inventory=inventory, lookup=claims)
-        for path, (device, device_class) in use.gpus.items():
-            holders.append(path)
-            vendors.setdefault(device.name, device)
-            classes.append(device_class)
-        if policy.holders.resource_claims:
-            holders += use.unknown
-        observer = bool(use.observers) and not use.gpus
-    annotations = meta.get("annotations") or {}
-    if isinstance(annotations, Mapping):
-        by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
-        holders += by_annotation
-        device = policy.devices.get(policy.holders.annotation_device or "")
-        if by_annotation and device is not None:
-            vendors.setdefault(device.name, device)
-    order = list(policy.devices)
-    devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
-    return GPUUse(frozenset(counted), devices, tuple(holders), frozenset(dra), tuple(dict.fromkeys(classes)), observer)

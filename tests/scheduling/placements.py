@@ -1,0 +1,623 @@
+"""Where every example and real-world manifest lands: created for real on the reference fleet (kwok Nodes, the
+real kube-scheduler and kube-controller-manager), once with gpugate registered and, for what gpugate refuses,
+once without it, to record what would have happened.
+
+- Pods are created directly; Deployments, Jobs, StatefulSets through the real controllers; a CronJob's pods
+  through a Job made from it, as `kubectl create job --from=cronjob/...` makes one; the workload CRDs'
+  pods as their operators would create them (the pod templates of the custom resource, with an owner
+  reference to it; a JobSet's Jobs, whose pods the real Job controller makes).
+- A case's outcome is the set of what happened to its pods: `Running on <pool>`, `Succeeded on <pool>`,
+  `Pending: <the scheduler's reason>`, `not scheduled: schedulerName <name>` (a scheduler this fleet does
+  not run), or `pods refused: <message>` (the controller could not create them).
+
+    python -m tests.scheduling.placements            # run, compare with expected.yaml, print the table
+    python -m tests.scheduling.placements --write    # ... and rewrite the table in docs/development/e2e.md
+
+tests/scheduling/test_placements.py runs the same thing in `make check`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.harness import fleet
+from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.kubeapi import ApiError, KubeAPI
+from tests.harness.polling import eventually
+from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "policies" / "examples"
+REAL = REPO / "tests" / "fixtures" / "real-manifests"
+CRDS = REPO / "tests" / "fixtures" / "crds" / "workload-crds.yaml"
+EXPECTED = Path(__file__).resolve().parent / "expected.yaml"
+# The development docs' end-to-end page (docs/development/e2e.md once the docs are split; docs/e2e.md before).
+DOC = next(
+    (p for p in (REPO / "docs" / "development" / "e2e.md", REPO / "docs" / "e2e.md") if p.exists()),
+    REPO / "docs" / "e2e.md",
+)
+TABLE_BEGIN = "<!-- placements: begin (python -m tests.scheduling.placements --write) -->"
+TABLE_END = "<!-- placements: end -->"
+
+# Nodes per pool for the scheduled tests: two of each, so that "Insufficient" and "didn't match" counts read
+# plainly in the scheduler's messages.
+COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 8, "h100": 3}  # enough L4 and H100 that no case waits for another's GPUs
+PINNED_NODE = "l4-0"
+# Which policy governs a namespace depends on its name (serving: ml-serving, serving-*; research: research-*).
+NAMESPACE_PREFIX = {"default": "fleet", "ml-serving": "serving", "research-nlp": "research-nlp"}
+WORKLOAD_KINDS = {"Deployment", "Job", "CronJob", "StatefulSet", "ReplicaSet"}
+CR_KINDS = {"RayCluster", "RayService", "PyTorchJob", "JobSet", "LeaderWorkerSet"}
+CLUSTER_SCOPED = {"DeviceClass"}
+MAX_REPLICAS = 2  # pods made per replicated template: enough to see where they land
+SETTLE_TIMEOUT = 60.0
+
+
+@dataclass
+class Case:
+    source: Path
+    verdict: str  # gpugate's offline verdict from the directory's expected.yaml
+    namespace_labels: dict[str, dict[str, str]]
+
+    @property
+    def name(self) -> str:
+        return f"{self.source.parent.name}/{self.source.name}"
+
+    def documents(self) -> list[dict[str, Any]]:
+        return [d for d in yaml.safe_load_all(self.source.read_text()) if d]
+
+
+def cases() -> list[Case]:
+    """Every example and real manifest with a verdict about kinds this cluster serves (not `skipped`)."""
+    out = []
+    for directory in (EXAMPLES, REAL):
+        for entry in yaml.safe_load((directory / "expected.yaml").read_text()):
+            if entry["verdict"] == "skipped":
+                continue
+            out.append(Case(directory / entry["file"], entry["verdict"], entry.get("namespaceLabels") or {}))
+    return out
+
+
+# ---- what gets created ----------------------------------------------------------------------------------
+
+
+def _owner(obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _pod(template: dict[str, Any], name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+    meta = template.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [_owner(owner)],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+def _replicas(value: Any) -> int:
+    return max(1, min(MAX_REPLICAS, int(value if isinstance(value, int) else 1)))
+
+
+def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """What the operator of a workload CRD creates from `cr` (as stored): its pods, or a JobSet's Jobs."""
+    ns, name, kind, spec = cr["metadata"]["namespace"], cr["metadata"]["name"], cr["kind"], cr.get("spec") or {}
+    if kind in ("RayCluster", "RayService"):
+        ray = spec.get("rayClusterConfig") if kind == "RayService" else spec
+        ray = ray or {}
+        if ray.get("headGroupSpec"):
+            yield _pod(ray["headGroupSpec"]["template"], f"{name}-head", ns, cr)
+        for group in ray.get("workerGroupSpecs") or []:
+            count = _replicas(group.get("replicas", group.get("minReplicas", 1)))
+            for i in range(count):
+                yield _pod(group["template"], f"{name}-{group.get('groupName', 'workers')}-worker-{i}", ns, cr)
+    elif kind == "PyTorchJob":
+        for role, replica in (spec.get("pytorchReplicaSpecs") or {}).items():
+            for i in range(_replicas(replica.get("replicas", 1))):
+                yield _pod(replica["template"], f"{name}-{role.lower()}-{i}", ns, cr)
+    elif kind == "LeaderWorkerSet":
+        lws = spec.get("leaderWorkerTemplate") or {}
+        worker = lws.get("workerTemplate") or {}
+        leader = lws.get("leaderTemplate") or worker
+        yield _pod(leader, f"{name}-0", ns, cr)
+        for i in range(1, _replicas(lws.get("size", 1))):
+            yield _pod(worker, f"{name}-0-{i}", ns, cr)
+    elif kind == "JobSet":
+        for rjob in spec.get("replicatedJobs") or []:
+            template = rjob.get("template") or {}
+            job_spec: dict[str, Any] = copy.deepcopy(template.get("spec") or {})
+            # JobSet's defaulting webhook: Indexed completion, pods restart OnFailure unless the template
+            # says otherwise (kubernetes-sigs/jobset pkg/webhooks/jobset_webhook.go, Default).
+            job_spec.setdefault("completionMode", "Indexed")
+            job_spec.setdefault("template", {}).setdefault("spec", {}).setdefault("restartPolicy", "OnFailure")
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": f"{name}-{rjob['name']}-0",
+                    "namespace": ns,
+                    "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                    "ownerReferences": [_owner(cr)],
+                },
+                "spec": job_spec,
+            }
+            yield job
+    elif kind == "Job" and cr["apiVersion"].startswith("batch.volcano.sh/"):
+        for task in spec.get("tasks") or []:
+            for i in range(_replicas(task.get("replicas", 1))):
+                pod = _pod(task["template"], f"{name}-{task.get('name', 'task')}-{i}", ns, cr)
+                pod["spec"].setdefault("schedulerName", spec.get("schedulerName", "volcano"))
+                yield pod
+
+
+def job_from_cronjob(cronjob: dict[str, Any]) -> dict[str, Any]:
+    """The Job `kubectl create job --from=cronjob/<name>` makes (kubectl's create_job.go: the jobTemplate's
+    labels, annotations and spec, annotation cronjob.kubernetes.io/instantiate=manual, owned by the CronJob)."""
+    template = cronjob["spec"]["jobTemplate"]
+    meta = template.get("metadata") or {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{cronjob['metadata']['name']}-manual",
+            "namespace": cronjob["metadata"]["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": {**(meta.get("annotations") or {}), "cronjob.kubernetes.io/instantiate": "manual"},
+            "ownerReferences": [_owner(cronjob)],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+
+
+# ---- running a case ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One creation of a case's objects and what became of them."""
+
+    case: Case
+    namespaces: dict[str, str] = field(default_factory=dict)  # the file's namespace -> the one made for it
+    refused: list[str] = field(default_factory=list)  # admission refusals of the case's own objects
+    created_pods: int = 0  # pods created directly (Pods and operator pods)
+    controlled: int = 0  # objects created whose pods a controller makes (Deployments, Jobs, ...)
+    early: set[str] = field(default_factory=set)  # refusals at creation (the case's objects, operator pods)
+    outcomes: set[str] = field(default_factory=set)
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refused
+
+
+class Placer:
+    """Creates cases on a FleetCluster and watches where their pods go."""
+
+    def __init__(self, cluster: FleetCluster) -> None:
+        self.cluster = cluster
+        self.api: KubeAPI = cluster.api
+        self.made = 0
+
+    def namespace(self, run: Run, original: str, tag: str) -> str:
+        """A fresh namespace for the file's `original` one, named so that the same policy matches it, with the
+        file's namespace labels and its `default` ServiceAccount (made here, not left to the controller, so
+        that the first pod does not race it)."""
+        if original not in run.namespaces:
+            labels = {k: str(v) for k, v in (run.case.namespace_labels.get(original) or {}).items()}
+            self.made += 1
+            name = f"{NAMESPACE_PREFIX.get(original, original)}-{tag}-{self.made}"
+            self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+            self._create_quietly(
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}}
+            )
+            run.namespaces[original] = name
+        return run.namespaces[original]
+
+    def start(self, case: Case, tag: str) -> Run:
+        """Create the case's objects (and its operator's pods); return before they settle."""
+        run = Run(case)
+        docs = case.documents()
+        templates = {d["metadata"]["name"] for d in docs if d["kind"] == "ResourceClaimTemplate"}
+        for doc in docs:
+            if doc["kind"] in CLUSTER_SCOPED:
+                continue
+            if doc["kind"] == "Pod" and doc["spec"].get("nodeName"):
+                # A pod its operator pins to the node it checks (the GPU Operator's validators): pinned to a GPU
+                # node of this fleet instead, so that it meets a node (no scheduler is involved either way).
+                doc["spec"]["nodeName"] = PINNED_NODE
+            ns = self.namespace(run, doc["metadata"].get("namespace", "default"), tag)
+            doc["metadata"]["namespace"] = ns
+            self._prerequisites(doc, ns, templates)
+        for doc in sorted(docs, key=lambda d: d["kind"] != "ResourceClaimTemplate"):
+            try:
+                stored = self.api.create(doc)
+            except ApiError as e:
+                name = doc["metadata"].get("name") or doc["metadata"].get("generateName", "")
+                run.refused.append(f"{doc['kind']} {name}: {e.message}")
+                run.early.add(f"refused by {_refuser(e.message)}: {_short(e.message)}")
+                continue
+            if doc["kind"] == "Pod":
+                run.created_pods += 1
+            elif doc["kind"] in WORKLOAD_KINDS and doc["apiVersion"].startswith(("apps/", "batch/")):
+                run.controlled += 1  # its pods come from a controller
+                if doc["kind"] == "CronJob":
+                    self.api.create(job_from_cronjob(stored))
+            elif doc["kind"] in CR_KINDS or doc["apiVersion"].startswith("batch.volcano.sh/"):
+                for child in operator_children(stored):
+                    try:
+                        self.api.create(child)
+                    except ApiError as e:
+                        run.early.add(f"pods refused: {_short(e.message)}")
+                        continue
+                    run.created_pods += child["kind"] == "Pod"
+                    run.controlled += child["kind"] == "Job"
+        return run
+
+    def _prerequisites(self, doc: dict[str, Any], ns: str, templates: set[str]) -> None:
+        """What the cluster must hold for the object to be valid: the ServiceAccounts its pods name (the
+        ServiceAccount admission plugin refuses unknown ones) and the ResourceClaimTemplates its pods claim
+        when the file does not define them (a claim on NVIDIA's `gpu.nvidia.com`)."""
+        for spec in _pod_specs(doc):
+            account = spec.get("serviceAccountName")
+            if account and account != "default":
+                self._create_quietly(
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}}
+                )
+            for claim in spec.get("resourceClaims") or []:
+                name = claim.get("resourceClaimTemplateName")
+                if name and name not in templates:
+                    self._create_quietly(
+                        {
+                            "apiVersion": fleet.DRA_API,
+                            "kind": "ResourceClaimTemplate",
+                            "metadata": {"name": name, "namespace": ns},
+                            "spec": {
+                                "spec": {
+                                    "devices": {
+                                        "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                                    }
+                                }
+                            },
+                        }
+                    )
+
+    def _create_quietly(self, obj: dict[str, Any]) -> None:
+        try:
+            self.api.create(obj)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+
+    def settle(self, runs: Iterable[Run], timeout: float = SETTLE_TIMEOUT) -> None:
+        """Wait until every pod of every admitted run is placed, unschedulable or waiting for a scheduler this
+        fleet does not run, then record the outcomes."""
+        runs = list(runs)
+        by_ns = {ns: r for r in runs for ns in r.namespaces.values()}
+        deadline = time.monotonic() + timeout
+        while True:
+            pods: dict[str, list[dict[str, Any]]] = {}
+            for pod in self.api.list("Pod"):
+                ns = pod["metadata"]["namespace"]
+                if ns in by_ns:
+                    pods.setdefault(ns, []).append(pod)
+            unsettled = []
+            for run in runs:
+                mine = [p for ns in run.namespaces.values() for p in pods.get(ns, [])]
+                states = [_state(p) for p in mine]
+                refused = self._refusals(run) if len(mine) < self._wanted(run) else set()
+                if None in states or (len(mine) < self._wanted(run) and not refused):
+                    unsettled.append(run)
+                    continue
+                run.outcomes = run.early | refused | {s for s in states if s}
+            if not unsettled or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        for run in unsettled:
+            mine = [p for ns in run.namespaces.values() for p in pods.get(ns, [])]
+            run.outcomes = (
+                run.early | self._refusals(run) | {_state(p) or f"unsettled: {p['status'].get('phase')}" for p in mine}
+            )
+            run.outcomes = run.outcomes or {"no pods created"}
+
+    def _wanted(self, run: Run) -> int:
+        """Pods to wait for: those created directly, and at least one per object whose pods a controller makes
+        (they arrive asynchronously)."""
+        return run.created_pods + run.controlled
+
+    def _refusals(self, run: Run) -> set[str]:
+        """Why a controller could not create pods (its FailedCreate events)."""
+        return {
+            f"pods refused: {_short(event.get('message', ''))}"
+            for ns in run.namespaces.values()
+            for event in self.api.list("Event", ns)
+            if event.get("reason") == "FailedCreate"
+        }
+
+
+def _pod_specs(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Pod":
+        yield spec
+    for path in (("template",), ("jobTemplate", "spec", "template")):
+        node: Any = spec
+        for key in path:
+            node = (node or {}).get(key)
+        if isinstance(node, dict) and isinstance(node.get("spec"), dict):
+            yield node["spec"]
+
+
+def _state(pod: dict[str, Any]) -> str | None:
+    """What became of one pod, or None while it is still on its way."""
+    spec, status = pod.get("spec", {}), pod.get("status", {})
+    node = spec.get("nodeName")
+    phase = status.get("phase")
+    if node and phase in ("Running", "Succeeded"):  # a Job's pod runs, then kwok completes it
+        return f"Running on {fleet.pool_of(node)}"
+    if node and phase == "Failed":
+        return f"Failed on {fleet.pool_of(node)}"
+    if node:
+        return None
+    scheduler = spec.get("schedulerName") or "default-scheduler"
+    if scheduler != "default-scheduler":
+        return f"not scheduled: schedulerName {scheduler}"
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return f"Pending: {_scheduler_reason(cond.get('message', ''))}"
+    return None
+
+
+def _scheduler_reason(message: str) -> str:
+    """The scheduler's FitError, `0/N nodes are available: <reasons>.`, without what follows it (the
+    preemption and claim-deallocation postscripts; kube-scheduler's framework/types.go)."""
+    head, dot, _ = message.partition(". ")
+    return (head + dot).strip()
+
+
+def _refuser(message: str) -> str:
+    """Who refused an object: gpugate's webhooks, gpugate's ValidatingAdmissionPolicy backstop, or the
+    apiserver's own validation."""
+    if "admission webhook" in message and "gpugate.io" in message:
+        return "gpugate"
+    if "ValidatingAdmissionPolicy 'gpugate-backstop'" in message:
+        return "gpugate's backstop"
+    return "the apiserver"
+
+
+def _short(message: str) -> str:
+    """A refusal's first sentence: which webhook or policy said no and the first reason; the same for every pod
+    of a controller (pod names and the events' "combined from similar events" prefix dropped)."""
+    message = " ".join(message.split()).removeprefix("(combined from similar events): ")
+    message = re.sub(r'Pod "[^"]+"', "Pod", message)
+    return message if len(message) <= 240 else message[:237] + "..."
+
+
+# ---- expectations -----------------------------------------------------------------------------------------
+
+
+def load_expected() -> dict[str, dict[str, Any]]:
+    return {e["case"]: e for e in yaml.safe_load(EXPECTED.read_text())}
+
+
+def matches(expected: str, observed: str) -> bool:
+    """`Running on a|b` matches `Running on a`; `Pending: <text>` (and `refused by ...: <text>`, `pods refused:
+    <text>`) matches such an outcome whose message contains the text; anything else matches itself."""
+    head, _, tail = expected.partition(" on ")
+    if tail and observed.startswith(f"{head} on "):
+        return observed.removeprefix(f"{head} on ") in tail.split("|")
+    what, sep, text = expected.partition(": ")
+    if sep and observed.startswith(what + sep):  # Pending, refused by ..., pods refused: the text is in the message
+        return _squash(text) in _squash(observed)
+    return observed == expected
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\d+/\d+ nodes are available: ", "", " ".join(text.split()))
+
+
+def mismatches(expected: Iterable[str], observed: set[str]) -> list[str]:
+    expected = list(expected)
+    out = [f"expected {e!r}, not seen" for e in expected if not any(matches(e, o) for o in observed)]
+    out += [f"unexpected {o!r}" for o in sorted(observed) if not any(matches(e, o) for e in expected)]
+    return out
+
+
+def displayed(expected: Iterable[str], observed: set[str]) -> str:
+    """The table's cell: observed outcomes, where an expectation with alternatives shows the alternatives (the
+    scheduler's choice among equal nodes is its own)."""
+    cells = []
+    for e in expected:
+        head, _, tail = e.partition(" on ")
+        if "|" in tail and any(matches(e, o) for o in observed):
+            cells.append(f"{head} on any of {', '.join(tail.split('|'))}")
+    for o in sorted(observed):
+        if not any("|" in e and matches(e, o) for e in expected):
+            cells.append(o)
+    return "; ".join(cells)
+
+
+# ---- the whole scenario -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    admitted: dict[str, Run]  # with gpugate registered
+    without: dict[str, Run]  # gpugate's refusals, created again with gpugate not registered
+
+
+def run_all(cluster: FleetCluster, gate: GPUGate, selected: list[Case] | None = None) -> Results:
+    """Every case with gpugate registered (from deploy/ + components/workload-crds, pointed at `gate`), then
+    gpugate unregistered (its webhooks and its ValidatingAdmissionPolicy backstop deleted) and every case it
+    refused created again."""
+    chosen = cases() if selected is None else selected
+    placer = Placer(cluster)
+    deploy = point_at(render_deploy(cluster.cp, "workload-crds"), gate)
+    register(cluster.cp, deploy)
+    with_gate = {c.name: placer.start(c, "gated") for c in chosen}
+    placer.settle(with_gate.values())
+    for obj in deploy:
+        if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") or obj["kind"].startswith(
+            "ValidatingAdmissionPolicy"
+        ):
+            cluster.api.delete(obj["kind"], obj["metadata"]["name"])
+    _wait_until_unregistered(cluster)
+    refused = [c for c in chosen if not with_gate[c.name].admitted]
+    without = {c.name: placer.start(c, "open") for c in refused}
+    placer.settle(without.values())
+    return Results(with_gate, without)
+
+
+def _wait_until_unregistered(cluster: FleetCluster) -> None:
+    """The apiserver drops webhooks and policies through informers: wait until a pod gpugate and its backstop
+    would refuse (a CPU pod tolerating the GPU taint) is accepted by a dry run."""
+    ns = cluster.create_namespace("unregistered")
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+    def accepted() -> bool:
+        return bool(cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=probe, check=False).ok)
+
+    if not eventually(accepted, timeout=60):
+        raise RuntimeError("gpugate's webhooks or backstop still in force 60 s after they were deleted")
+
+
+def start_fleet(workdir: Path) -> tuple[FleetCluster, GPUGate]:
+    """The fleet with the workload CRDs, and gpugate serving the shipped policies (not yet registered)."""
+    bins, kwok = find_scheduling_binaries()
+    cluster = FleetCluster(bins, kwok, workdir / "cluster", COUNTS)
+    try:
+        cluster.start()
+        cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)
+        policies = workdir / "policies"
+        policies.mkdir()
+        for shipped in sorted((REPO / "policies").glob("*.yaml")):
+            shutil.copy(shipped, policies / shipped.name)
+        gate = GPUGate(workdir / "gpugate", policies, kubeconfig=cluster.cp.kubeconfig)
+        gate.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, gate
+
+
+# ---- the table --------------------------------------------------------------------------------------------
+
+
+def table(results: Results, expected: dict[str, dict[str, Any]]) -> str:
+    rows = [
+        "| case | gpugate | with gpugate | without gpugate | why |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, run in results.admitted.items():
+        want = expected.get(name, {})
+        verdict = (
+            "admitted"
+            if run.admitted
+            else "; ".join(sorted(o.split(":")[0] for o in run.early if o.startswith("refused")))
+        )
+        where = displayed(want.get("with", []), run.outcomes) if run.admitted else "—"
+        other = results.without.get(name)
+        open_cell = displayed(want.get("without", []), other.outcomes) if other else "— (admitted: not run again)"
+        rows.append(f"| `{name}` | {verdict} | {_cell(where)} | {_cell(open_cell)} | {_cell(want.get('why', ''))} |")
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") or "—"
+
+
+def check(results: Results, expected: dict[str, dict[str, Any]]) -> list[str]:
+    """Every way the run differs from expected.yaml, as sentences; empty when it agrees."""
+    problems = []
+    for name, run in results.admitted.items():
+        want = expected.get(name)
+        if want is None:
+            problems.append(f"{name}: no entry in {EXPECTED.name}")
+            continue
+        if run.admitted != (want["verdict"] == "admitted"):
+            why = "; ".join(run.refused) or "admitted"
+            problems.append(
+                f"{name}: expected {want['verdict']}, was {'admitted' if run.admitted else 'refused'}: {why}"
+            )
+            continue
+        if run.admitted:
+            problems += [f"{name} with gpugate: {m}" for m in mismatches(want.get("with", []), run.outcomes)]
+        else:
+            other = results.without[name]
+            problems += [f"{name} without gpugate: {m}" for m in mismatches(want.get("without", []), other.outcomes)]
+    return problems
+
+
+def write_table(rendered: str, doc: Path = DOC) -> None:
+    text = doc.read_text()
+    start, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
+    doc.write_text(text[:start] + "\n" + rendered + "\n" + text[end:])
+
+
+def documented_table(doc: Path = DOC) -> str:
+    text = doc.read_text()
+    return text[text.index(TABLE_BEGIN) + len(TABLE_BEGIN) : text.index(TABLE_END)].strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.scheduling.placements", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite the table in {DOC.relative_to(REPO)}")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="gpugate-placements-"))
+    cluster, gate = start_fleet(workdir)
+    try:
+        results = run_all(cluster, gate)
+    finally:
+        gate.stop()
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    expected = load_expected()
+    rendered = table(results, expected)
+    print(rendered)
+    problems = check(results, expected)
+    for p in problems:
+        print(f"MISMATCH {p}", file=sys.stderr)
+    if args.write:
+        write_table(rendered)
+        print(f"wrote the table into {DOC.relative_to(REPO)}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""What gpugate answers: the Decision, its constructors, and each policy's mode applied to what the rules found."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..inventory.model import Inventory
+from ..pods.claims import ClaimLookup
+from ..pods.objects import PodShape
+from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
+from ..rules.base import PodContext, PodView, Violation
+from .patch import Operation
+
+WARNING_LIMIT = 120  # api admission/v1 types.go: "Limit warnings to 120 characters if possible."
+
+
+@dataclass
+class Decision:
+    """What gpugate answers: allowed or denied, with a patch, warnings and audit annotations."""
+
+    allowed: bool
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    patch: list[Operation] | None = None
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    policy: str = ""
+    mode: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if not self.allowed:
+            return "error" if self.code >= 500 else "denied"
+        return "patched" if self.patch else "allowed"
+
+
+def allowed(**kw: Any) -> Decision:
+    return Decision(allowed=True, **kw)
+
+
+def denied(message: str, *, code: int = 403, reason: str = "Forbidden", **kw: Any) -> Decision:
+    return Decision(allowed=False, code=code, reason=reason, message=message, **kw)
+
+
+def errored(message: str, *, code: int = 500, reason: str = "InternalError") -> Decision:
+    return Decision(allowed=False, code=code, reason=reason, message=message)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a decision needs besides the request: the policies and a way to read a namespace's labels."""
+
+    policies: PolicySet
+    namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: {}
+    #: The cluster's inventory, or None while it is unknown (not synced, no cluster access, no --fleet).
+    fleet: Callable[[], Inventory | None] = lambda: None
+    #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
+    claims: ClaimLookup | None = None
+
+
+def shorten(text: str, limit: int = WARNING_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]:
+    """As few warnings as fit ``limit`` characters each, every one starting with ``prefix``."""
+    out: list[str] = []
+    current = ""
+    for item in items:
+        if current and len(prefix) + len(current) + 2 + len(item) > limit:
+            out.append(shorten(prefix + current, limit))
+            current = ""
+        current = f"{current}, {item}" if current else item
+    if current:
+        out.append(shorten(prefix + current, limit))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Subject:
+    """One pod (or pod template) found in an admitted object, with its governing policy."""
+
+    view: PodView
+    ctx: PodContext
+
+    @property
+    def policy(self) -> Policy:
+        return self.ctx.policy
+
+    @property
+    def shape(self) -> PodShape:
+        return self.ctx.shape
+
+
+def denial_message(subject: Subject, found: list[tuple[Subject, Violation]]) -> str:
+    lines = []
+    where = f' in namespace "{subject.ctx.namespace}"' if subject.ctx.namespace else ""
+    for policy in dict.fromkeys(s.policy for s, _ in found):
+        origin = f" ({policy.source})" if policy.source not in ("built-in", "<inline>") else ""
+        lines.append(f'{subject.shape.describe()}{where} violates GPU policy "{policy.name}"{origin}:')
+        lines += [f"- {v.message()}" for s, v in found if s.policy is policy]
+    return "\n".join(lines)
+
+
+def verdict(
+    subjects: list[Subject],
+    found: list[tuple[Subject, Violation]],
+    *,
+    warnings: list[str],
+    patch: list[Operation] | None = None,
+) -> Decision:
+    """Apply each policy's mode: enforce denies, warn warns, audit records; built-in violations always deny,
+    advisory ones never do."""
+    policy = subjects[0].policy
+    enforced = [(s, v) for s, v in found if v.builtin or (s.policy.mode == "enforce" and not v.advisory)]
+    others = [(s, v) for s, v in found if not (v.builtin or (s.policy.mode == "enforce" and not v.advisory))]
+    violations = [v for _, v in found]
+    common: dict[str, Any] = {"violations": violations, "policy": policy.name, "mode": policy.mode}
+    if enforced:
+        return denied(denial_message(subjects[0], enforced), warnings=warnings, **common)
+    audit: dict[str, str] = {}
+    audited = [v for s, v in others if s.policy.mode == "audit"]
+    warnings = warnings + [shorten(f"gpugate: {v.short()}") for s, v in others if s.policy.mode != "audit"]
+    if audited:
+        audit = {"policy": policy.name, "violations": json.dumps([v.message() for v in audited])}
+    return allowed(patch=patch or None, warnings=warnings, audit_annotations=audit, **common)
+
+
+def labels_unavailable(err: NamespaceLabelsUnavailable) -> Decision:
+    return errored(
+        f'gpugate cannot read the labels of namespace "{err.namespace}" right now, and a GPU '
+        "policy selects or attributes by them; retry in a few seconds (see gpugate's logs)",
+        code=503,
+        reason="ServiceUnavailable",
+    )

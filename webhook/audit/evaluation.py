@@ -1,0 +1,288 @@
+"""Audit: what gpugate would say about objects already stored in a cluster, from plain dicts; no I/O here.
+
+Every object goes through gpugate's own decision code (`admission.mutate` and `admission.validate`) as a
+synthesized CREATE request, exactly as `gpugate check` does offline: the mutating pass first, its patch
+applied, then the validating pass on the result. What that yields for an object that already exists:
+
+- *refused*: gpugate would refuse to create it today (an `enforce` violation, or a built-in one);
+- *warned*: allowed, but a `warn` or `audit` policy records violations;
+- *changed* (pods only): `/mutate` would add something the stored pod lacks. The mutating webhook never
+  saw this pod (it predates gpugate, or the webhook was skipped: `failurePolicy: Ignore`). Most of a
+  running pod's spec is immutable, so such a pod keeps running as it is until it is re-created;
+- *fine*.
+
+For workloads (a Deployment and the like) the verdict is the one `kubectl apply` of the workload would get;
+what /mutate adds to their pods is reported as information ("pods will get"), not as a finding, since the
+webhook adds it to every pod the controller creates.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import jsonpatch
+
+from ..admission import Decision, Environment, mutate, validate
+from ..pods.gpus import gpu_amounts
+from ..pods.objects import PodShape, containers, dig, is_sidecar, shapes_of, workload_kinds
+from ..policy.model import PolicySet, WorkloadKind
+
+#: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
+BOOKKEEPING_ANNOTATIONS = frozenset({"gpugate.io/policy", "gpugate.io/mutated", "gpugate.io/workload"})
+TEAM_LABEL = "gpugate.io/team"
+#: Fields of a running pod that an UPDATE may still change. k/k pkg/apis/core/validation/validation.go
+#: ValidatePodUpdate: metadata (labels, annotations) and "spec.tolerations (only additions to existing
+#: tolerations)"; runtimeClassName, nodeSelector and affinity are fixed once the pod exists.
+IN_PLACE_FIELDS = frozenset({"labels", "annotations", "tolerations"})
+#: Pods in these phases hold no GPU any more; they are counted, not evaluated.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+VERDICTS = ("refused", "warned", "changed", "fine")
+BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
+
+
+def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
+    """Every kind gpugate reads, Pod first: the registry in `webhook.pods.objects`, plus the kinds the policy
+    directories add (GPUWorkloadKind documents)."""
+    kinds = workload_kinds()
+    for policies in policy_sets:
+        kinds.update(workload_kinds(policies.workloads if policies is not None else None))
+    return sorted(kinds.values(), key=lambda w: ((w.group, w.kind) != ("", "Pod"), w.group, w.kind))
+
+
+# ------------------------------------------------------------------------------------------ one object
+
+
+@dataclass(frozen=True)
+class PodChange:
+    """One thing /mutate would do to a pod: the pod field, the change in words, and for a label (or an
+    annotation, a node selector) its key and new value; `action` is add, replace or remove."""
+
+    field: str
+    text: str
+    action: str = "add"
+    key: str = ""
+    value: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "change": self.text}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The verdict on one object under one policy set."""
+
+    verdict: str  # refused | warned | changed | fine | error
+    policy: str
+    mode: str
+    violations: tuple[tuple[str, str, str, bool], ...]  # (rule, path, message, enforced)
+    changes: tuple[PodChange, ...]
+    error: str = ""
+
+    def fingerprint(self) -> tuple[str, frozenset[tuple[str, str]], frozenset[str]]:
+        return (self.verdict, frozenset((v[0], v[2]) for v in self.violations), frozenset(c.text for c in self.changes))
+
+
+def _request(obj: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
+    """A CREATE AdmissionReview request for a stored object, as the apiserver would build it."""
+    meta = obj.get("metadata") or {}
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    return {
+        "uid": uid,
+        "operation": "CREATE",
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "kind": {"group": group, "version": version, "kind": obj.get("kind")},
+        "object": obj,
+        "oldObject": None,
+        "dryRun": True,
+    }
+
+
+def _fmt_toleration(t: Mapping[str, Any]) -> str:
+    text = str(t.get("key", "*"))
+    if t.get("operator") == "Equal" or "value" in t:
+        text += f"={t.get('value', '')}"
+    elif t.get("operator"):
+        text += f" {t['operator']}"
+    if t.get("effect"):
+        text += f":{t['effect']}"
+    return text
+
+
+def _required_terms(spec: Mapping[str, Any]) -> list[Any]:
+    return (
+        dig(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+        or []
+    )
+
+
+def _fmt_requirement(r: Mapping[str, Any]) -> str:
+    values = r.get("values") or []
+    return (
+        f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]"
+        if values
+        else f"{r.get('key')} {r.get('operator')}"
+    )
+
+
+def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[PodChange]:
+    """What /mutate's patch does to a pod, in words: the patched pod compared with the stored one field by field
+    (the patch itself may add a whole map or list at once, so its operations alone do not read well)."""
+    before_meta, before_spec = before.get("metadata") or {}, before.get("spec") or {}
+    after_meta, after_spec = after.get("metadata") or {}, after.get("spec") or {}
+    out: list[PodChange] = []
+    if before_spec.get("runtimeClassName") != after_spec.get("runtimeClassName"):
+        out.append(PodChange("runtimeClassName", f"runtimeClassName: {after_spec.get('runtimeClassName')}"))
+    old_tol = list(before_spec.get("tolerations") or [])
+    new_tol = list(after_spec.get("tolerations") or [])
+    out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)}") for t in new_tol if t not in old_tol]
+    out += [
+        PodChange("tolerations", f"toleration {_fmt_toleration(t)} removed", action="remove")
+        for t in old_tol
+        if t not in new_tol
+    ]
+    old_sel = before_spec.get("nodeSelector") or {}
+    for key, value in (after_spec.get("nodeSelector") or {}).items():
+        if old_sel.get(key) != value:
+            out.append(
+                PodChange(
+                    "nodeSelector",
+                    f"nodeSelector {key}={value}",
+                    action="replace" if key in old_sel else "add",
+                    key=key,
+                    value=str(value),
+                )
+            )
+    if before_spec.get("affinity") != after_spec.get("affinity"):
+        old_reqs = [r for term in _required_terms(before_spec) for r in term.get("matchExpressions") or []]
+        new_reqs = [r for term in _required_terms(after_spec) for r in term.get("matchExpressions") or []]
+        added = [r for r in new_reqs if r not in old_reqs]
+        texts = sorted({_fmt_requirement(r) for r in added}) or ["changed"]
+        out += [PodChange("affinity", f"required node affinity {text}") for text in texts]
+    for section, word in (("labels", "label"), ("annotations", "annotation")):
+        old = before_meta.get(section) or {}
+        for key, value in (after_meta.get(section) or {}).items():
+            if old.get(key) == value or (section == "annotations" and key in BOOKKEEPING_ANNOTATIONS):
+                continue
+            text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
+            out.append(
+                PodChange(section, text, action="add" if key not in old else "replace", key=key, value=str(value))
+            )
+    handled = {"runtimeClassName", "tolerations", "nodeSelector", "affinity"}
+    for key in sorted(set(before_spec) | set(after_spec)):
+        if key not in handled and before_spec.get(key) != after_spec.get(key):
+            out.append(PodChange(key, f"spec.{key} changed"))
+    return out
+
+
+def _violations(*decisions: Decision | None) -> tuple[tuple[str, str, str, bool], ...]:
+    seen: dict[tuple[str, str, str], bool] = {}
+    for decision in decisions:
+        if decision is None:
+            continue
+        for v in decision.violations:
+            enforced = v.builtin or decision.mode == "enforce"
+            seen[(v.rule, v.path, v.message())] = enforced
+    return tuple((rule, path, message, enforced) for (rule, path, message), enforced in seen.items())
+
+
+def _decide(obj: Mapping[str, Any], env: Environment, *, uid: str) -> tuple[Decision, Decision | None, Any]:
+    """Both passes, as the apiserver runs them: /mutate, its patch applied, then /validate on the result."""
+    mutation = mutate(_request(obj, uid=uid), env)
+    if not mutation.allowed:
+        return mutation, None, obj
+    mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
+    return mutation, validate(_request(mutated, uid=uid), env), mutated
+
+
+def _pod_of_template(obj: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod a workload's controller would create from its template, owned by the workload."""
+    meta = dict(template.get("metadata") or {})
+    owner = obj.get("metadata") or {}
+    meta["namespace"] = owner.get("namespace", "")
+    meta["generateName"] = f"{owner.get('name', '')}-"
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": owner.get("name", ""),
+            "uid": owner.get("uid", ""),
+            "controller": True,
+        }
+    ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+
+
+def _template_changes(
+    obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str, prefix: str
+) -> list[PodChange]:
+    """What /mutate would add to the pods a workload's controller creates from one of its templates."""
+    template = dig(obj, shape.template)
+    if not isinstance(template, Mapping):
+        return []
+    pod = _pod_of_template(obj, template)
+    mutation, _, mutated = _decide(pod, env, uid=uid)
+    if not mutation.allowed or not mutation.patch:
+        return []
+    changes = pod_changes(pod, mutated)
+    return [PodChange(c.field, f"{prefix}{c.text}", c.action, c.key, c.value) for c in changes] if prefix else changes
+
+
+def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") -> Evaluation | None:
+    """gpugate's verdict on one stored object, or None for an object it does not read."""
+    shapes = shapes_of(obj, workloads=workload_kinds(env.policies.workloads))
+    if shapes is None:
+        return None
+    mutation, validation, mutated = _decide(obj, env, uid=uid)
+    final = validation or mutation
+    if not final.allowed and final.code >= 500:
+        return Evaluation("error", final.policy, final.mode, (), (), error=final.message)
+    violations = _violations(mutation, validation)
+    template = not shapes or shapes[0].is_template
+    changes: list[PodChange] = []
+    if template:
+        for shape in shapes:  # a RayCluster has a head and worker templates: say which one gets what
+            prefix = f"{shape.spec_path.removesuffix('.spec')}: " if len(shapes) > 1 else ""
+            changes += _template_changes(obj, shape, env, uid=uid, prefix=prefix)
+    else:
+        changes = pod_changes(obj, mutated)
+    if not final.allowed:
+        verdict = "refused"
+    elif violations:
+        verdict = "warned"
+    elif changes and not template:
+        verdict = "changed"
+    else:
+        verdict = "fine"
+    return Evaluation(verdict, final.policy or mutation.policy, final.mode or mutation.mode, violations, tuple(changes))
+
+
+def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
+    """GPUs a pod holds, per resource, counted as the scheduler counts: app containers and sidecars add up;
+    an ordinary init container runs alone, so it counts only when it asks for more (k/k
+    pkg/api/v1/resource/helpers.go PodRequests)."""
+    app: Counter[str] = Counter()
+    init_peak: dict[str, Fraction] = {}
+    running_sidecars: Counter[str] = Counter()
+    for fld, _, container in containers(spec):
+        amounts = gpu_amounts(container, is_gpu)
+        if fld == "containers":
+            app.update(amounts)
+        elif fld == "initContainers":
+            if is_sidecar(container):
+                running_sidecars.update(amounts)
+                app.update(amounts)
+            else:
+                for resource, amount in amounts.items():
+                    # an init container runs beside the sidecars started before it
+                    peak = amount + running_sidecars.get(resource, 0)
+                    init_peak[resource] = max(init_peak.get(resource, Fraction(0)), peak)
+    out = {r: Fraction(v) for r, v in app.items()}
+    for resource, peak in init_peak.items():
+        out[resource] = max(out.get(resource, Fraction(0)), peak)
+    return {r: v for r, v in out.items() if v > 0}

@@ -1,0 +1,2 @@
+"""The only package that imports the Kubernetes client: the serving namespace-label cache (``namespaces``) and
+the audit's reads and PolicyReport writes."""

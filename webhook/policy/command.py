@@ -1,0 +1,38 @@
+"""``gpugate policy validate|schema``: check a policy directory, print the JSON Schema of policy files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .files import load_policies
+from .loader import PolicyError
+from .schema import policy_schema
+
+EXIT_VALID, EXIT_INVALID = 0, 1
+
+
+def add_arguments(policy: argparse.ArgumentParser) -> None:
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
+    validate.add_argument("directory")
+    validate.set_defaults(run=validate_directory)
+    schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files (for editors)")
+    schema.set_defaults(run=print_schema)
+
+
+def print_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(policy_schema(), indent=2))
+    return EXIT_VALID
+
+
+def validate_directory(args: argparse.Namespace) -> int:
+    try:
+        policies = load_policies(args.directory)
+    except PolicyError as err:
+        print(err, file=sys.stderr)
+        return EXIT_INVALID
+    names = ", ".join(p.name for p in policies.policies) or "none"
+    print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
+    return EXIT_VALID

@@ -1,0 +1,369 @@
+"""What a GPU-hour is worth and how the sums are kept: MIG geometry, prices, and the per-group accumulators."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+SOURCE_PROF = "GR_ENGINE_ACTIVE"
+SOURCE_DEV = "GPU_UTIL"
+
+# kube-state-metrics names an extended resource by replacing every character outside [a-zA-Z0-9_]
+# with "_" (internal/store/utils.go SanitizeLabelName): nvidia.com/gpu -> nvidia_com_gpu,
+# nvidia.com/gpu.shared -> nvidia_com_gpu_shared, nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
+WHOLE = "nvidia_com_gpu"
+SHARED = "nvidia_com_gpu_shared"
+MIG_PREFIX = "nvidia_com_mig_"
+_SANITIZE = re.compile(r"[^a-zA-Z0-9_]")
+_SLICES = re.compile(r"^(\d+)g\.")
+
+# Compute slices per GPU, by product name (dcgm-exporter's modelName, as NVML reports it). NVIDIA's MIG user
+# guide, "Supported GPUs" (docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html), lists the
+# maximum number of instances: 7 on A100, H100, H20, H200, B200, GB200; 4 on A30 and RTX PRO 6000 Blackwell
+# (profiles 1g.24gb, 2g.48gb, 4g.96gb); 2 on RTX PRO 5000 and RTX PRO 4500 Blackwell. First match wins.
+MIG_SLICES: tuple[tuple[str, int], ...] = (
+    ("RTX PRO 6000", 4),
+    ("RTX PRO 5000", 2),
+    ("RTX PRO 4500", 2),
+    ("A30", 4),
+    ("A100", 7),
+    ("H100", 7),
+    ("H200", 7),
+    ("H20", 7),
+    ("GH200", 7),
+    ("B200", 7),
+    ("GB200", 7),
+    ("B300", 7),
+)
+DEFAULT_SLICES = 7
+
+
+def sanitize(name: str) -> str:
+    return _SANITIZE.sub("_", name)
+
+
+def mig_slices(model: str) -> int | None:
+    """Compute slices of a MIG-capable GPU by its product name, or None for a model not in the table."""
+    for fragment, slices in MIG_SLICES:
+        if fragment in model:
+            return slices
+    return None
+
+
+def mig_fraction(profile: str, *, model: str = "") -> tuple[float, bool]:
+    """The share of the physical GPU a MIG profile ``<g>g.<mem>`` holds, g of the model's compute slices, and
+    whether the model is known. An unknown model takes the profile's own numbers: g of 7 (the A100/H100
+    geometry), and never less than the share its own slice count implies (a 4g profile is at least 4 of 7)."""
+    match = _SLICES.match(profile)
+    if not match:
+        return 1.0, True
+    slices = mig_slices(model)
+    g = int(match.group(1))
+    return min(1.0, g / (slices or DEFAULT_SLICES)), slices is not None
+
+
+def mig_profile_of(resource: str) -> str:
+    """``nvidia_com_mig_1g_10gb`` -> ``1g.10gb`` (``_me`` suffixes come back as ``+me``)."""
+    parts = resource[len(MIG_PREFIX) :].split("_")
+    return ".".join(parts[:2]) + "".join(f"+{p}" for p in parts[2:])
+
+
+@dataclass(frozen=True)
+class Prices:
+    """GPU prices per hour, keyed by dcgm-exporter's ``modelName``, a MIG profile (per slice-hour), or
+    ``<modelName>/<profile>``; ``default`` prices whatever else, including GPU-hours without telemetry."""
+
+    per_hour: Mapping[str, float]
+    currency: str = "USD"
+
+    def device(self, *, model: str, profile: str, fraction: float) -> float | None:
+        """Price of one hour of one device (a whole GPU, or one MIG instance)."""
+        if profile:
+            for key in (f"{model}/{profile}", profile):
+                if key in self.per_hour:
+                    return self.per_hour[key]
+        whole = self.per_hour.get(model, self.per_hour.get("default"))
+        return None if whole is None else whole * fraction
+
+    def unknown(self, *, fraction: float) -> float | None:
+        default = self.per_hour.get("default")
+        return None if default is None else default * fraction
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One allocated unit as billed: its kind, its share of a physical GPU, and its price per device-hour."""
+
+    kind: str  # "whole", "shared", or a MIG profile
+    share: float  # of a physical GPU, after splitting among the replicas that share it
+    price: float | None
+    price_share: float = 1.0  # of the device's hour that this pod pays for
+    model: str = ""
+    fraction: float = 1.0  # of the physical GPU the device is (a MIG instance's g/slices)
+
+
+@dataclass
+class Row:
+    """The figures of one group (or of the whole fleet)."""
+
+    group: str
+    whole_gpus: int = 0  # most whole GPUs held at once
+    mig_slices: dict[str, int] = field(default_factory=dict)  # most MIG instances held at once, per profile
+    shared: int = 0  # most time-sliced replicas held at once
+    allocated_hours: float = 0.0  # GPU-hours (a MIG slice counts as its share of the GPU)
+    busy_hours: float = 0.0
+    idle_hours: float = 0.0
+    no_telemetry_hours: float = 0.0
+    avg_utilisation: float | None = None  # percent, here; the JSON gives ratios
+    p95_utilisation: float | None = None
+    peak_memory_mib: float | None = None
+    cost: float | None = None
+    idle_cost: float | None = None
+    no_telemetry_cost: float | None = None
+    unpriced_hours: float = 0.0
+    source: str = "none"
+
+    @property
+    def telemetry_hours(self) -> float:
+        return self.busy_hours + self.idle_hours
+
+    @property
+    def idle_share(self) -> float:
+        """Idle GPU-hours over the GPU-hours that had telemetry (hours without it are never idle)."""
+        return self.idle_hours / self.telemetry_hours if self.telemetry_hours else 0.0
+
+    @property
+    def telemetry_share(self) -> float:
+        return self.telemetry_hours / self.allocated_hours if self.allocated_hours else 0.0
+
+
+class Histogram:
+    """GPU-hours per 0.1 % of utilisation: a weighted percentile in bounded memory."""
+
+    def __init__(self) -> None:
+        self.bins = [0.0] * 1001
+
+    def add(self, utilisation: float, hours: float) -> None:
+        self.bins[round(utilisation * 10)] += hours
+
+    def merge(self, other: Histogram) -> None:
+        self.bins = [a + b for a, b in zip(self.bins, other.bins, strict=True)]
+
+    def percentile(self, quantile: float) -> float:
+        total = sum(self.bins)
+        running = 0.0
+        for index, weight in enumerate(self.bins):
+            running += weight
+            if running >= quantile * total - 1e-12:
+                return index / 10
+        return 100.0
+
+
+@dataclass
+class Workload:
+    """One workload (gpugate's workload-kind/-name, else the bare pod): what it held and left idle."""
+
+    namespace: str
+    kind: str
+    name: str
+    team: str
+    cost_center: str
+    allocated_hours: float = 0.0
+    idle_hours: float = 0.0
+    telemetry_hours: float = 0.0
+    utilisation_hours: float = 0.0  # sum of utilisation x GPU-hours, for the mean
+    cost: float | None = None
+    idle_cost: float | None = None
+    peak_memory_mib: float | None = None
+    samples: int = 0  # device-steps with a utilisation value
+    histogram: Histogram = field(default_factory=Histogram)
+    held: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, kind) -> GPU-hours held
+
+    @property
+    def avg_utilisation(self) -> float | None:
+        return self.utilisation_hours / self.telemetry_hours if self.telemetry_hours else None
+
+    @property
+    def p95_utilisation(self) -> float | None:
+        return self.histogram.percentile(0.95) if self.telemetry_hours else None
+
+    @property
+    def coverage(self) -> float:
+        return self.telemetry_hours / self.allocated_hours if self.allocated_hours else 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    def account(self, *, hours: float, utilisation: float | None, idle: bool, cost: float | None, unit: Unit) -> None:
+        self.allocated_hours += hours
+        self.held[unit.model, unit.kind] = self.held.get((unit.model, unit.kind), 0.0) + hours
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+        if utilisation is None:
+            return
+        utilisation = min(100.0, max(0.0, utilisation))
+        self.telemetry_hours += hours
+        self.utilisation_hours += utilisation * hours
+        self.histogram.add(utilisation, hours)
+        if idle:
+            self.idle_hours += hours
+            if cost is not None:
+                self.idle_cost = (self.idle_cost or 0.0) + cost
+
+
+@dataclass
+class Bucket:
+    """One ``--bucket`` interval of the fleet or of a group."""
+
+    start: float
+    allocated_hours: float = 0.0
+    busy_hours: float = 0.0
+    idle_hours: float = 0.0
+    no_telemetry_hours: float = 0.0
+    unallocated_hours: float = 0.0
+    cost: float = 0.0
+    idle_cost: float = 0.0
+    unallocated_cost: float = 0.0
+
+
+class Accumulator:
+    """Sums for one group (or the fleet): hours, cost, a utilisation histogram, peaks, buckets and a timeline."""
+
+    def __init__(self, name: str) -> None:
+        self.row = Row(group=name)
+        self.histogram = Histogram()
+        self.utilisation_hours = 0.0
+        self.prof_hours = 0.0
+        self.dev_hours = 0.0
+        self.cost = 0.0
+        self.idle_cost = 0.0
+        self.no_telemetry_cost = 0.0
+        self.allocated: dict[int, float] = defaultdict(float)
+        self.util_hours: dict[int, float] = defaultdict(float)
+        self.tele: dict[int, float] = defaultdict(float)
+        self.buckets: dict[int, Bucket] = {}
+        self.counts: dict[str, set[Hashable]] = defaultdict(set)
+
+    def add(
+        self,
+        *,
+        index: int,
+        hours: float,
+        utilisation: float | None,
+        source: str,
+        threshold: float,
+        cost: float | None,
+        bucket: int | None,
+        timeline: bool,
+    ) -> bool:
+        """Add one unit's step; True when it was idle."""
+        row = self.row
+        row.allocated_hours += hours
+        if timeline:
+            self.allocated[index] += hours
+        found = self._bucket(bucket)
+        if found is not None:
+            found.allocated_hours += hours
+            found.cost += cost or 0.0
+        if cost is None:
+            row.unpriced_hours += hours
+        else:
+            self.cost += cost
+        if utilisation is None:
+            row.no_telemetry_hours += hours
+            self.no_telemetry_cost += cost or 0.0
+            if found is not None:
+                found.no_telemetry_hours += hours
+            return False
+        utilisation = min(100.0, max(0.0, utilisation))
+        if timeline:
+            self.tele[index] += hours
+            self.util_hours[index] += utilisation * hours
+        self.utilisation_hours += utilisation * hours
+        self.histogram.add(utilisation, hours)
+        if source == SOURCE_PROF:
+            self.prof_hours += hours
+        else:
+            self.dev_hours += hours
+        idle = utilisation < threshold
+        if idle:
+            row.idle_hours += hours
+            self.idle_cost += cost or 0.0
+        else:
+            row.busy_hours += hours
+        if found is not None:
+            if idle:
+                found.idle_hours += hours
+                found.idle_cost += cost or 0.0
+            else:
+                found.busy_hours += hours
+        return idle
+
+    def _bucket(self, start: int | None) -> Bucket | None:
+        if start is None:
+            return None
+        found = self.buckets.get(start)
+        if found is None:
+            found = self.buckets[start] = Bucket(float(start))
+        return found
+
+    def merge_step(self, other: Accumulator) -> None:
+        """Take in what another accumulator held during this step (the fleet total's peaks)."""
+        for kind, held in other.counts.items():
+            self.counts[kind] |= held
+
+    def merge(self, other: Accumulator) -> None:
+        """Add another accumulator's sums (the fleet total is the sum of its groups; peaks come per step)."""
+        row, theirs = self.row, other.row
+        row.allocated_hours += theirs.allocated_hours
+        row.busy_hours += theirs.busy_hours
+        row.idle_hours += theirs.idle_hours
+        row.no_telemetry_hours += theirs.no_telemetry_hours
+        row.unpriced_hours += theirs.unpriced_hours
+        self.histogram.merge(other.histogram)
+        self.utilisation_hours += other.utilisation_hours
+        self.prof_hours += other.prof_hours
+        self.dev_hours += other.dev_hours
+        self.cost += other.cost
+        self.idle_cost += other.idle_cost
+        self.no_telemetry_cost += other.no_telemetry_cost
+        for mine, yours in ((self.allocated, other.allocated), (self.util_hours, other.util_hours)):
+            for index, value in yours.items():
+                mine[index] += value
+        for index, value in other.tele.items():
+            self.tele[index] += value
+
+    def close_step(self) -> None:
+        row = self.row
+        for kind, held in self.counts.items():
+            count = len(held)
+            if kind == "whole":
+                row.whole_gpus = max(row.whole_gpus, count)
+            elif kind == "shared":
+                row.shared = max(row.shared, count)
+            else:
+                row.mig_slices[kind] = max(row.mig_slices.get(kind, 0), count)
+        self.counts.clear()
+
+    def finish(self, *, priced: bool) -> Row:
+        row = self.row
+        telemetry = row.telemetry_hours
+        if telemetry:
+            row.avg_utilisation = self.utilisation_hours / telemetry
+            row.p95_utilisation = self.histogram.percentile(0.95)
+            if self.prof_hours and self.dev_hours:
+                row.source = f"mixed ({100 * self.prof_hours / telemetry:.0f}% {SOURCE_PROF})"
+            else:
+                row.source = SOURCE_PROF if self.prof_hours else SOURCE_DEV
+        if priced:
+            row.cost, row.idle_cost, row.no_telemetry_cost = self.cost, self.idle_cost, self.no_telemetry_cost
+        return row
+
+    def timeline_allocated(self, steps: int) -> list[float]:
+        return [self.allocated.get(i, 0.0) for i in range(steps)]
+
+    def timeline_utilisation(self, steps: int) -> list[float | None]:
+        return [self.util_hours[i] / self.tele[i] if self.tele.get(i) else None for i in range(steps)]

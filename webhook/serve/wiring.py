@@ -1,0 +1,97 @@
+"""The production app's wiring: the policy store (with its last good copy), the namespace-label cache and the
+per-worker refresh loop around the routes of ``app``. ``gpugate serve`` runs ``build_app`` in every worker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from flask import Flask
+
+from ..policy import lastgood
+from ..policy.loader import PolicyError
+from ..policy.store import PolicyStore
+from .app import NamespaceLabels, create_app
+
+log = logging.getLogger("gpugate")
+
+# Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
+# gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
+REFRESH_INTERVAL = 1.0
+
+
+def build_app(
+    policies_dir: str, *, kubeconfig: str | None = None, tls_ready: Callable[[], bool] | None = None
+) -> Flask:
+    """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
+    from ..kube import namespaces as kube
+
+    store = _policy_store(policies_dir)
+    cache = kube.namespace_cache(kubeconfig)
+    labels_of: NamespaceLabels | None = None
+    if cache is not None:
+        cache.start()
+        labels_of = cache.labels
+    else:
+        log.warning(
+            "no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
+            "empty, so namespaceSelector policies do not match and attribution uses defaults"
+        )
+    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    refresh = app.extensions["gpugate.refresh"]
+    copy = lastgood.location()
+    saved = [""]
+
+    def refresh_and_keep_a_copy() -> None:
+        if tls_ready is not None:
+            # Follow the certificate files in every worker, not only in those taking handshakes: a worker
+            # that sat out a rotation would otherwise still hold the old certificate when a broken edit
+            # follows, and serve it while its neighbours serve the rotated one.
+            tls_ready()
+        current = refresh()
+        if (
+            copy is not None
+            and store.last_error is None
+            and current.digest != saved[0]
+            and lastgood.save(policies_dir, current, into=copy)
+        ):
+            saved[0] = current.digest
+
+    refresh_and_keep_a_copy()
+    _every(REFRESH_INTERVAL, refresh_and_keep_a_copy, name="gpugate-refresh")
+    return app
+
+
+def _policy_store(policies_dir: str) -> PolicyStore:
+    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
+    try:
+        return PolicyStore(policies_dir, background=True)  # a reload never holds up a request
+    except PolicyError:
+        copy = lastgood.location()
+        if copy is None:
+            raise
+        fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
+        log.error(
+            "the policies in %s are invalid; this worker starts with the last good copy (%s)",
+            policies_dir,
+            fallback.digest,
+        )
+        return PolicyStore(policies_dir, background=True, fallback=fallback)
+
+
+def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
+    """Run ``action`` every ``interval`` seconds in a daemon thread of this worker, for its whole life."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                action()
+            except Exception:  # keep refreshing; a failure here must not silence the metrics for good
+                log.exception("%s failed", name)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread
