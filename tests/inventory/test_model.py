@@ -16,7 +16,7 @@ from webhook.inventory.model import (
 )
 from webhook.inventory.snapshot import SnapshotError, load_snapshot, trimmed
 
-REFERENCE = REPO / "policies" / "examples" / "fleet" / "reference-fleet.yaml"
+REFERENCE = REPO / "policies" / "examples" / "fleet" / "fleet.yaml"
 
 
 def test_a_node_keeps_labels_taints_and_only_extended_allocatable():

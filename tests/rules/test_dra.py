@@ -14,7 +14,7 @@ from webhook.policy.files import load_policies
 
 FLEET = load_policies(REPO / "policies")
 DEFAULT = next(p for p in FLEET.policies if p.name == "default")
-SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "reference-fleet.yaml")
+SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
 NVIDIA_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TEMPLATE = "ResourceClaimTemplate"
 

@@ -14,7 +14,7 @@ from webhook.inventory.snapshot import load_snapshot
 from webhook.policy.files import load_policies
 
 FLEET = load_policies(REPO / "policies")
-SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "reference-fleet.yaml")
+SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
 NVIDIA_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 

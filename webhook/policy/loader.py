@@ -11,6 +11,7 @@ from typing import Any
 from .model import (
     API_VERSION,
     BUILTIN_DEVICE_RESOURCES,
+    BUILTIN_DRA,
     DEFAULT_HOLDER_ANNOTATIONS,
     KIND,
     MODEL_LABEL,
@@ -502,6 +503,8 @@ def _legacy_device(doc: _Doc, spec: Mapping[str, Any], models: Any) -> Device | 
         ),
         tolerations=_tolerations(doc, spec.get("tolerations"), "spec.tolerations"),
         model_label=doc.string(node_label, "spec.models.nodeLabel", check=is_label_key, what="node label key"),
+        dra_drivers=BUILTIN_DRA["nvidia"][0] if not resources else (),
+        device_classes=BUILTIN_DRA["nvidia"][1] if not resources else (),
     )
 
 
