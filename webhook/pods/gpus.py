@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from types import MappingProxyType
 from typing import Any
 
 from ..inventory.model import Inventory
@@ -43,7 +42,21 @@ def gpu_resources_requested(spec: Mapping[str, Any], is_gpu: Callable[[str], boo
     return {r for _, _, c in containers(spec) for r, amount in gpu_amounts(c, is_gpu).items() if amount > 0}
 
 
-_NO_CLAIMS: Mapping[str, tuple[str, int | None]] = MappingProxyType({})
+@dataclass(frozen=True)
+class DRAUse:
+    """What a pod holds through DRA, beyond device-plugin resources (None on GPUUse for an ordinary pod)."""
+
+    #: Counted resources served only through DRA (``deviceclass.resource.kubernetes.io/<class>``, or a GPU
+    #: DeviceClass's own ``extendedResourceName`` that no device profile lists): no device-plugin pool has them.
+    resources: frozenset[str] = frozenset()
+    #: GPU DeviceClasses the pod's claims use.
+    device_classes: tuple[str, ...] = ()
+    #: The pod holds admin-access claims on GPUs (monitoring): it observes GPUs, holds none.
+    observer: bool = False
+    #: Claim path -> (GPU DeviceClass, devices; None for All).
+    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
+    #: (claim path, DeviceClass) of requests naming a class a synced inventory lacks.
+    missing_classes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,16 +69,28 @@ class GPUUse:
     devices: tuple[Device, ...]
     #: Other ways the pod holds a GPU: "spec.resourceClaims[0]", "annotation gpu-fraction", ...
     holders: tuple[str, ...] = ()
-    #: Counted resources served only through DRA (``deviceclass.resource.kubernetes.io/<class>``, or a GPU
-    #: DeviceClass's own ``extendedResourceName`` that no device profile lists): no device-plugin pool has them.
-    dra_resources: frozenset[str] = frozenset()
-    #: GPU DeviceClasses the pod's claims use.
-    device_classes: tuple[str, ...] = ()
-    #: The pod holds admin-access claims on GPUs (monitoring): it observes GPUs, holds none.
-    observer: bool = False
-    #: Claim path -> (GPU DeviceClass, devices; None for All), and (path, DeviceClass) the inventory lacks.
-    claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=lambda: _NO_CLAIMS)
-    missing_classes: tuple[tuple[str, str], ...] = ()
+    #: DRA-backed resources and claims, when the pod has any (kept apart: most pods have none).
+    dra: DRAUse | None = None
+
+    @property
+    def dra_resources(self) -> frozenset[str]:
+        return self.dra.resources if self.dra is not None else frozenset()
+
+    @property
+    def device_classes(self) -> tuple[str, ...]:
+        return self.dra.device_classes if self.dra is not None else ()
+
+    @property
+    def observer(self) -> bool:
+        return self.dra is not None and self.dra.observer
+
+    @property
+    def claim_wants(self) -> Mapping[str, tuple[str, int | None]]:
+        return self.dra.claim_wants if self.dra is not None else {}
+
+    @property
+    def missing_classes(self) -> tuple[tuple[str, str], ...]:
+        return self.dra.missing_classes if self.dra is not None else ()
 
     @property
     def holds_gpu(self) -> bool:
@@ -79,15 +104,15 @@ class GPUUse:
     @property
     def device_plugin_resources(self) -> frozenset[str]:
         """The counted resources a device plugin serves (or DRA through the same name, KEP-5004)."""
-        return self.resources - self.dra_resources
+        return self.resources if self.dra is None else self.resources - self.dra.resources
 
     @property
     def fractional(self) -> bool:
-        return any(h.startswith("annotation ") for h in self.holders)
+        return bool(self.holders) and any(h.startswith("annotation ") for h in self.holders)
 
     def counts(self, resource: str, policy: Policy) -> bool:
         """A GPU count resource for this pod: the policy's, or one DRA serves as a GPU."""
-        return resource in self.dra_resources or policy.counts_as_gpu(resource)
+        return (self.dra is not None and resource in self.dra.resources) or policy.counts_as_gpu(resource)
 
 
 def gpu_use(
@@ -155,13 +180,13 @@ def gpu_use(
             vendors.setdefault(device.name, device)
     order = list(policy.devices)
     devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
-    return GPUUse(
-        frozenset(counted),
-        devices,
-        tuple(holders),
-        frozenset(dra),
-        tuple(dict.fromkeys(classes)),
-        observer,
-        claim_wants=use.wants if use is not None else _NO_CLAIMS,
-        missing_classes=tuple(use.missing) if use is not None else (),
-    )
+    dra_use = None
+    if dra or use is not None:
+        dra_use = DRAUse(
+            frozenset(dra),
+            tuple(dict.fromkeys(classes)),
+            observer,
+            use.wants if use is not None else {},
+            tuple(use.missing) if use is not None else (),
+        )
+    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use)

@@ -88,7 +88,7 @@ class PodContext:
     def counts_as_gpu(self) -> Callable[[str], bool]:
         """Whether a resource is a GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004).
         The policy's own (cached) predicate when the pod has no DRA-backed resource: rules call it per resource."""
-        if not self.gpu.dra_resources:
+        if self.gpu.dra is None or not self.gpu.dra.resources:
             return self.policy.counts_as_gpu
         return lambda resource: self.gpu.counts(resource, self.policy)
 

@@ -72,8 +72,10 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
         if key in selector:
             found.append((key, f"nodeSelector[{key}]", [str(selector[key])]))
             continue
+        if not terms:
+            continue
         per_term = [[e for e in _model_expressions(t, key) if e.get("operator") == "In"] for t in terms]
-        if terms and all(per_term):
+        if all(per_term):
             for t, exprs in enumerate(per_term):
                 e = next(i for i, x in enumerate(terms[t].get("matchExpressions") or []) if x is exprs[0])
                 found.append(
@@ -83,9 +85,10 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
                         [str(v) for v in exprs[0].get("values") or []],
                     )
                 )
+    annotations = pod.annotations if device.choice_annotations else {}
     for key in device.choice_annotations:
-        if key in pod.annotations:
-            values = [v.strip() for v in str(pod.annotations[key]).split(",") if v.strip()]
+        if key in annotations:
+            values = [v.strip() for v in str(annotations[key]).split(",") if v.strip()]
             found.append((key, f"metadata.annotations[{key}]", values))
     return found
 

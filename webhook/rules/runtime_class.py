@@ -24,18 +24,18 @@ def _wanted(pod: PodView | PodEditor, ctx: PodContext) -> str | None:
     pods and fractional holds, as the profile's ``runtimeClassPods`` says; never DRA-served pods (the driver
     injects devices through CDI). With a synced inventory, only a RuntimeClass that exists: the apiserver's
     RuntimeClass admission plugin refuses a pod naming a missing one."""
-    device = ctx.gpu.device
+    gpu = ctx.gpu
+    device = gpu.device
     if device is None or device.runtime_class_name is None:
-        return None
-    needs = ("device-plugin" in device.runtime_class_pods and bool(ctx.gpu.device_plugin_resources)) or (
-        "fractional" in device.runtime_class_pods and ctx.gpu.fractional
-    )
-    if needs and not ctx.gpu.fractional and _dra_pool(pod, ctx):
-        return None  # plain nvidia.com/gpu bound for a DRA class's pool: DRA serves it (KEP-5004)
-    if not needs:
         return None
     if ctx.fleet is not None and device.runtime_class_name not in ctx.fleet.runtime_classes:
         return None
+    if "fractional" in device.runtime_class_pods and gpu.fractional:
+        return device.runtime_class_name
+    if "device-plugin" not in device.runtime_class_pods or not gpu.device_plugin_resources:
+        return None
+    if _dra_pool(pod, ctx):
+        return None  # plain nvidia.com/gpu bound for a DRA class's pool: DRA serves it (KEP-5004)
     return device.runtime_class_name
 
 
@@ -84,8 +84,9 @@ def _is_dra(chosen: ModelClass | None) -> bool:
 @validator(RULE, pods="gpu")
 def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     actual = pod.spec.get("runtimeClassName")
-    if actual in (None, ""):
-        return []  # absent: the mutator's to add (or, if it could not, the engine's "not mutated" check)
+    device = ctx.gpu.device
+    if actual in (None, "") or device is None or actual == device.runtime_class_name:
+        return []  # absent (the mutator's to add), or the one gpugate would set: never a wrong choice
     wanted = _wanted(pod, ctx)
     if wanted is None or actual == wanted:
         return []
