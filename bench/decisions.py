@@ -88,11 +88,12 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
     environment = env(load_policies(REPO / "policies"), {"default": {"team": "ml"}})
     req = request(obj)
     mutated = request(apply(obj, mutate(req, environment).patch))
-    saved = (list(registry._RULES), admission._subjects, admission.make_patch)  # type: ignore[attr-defined]
+    rules = registry.REGISTRY.rules
+    saved = ([list(r.checks) for r in rules], admission._subjects, admission.make_patch)  # type: ignore[attr-defined]
     try:
-        registry._RULES[:] = [
-            dataclasses.replace(r, run=timed(f"rule {r.name} ({r.action})", r.run)) for r in registry._RULES
-        ]
+        for r in rules:
+            r.checks[:] = [dataclasses.replace(c, run=timed(f"rule {c.name} ({c.action})", c.run)) for c in r.checks]
+        registry.REGISTRY.invalidate()
         admission._subjects = timed("finding the pods and their policies", admission._subjects)
         admission.make_patch = timed("the JSON patch (diff and check)", admission.make_patch)  # type: ignore[attr-defined]
         started = time.process_time()
@@ -101,7 +102,10 @@ def breakdown(obj: dict[str, Any], *, calls: int = 300) -> list[tuple[str, float
             validate(mutated, environment)
         whole = time.process_time() - started
     finally:
-        registry._RULES[:], admission._subjects, admission.make_patch = saved  # type: ignore[attr-defined]
+        checks, admission._subjects, admission.make_patch = saved  # type: ignore[attr-defined]
+        for r, kept in zip(rules, checks, strict=True):
+            r.checks[:] = kept
+        registry.REGISTRY.invalidate()
     parts = sorted(((name, seconds / calls) for name, seconds in spent.items()), key=lambda p: -p[1])
     return [*parts, ("the rest of mutate and validate", max(0.0, whole / calls - sum(s for _, s in parts)))]
 

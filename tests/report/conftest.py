@@ -47,12 +47,13 @@ class RunningPrometheus:
     log: Path
 
 
-def backfill(fleet: Fleet, directory: Path, *, block: str = "168h") -> Path:
+def backfill(fleet: Fleet, directory: Path, *, block: str = "168h", since: int = 0, until: int | None = None) -> Path:
     """OpenMetrics text -> TSDB blocks. Week-long blocks by default: 2.42's backfill re-reads the whole input
-    once per block, so 2-hour blocks cost 84 passes over a week."""
+    once per block, so 2-hour blocks cost 84 passes over a week. ``since``/``until`` (seconds since the
+    fleet's start) keep part of it, as one replica of an HA pair that was down for the rest."""
     openmetrics = directory / "fleet.om"
     with openmetrics.open("w") as stream:
-        fleet.write(stream)
+        fleet.write(stream, since=since, until=until)
     tsdb = directory / "tsdb"
     result = subprocess.run(
         [
@@ -74,10 +75,14 @@ def backfill(fleet: Fleet, directory: Path, *, block: str = "168h") -> Path:
     return tsdb
 
 
-def start_prometheus(tsdb: Path, directory: Path) -> RunningPrometheus:
+def start_prometheus(
+    tsdb: Path, directory: Path, *, external_labels: dict[str, str] | None = None
+) -> RunningPrometheus:
     server = find_tool("prometheus")
     config = directory / "prometheus.yml"
-    config.write_text("global: {}\n")  # nothing to scrape: every sample comes from the backfilled blocks
+    # Nothing to scrape: every sample comes from the backfilled blocks. External labels name an HA replica.
+    labels = "".join(f"\n    {k}: {v}" for k, v in (external_labels or {}).items())
+    config.write_text(f"global:\n  external_labels:{labels}\n" if labels else "global: {}\n")
     port = free_port()
     log = directory / "prometheus.log"
     with log.open("wb") as out:

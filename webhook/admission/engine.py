@@ -8,15 +8,12 @@ from typing import Any
 from .. import rules  # noqa: F401  (registers every rule)
 from ..pods.gpus import gpu_use
 from ..pods.objects import dig, shapes_of, workload_kinds
+from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
 from ..policy.model import NamespaceLabelsUnavailable
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
-from ..rules.registry import mutate_pod, validate_pod
+from ..rules.registry import Check, mutations, validate_pod, validations
 from .decision import Decision, Environment, Subject, allowed, labels_unavailable, pack, shorten, verdict
 from .patch import make_patch
-
-POLICY_ANNOTATION = "gpugate.io/policy"
-MUTATED_ANNOTATION = "gpugate.io/mutated"
-
 
 # --------------------------------------------------------------------------------------------- subjects
 
@@ -79,27 +76,32 @@ def _subjects(
     return subjects
 
 
-def _mutations(obj: Mapping[str, Any], subjects: list[Subject]) -> tuple[PodEditor | None, list[list[Change]]]:
-    """One editor over the whole object, and each subject's changes."""
+Changes = list[tuple[Check, Change]]
+
+
+def _mutations(obj: Mapping[str, Any], subjects: list[Subject]) -> tuple[PodEditor | None, list[Changes]]:
+    """One editor over the whole object, and each subject's changes with the mutator that made each."""
     editor: PodEditor | None = None
-    changes: list[list[Change]] = []
+    changes: list[Changes] = []
     for subject in subjects:
         editor = PodEditor(obj, subject.shape) if editor is None else editor.on(subject.shape)
-        changes.append(mutate_pod(editor, subject.ctx))
+        changes.append(mutations(editor, subject.ctx))
     return editor, changes
 
 
-def _unapplied(subject: Subject, changes: list[Change]) -> list[Violation]:
-    """Mutations the policy requires that the final object lacks (the mutating call was skipped)."""
+def _unapplied(subject: Subject, changes: Changes, *, update: bool = False) -> list[Violation]:
+    """Mutations the policy requires that the final object lacks (the mutating call was skipped). On an
+    UPDATE, a mutator whose record says ``on_update="skip"`` requires nothing."""
     return [
         Violation(
             "not-mutated",
-            subject.ctx.spec_field(c.field) if c.field != "labels" else subject.ctx.meta_field("labels"),
+            subject.ctx.locate(check.rule.touch(c.field).path),
             "pod",
             f'lacks {c.summary} that policy "{subject.policy.name}" requires',
             "re-create it so gpugate's mutating webhook can add it, or add it yourself",
         )
-        for c in changes
+        for check, c in changes
+        if not (update and check.on_update == "skip")
     ]
 
 
@@ -119,9 +121,11 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
         return allowed()
     # What the apiserver would refuse anyway is refused here, where it is seen first (its own checks run
     # only after mutating webhooks); everything else is the validating call's to judge.
-    builtin = [(s, v) for s in subjects for v in validate_pod(s.view, s.ctx, builtin_only=True) if v.builtin]
-    if builtin:
-        return verdict(subjects, builtin, warnings=[])
+    refused = [
+        (s, v) for s in subjects for v in validate_pod(s.view, s.ctx, policy_free_only=True) if v.refused_by_apiserver
+    ]
+    if refused:
+        return verdict(subjects, refused, warnings=[])
     policy = subjects[0].policy.name
     is_template = subjects[0].shape.is_template
     mutable = [s for s in subjects if s.ctx.mutable]
@@ -130,12 +134,14 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     editor, changes = _mutations(obj, mutable)
     if editor is None or not any(changes):
         return allowed(policy=policy)
-    warnings = [shorten(c.warning) for touched in changes for c in touched if c.warning]
+    warnings = [shorten(c.warning) for touched in changes for _, c in touched if c.warning]
     for subject, touched in zip(mutable, changes, strict=True):
         if not touched:
             continue
         pod = editor.on(subject.shape)
-        fields = {c.field for c in touched} | set(filter(None, pod.annotations.get(MUTATED_ANNOTATION, "").split(",")))
+        fields = {c.field for _, c in touched} | set(
+            filter(None, pod.annotations.get(MUTATED_ANNOTATION, "").split(","))
+        )
         pod.set_annotation(POLICY_ANNOTATION, subject.policy.name)
         pod.set_annotation(MUTATED_ANNOTATION, ",".join(sorted(fields)))
     return allowed(patch=make_patch(obj, editor.root), warnings=warnings, policy=policy)
@@ -159,28 +165,24 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     warnings: list[str] = []
     before_by_shape = {s.shape.template: s for s in olds or []}
     for subject in subjects:
-        violations = validate_pod(subject.view, subject.ctx)
-        _, (changes,) = _mutations(obj, [subject])
-        if subject.ctx.mutable:
-            violations += _unapplied(subject, changes)
-        elif subject.ctx.gpu.holds_gpu and changes:
-            warnings += pack(f"{_where(subject)}: pods will get ", [c.summary for c in changes])
         old = before_by_shape.get(subject.shape.template)
+        checked = validations(subject.view, subject.ctx)
+        _, (changes,) = _mutations(obj, [subject])
+        unapplied: list[Violation] = []
+        if subject.ctx.mutable:
+            unapplied = _unapplied(subject, changes, update=old is not None)
+        elif subject.ctx.gpu.holds_gpu and changes:
+            warnings += pack(f"{_where(subject)}: pods will get ", [c.summary for _, c in changes])
+        violations = [v for _, v in checked] + unapplied
         if old is not None:
+            # On UPDATE only what the update made worse counts, unless the check's record says otherwise.
             _, (old_changes,) = _mutations(old_obj, [old])  # type: ignore[arg-type]
             before = {
                 (v.rule, v.path, v.text)
                 for v in validate_pod(old.view, old.ctx) + (_unapplied(old, old_changes) if subject.ctx.mutable else [])
             }
-            violations = [
-                v
-                for v in violations
-                if (v.rule == "attribution" and v.text.startswith("attribution label"))
-                or (
-                    (v.rule, v.path, v.text) not in before
-                    and not (v.rule == "not-mutated" and v.path.endswith(".labels"))
-                )
-            ]
+            violations = [v for c, v in checked if c.on_update == "all" or (v.rule, v.path, v.text) not in before]
+            violations += [v for v in unapplied if (v.rule, v.path, v.text) not in before]
         found += [(subject, v) for v in violations]
     return verdict(subjects, found, warnings=warnings)
 

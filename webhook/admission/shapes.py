@@ -12,61 +12,48 @@ templates the rules read just the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import rules  # noqa: F401  (registers every rule, and with it what each reads)
+from ..pods.fields import ANY_OBJECT, BASE_READS, CONTAINER_LISTS, QUANTITY, MapOf
 from ..pods.objects import dig, shapes_of
 from ..policy.model import WorkloadKind
+from ..rules.registry import REGISTRY, RegistryError
 
 Workloads = Mapping[tuple[str, str], WorkloadKind]
 
-# A schema is a type (str, bool, int), QUANTITY, ANY_OBJECT, a dict of field -> schema (the fields
-# gpugate reads), a one-element list [item schema], or MapOf(value schema).
+
+def _merge(node: dict[str, Any], keys: list[str], schema: Any, path: str) -> None:
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise RegistryError(f"{path}: declared both as a field and as a value")
+    last = keys[-1]
+    if last not in node:
+        node[last] = copy.deepcopy(schema)
+    elif isinstance(node[last], dict) and isinstance(schema, dict):
+        for key, sub in schema.items():
+            _merge(node[last], [key], sub, f"{path}.{key}")
+    elif node[last] != schema:
+        raise RegistryError(f"{path}: two rules read it with different types")
 
 
-class MapOf:
-    """A JSON object whose keys are free and whose values all follow one schema."""
+def pod_schemas(reads: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The object-metadata and pod-spec schemas of a set of reads (``pods.fields``)."""
+    tree: dict[str, dict[str, Any]] = {"metadata": {}, "spec": {}, "container": {}}
+    for path, schema in reads:
+        top, _, rest = path.partition(".")
+        if top not in tree or not rest or (top == "spec" and rest.split(".")[0] in CONTAINER_LISTS):
+            raise RegistryError(f"{path}: a read is metadata.<field>, spec.<field> or container.<field>")
+        _merge(tree[top], rest.split("."), schema, path)
+    spec = {name: [tree["container"]] for name in CONTAINER_LISTS} | tree["spec"]
+    return tree["metadata"], spec
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
 
-
-QUANTITY = "quantity"  # a resource.Quantity: the apiserver sends a string; a JSON number also decodes
-ANY_OBJECT = "object"  # read, but only its presence matters
-
-STRINGS = MapOf(str)
-QUANTITIES = MapOf(QUANTITY)
-SELECTOR_REQUIREMENT = {"key": str, "operator": str, "values": [str]}
-NODE_SELECTOR_TERM = {"matchExpressions": [SELECTOR_REQUIREMENT], "matchFields": [SELECTOR_REQUIREMENT]}
-OBJECT_META = {
-    "name": str,
-    "namespace": str,
-    "generateName": str,
-    "labels": STRINGS,
-    "annotations": STRINGS,
-    "ownerReferences": [{"apiVersion": str, "kind": str, "name": str, "controller": bool}],
-}
-CONTAINER = {
-    "name": str,
-    "image": str,
-    "restartPolicy": str,
-    "env": [{"name": str, "value": str, "valueFrom": ANY_OBJECT}],
-    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
-}
-POD_SPEC = {
-    "containers": [CONTAINER],
-    "initContainers": [CONTAINER],
-    "ephemeralContainers": [CONTAINER],
-    "runtimeClassName": str,
-    "nodeSelector": STRINGS,
-    "tolerations": [{"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}],
-    "affinity": {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]},
-        },
-    },
-    "resources": {"limits": QUANTITIES, "requests": QUANTITIES},
-}
+#: Every field gpugate reads: what finding pods and GPUs needs, and what the registered rules declare.
+OBJECT_META, POD_SPEC = pod_schemas([*BASE_READS.items(), *REGISTRY.reads()])
 
 MAX_REPORTED = 10  # a hostile object can be wrong in thousands of places; the first few say enough
 _NAMES = {str: "a string", bool: "a boolean", int: "an integer", QUANTITY: "a quantity string", ANY_OBJECT: "an object"}

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import yaml
 
 from ..policy.files import load_policies
+from ..policy.keys import TEAM_LABEL
 from ..policy.loader import PolicyError
 from ..policy.model import PolicySet
 from . import evaluation, policyreports, render, tally
@@ -76,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="read the installed policies from this ConfigMap instead of the one the Deployment mounts",
     )
-    parser.add_argument("--team-label", default=evaluation.TEAM_LABEL, help="the pod label that names a team")
+    parser.add_argument("--team-label", default=TEAM_LABEL, help="the pod label that names a team")
     parser.add_argument("--page-size", type=int, default=500, help="objects per list request")
 
 

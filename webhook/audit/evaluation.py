@@ -31,14 +31,9 @@ from ..admission import Decision, Environment, mutate, validate
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import PodShape, containers, dig, is_sidecar, shapes_of, workload_kinds
 from ..policy.model import PolicySet, WorkloadKind
+from ..rules.base import PodChange
+from ..rules.registry import REGISTRY
 
-#: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
-BOOKKEEPING_ANNOTATIONS = frozenset({"gpugate.io/policy", "gpugate.io/mutated", "gpugate.io/workload"})
-TEAM_LABEL = "gpugate.io/team"
-#: Fields of a running pod that an UPDATE may still change. k/k pkg/apis/core/validation/validation.go
-#: ValidatePodUpdate: metadata (labels, annotations) and "spec.tolerations (only additions to existing
-#: tolerations)"; runtimeClassName, nodeSelector and affinity are fixed once the pod exists.
-IN_PLACE_FIELDS = frozenset({"labels", "annotations", "tolerations"})
 #: Pods in these phases hold no GPU any more; they are counted, not evaluated.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 VERDICTS = ("refused", "warned", "changed", "fine")
@@ -55,21 +50,6 @@ def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:
 
 
 # ------------------------------------------------------------------------------------------ one object
-
-
-@dataclass(frozen=True)
-class PodChange:
-    """One thing /mutate would do to a pod: the pod field, the change in words, and for a label (or an
-    annotation, a node selector) its key and new value; `action` is add, replace or remove."""
-
-    field: str
-    text: str
-    action: str = "add"
-    key: str = ""
-    value: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "change": self.text}
 
 
 @dataclass(frozen=True)
@@ -103,77 +83,18 @@ def _request(obj: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
     }
 
 
-def _fmt_toleration(t: Mapping[str, Any]) -> str:
-    text = str(t.get("key", "*"))
-    if t.get("operator") == "Equal" or "value" in t:
-        text += f"={t.get('value', '')}"
-    elif t.get("operator"):
-        text += f" {t['operator']}"
-    if t.get("effect"):
-        text += f":{t['effect']}"
-    return text
-
-
-def _required_terms(spec: Mapping[str, Any]) -> list[Any]:
-    return (
-        dig(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
-        or []
-    )
-
-
-def _fmt_requirement(r: Mapping[str, Any]) -> str:
-    values = r.get("values") or []
-    return (
-        f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]"
-        if values
-        else f"{r.get('key')} {r.get('operator')}"
-    )
-
-
 def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[PodChange]:
     """What /mutate's patch does to a pod, in words: the patched pod compared with the stored one field by field
-    (the patch itself may add a whole map or list at once, so its operations alone do not read well)."""
-    before_meta, before_spec = before.get("metadata") or {}, before.get("spec") or {}
-    after_meta, after_spec = after.get("metadata") or {}, after.get("spec") or {}
+    (the patch itself may add a whole map or list at once, so its operations alone do not read well). Each field
+    a rule touches says how a change to it reads (``rules.base.Touch``); other spec fields only that they
+    changed."""
     out: list[PodChange] = []
-    if before_spec.get("runtimeClassName") != after_spec.get("runtimeClassName"):
-        out.append(PodChange("runtimeClassName", f"runtimeClassName: {after_spec.get('runtimeClassName')}"))
-    old_tol = list(before_spec.get("tolerations") or [])
-    new_tol = list(after_spec.get("tolerations") or [])
-    out += [PodChange("tolerations", f"toleration {_fmt_toleration(t)}") for t in new_tol if t not in old_tol]
-    out += [
-        PodChange("tolerations", f"toleration {_fmt_toleration(t)} removed", action="remove")
-        for t in old_tol
-        if t not in new_tol
-    ]
-    old_sel = before_spec.get("nodeSelector") or {}
-    for key, value in (after_spec.get("nodeSelector") or {}).items():
-        if old_sel.get(key) != value:
-            out.append(
-                PodChange(
-                    "nodeSelector",
-                    f"nodeSelector {key}={value}",
-                    action="replace" if key in old_sel else "add",
-                    key=key,
-                    value=str(value),
-                )
-            )
-    if before_spec.get("affinity") != after_spec.get("affinity"):
-        old_reqs = [r for term in _required_terms(before_spec) for r in term.get("matchExpressions") or []]
-        new_reqs = [r for term in _required_terms(after_spec) for r in term.get("matchExpressions") or []]
-        added = [r for r in new_reqs if r not in old_reqs]
-        texts = sorted({_fmt_requirement(r) for r in added}) or ["changed"]
-        out += [PodChange("affinity", f"required node affinity {text}") for text in texts]
-    for section, word in (("labels", "label"), ("annotations", "annotation")):
-        old = before_meta.get(section) or {}
-        for key, value in (after_meta.get(section) or {}).items():
-            if old.get(key) == value or (section == "annotations" and key in BOOKKEEPING_ANNOTATIONS):
-                continue
-            text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
-            out.append(
-                PodChange(section, text, action="add" if key not in old else "replace", key=key, value=str(value))
-            )
-    handled = {"runtimeClassName", "tolerations", "nodeSelector", "affinity"}
+    handled = set()
+    for touch in REGISTRY.touches():
+        out += touch.describe(dig(before, touch.keys), dig(after, touch.keys))
+        if touch.keys[0] == "spec":
+            handled.add(touch.keys[1])
+    before_spec, after_spec = before.get("spec") or {}, after.get("spec") or {}
     for key in sorted(set(before_spec) | set(after_spec)):
         if key not in handled and before_spec.get(key) != after_spec.get(key):
             out.append(PodChange(key, f"spec.{key} changed"))
@@ -186,7 +107,7 @@ def _violations(*decisions: Decision | None) -> tuple[tuple[str, str, str, bool]
         if decision is None:
             continue
         for v in decision.violations:
-            enforced = v.builtin or decision.mode == "enforce"
+            enforced = v.refused_by_apiserver or decision.mode == "enforce"
             seen[(v.rule, v.path, v.message())] = enforced
     return tuple((rule, path, message, enforced) for (rule, path, message), enforced in seen.items())
 

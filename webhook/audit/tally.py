@@ -12,15 +12,15 @@ from typing import Any
 from ..admission import Environment
 from ..pods.objects import group_of
 from ..pods.quantity import format_quantity
+from ..policy.keys import AUDIT_API_VERSION, TEAM_LABEL
 from ..policy.model import BUILTIN, Policy, PolicySet
+from ..rules.base import PodChange
+from ..rules.registry import REGISTRY
 from .evaluation import (
     BUILTIN_GROUPS,
     FINISHED_PHASES,
-    IN_PLACE_FIELDS,
-    TEAM_LABEL,
     VERDICTS,
     Evaluation,
-    PodChange,
     audited_kinds,
     evaluate,
     pod_gpus,
@@ -67,16 +67,20 @@ def _remedy(obj: Mapping[str, Any], changes: Iterable[PodChange]) -> str:
             if kind in _RESTARTABLE
             else f"delete it and let its {kind} {name} re-create it"
         )
-    if fields <= {"labels", "annotations"}:
+    touches = {t.name: t for t in REGISTRY.touches()}
+    changed = [touches[f] for f in fields if f in touches]
+    if len(changed) == len(fields) and all(t.keys[0] == "metadata" for t in changed):
         return "the mutating webhook never saw this pod; labels can be added in place (kubectl label), or " + recreate
-    if fields <= IN_PLACE_FIELDS:
+    if len(changed) == len(fields) and all(t.in_place for t in changed):
         return (
             "the mutating webhook never saw this pod; labels and added tolerations can be set in place, or " + recreate
         )
-    return (
-        "the mutating webhook never saw this pod, and a running pod's runtimeClassName, nodeSelector and "
-        "affinity cannot change: " + recreate
-    )
+    fixed = [t.name for t in touches.values() if not t.in_place]
+    return f"the mutating webhook never saw this pod, and a running pod's {_words(fixed)} cannot change: " + recreate
+
+
+def _words(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 @dataclass
@@ -209,7 +213,7 @@ class Audit:
 
     def report(self, *, policies_source: str, proposed_source: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "apiVersion": "gpugate.io/v1",
+            "apiVersion": AUDIT_API_VERSION,
             "kind": "AuditReport",
             "policies": {"source": policies_source, "names": [p.name for p in self.policies.policies]},
             "totals": {

@@ -8,13 +8,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .keys import API_VERSION, MODEL_LABEL
 from .model import (
-    API_VERSION,
     BUILTIN_DEVICE_RESOURCES,
     BUILTIN_DRA,
     DEFAULT_HOLDER_ANNOTATIONS,
     KIND,
-    MODEL_LABEL,
     RUNTIME_CLASS_PODS,
     WORKLOAD_KIND,
     AttributionLabel,

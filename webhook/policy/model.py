@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-API_VERSION = "gpugate.io/v1"
 KIND = "GPUPolicy"
 WORKLOAD_KIND = "GPUWorkloadKind"
 
@@ -57,8 +56,6 @@ DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
 #: init containers.
 KAI_SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 
-#: The pod label through which a pod names its GPU model class.
-MODEL_LABEL = "gpugate.io/model"
 
 Mode = Literal["enforce", "warn", "audit"]
 NonGPUTolerations = Literal["deny", "strip", "allow"]

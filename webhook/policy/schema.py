@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import loader
-from .model import API_VERSION, KIND, WORKLOAD_KIND
+from .keys import API_VERSION
+from .model import KIND, WORKLOAD_KIND
 
 SCHEMA_ID = "https://gpugate.io/schemas/gpugate-policy.schema.json"
 _STRING: dict[str, Any] = {"type": "string", "minLength": 1}

@@ -179,7 +179,8 @@ class Workload:
     peak_memory_mib: float | None = None
     samples: int = 0  # device-steps with a utilisation value
     histogram: Histogram = field(default_factory=Histogram)
-    held: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, kind) -> GPU-hours held
+    # (model, kind) -> [GPU-hours, unit-hours]: what it held, and for how long (a replica or slice for an hour)
+    held: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     @property
     def avg_utilisation(self) -> float | None:
@@ -197,9 +198,13 @@ class Workload:
     def key(self) -> str:
         return f"{self.namespace}/{self.kind}/{self.name}"
 
-    def account(self, *, hours: float, utilisation: float | None, idle: bool, cost: float | None, unit: Unit) -> None:
+    def account(
+        self, *, hours: float, utilisation: float | None, idle: bool, cost: float | None, unit: Unit, unit_hours: float
+    ) -> None:
         self.allocated_hours += hours
-        self.held[unit.model, unit.kind] = self.held.get((unit.model, unit.kind), 0.0) + hours
+        held = self.held.setdefault((unit.model, unit.kind), [0.0, 0.0])
+        held[0] += hours
+        held[1] += unit_hours
         if cost is not None:
             self.cost = (self.cost or 0.0) + cost
         if utilisation is None:

@@ -15,6 +15,7 @@ import yaml
 from .compute import BUCKETS, DEFAULT_THRESHOLD, GROUPS, Integrator, Prices, Report
 from .prometheus import Prometheus, PrometheusError
 from .queries import ReportError, iso, memory_peaks, preflight, stream_inputs
+from .recommend import recommend
 from .render import FORMATS, render
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -143,6 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(BUCKETS),
         help="also give the figures per day (1d) or hour (1h), in -o json and -o csv",
     )
+    parser.add_argument(
+        "--recommend",
+        action="store_true",
+        help="per workload, the smallest class of the fleet its p95 utilisation and peak memory fit, what it "
+        "would save, and the GPUPolicy that steers it there (docs/report.md)",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
@@ -201,6 +208,8 @@ def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
     integrator.memory(memory_peaks(prometheus, start=start, end=end, notes=notes))
     report = integrator.finish()
     report.notes[:0] = notes
+    if args.recommend:
+        report.recommendations = recommend(report, prices=prices)
     return report
 
 

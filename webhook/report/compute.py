@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .accounting import (
     MIG_PREFIX,
@@ -99,6 +100,10 @@ class Capacity:
     no_telemetry_cost: float = 0.0
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
     by_resource: dict[str, dict[str, float]] = field(default_factory=dict)
+    # (model, kind) -> GPU-hours and unit-hours (device or replica held for an hour): the fleet's classes
+    classes: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # How the fleet requests them: (model, kind) -> the Kubernetes resource name pods asked for
+    requested_as: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def hours(self) -> float:
@@ -108,8 +113,13 @@ class Capacity:
     def cost(self) -> float:
         return self.allocated_cost + self.unallocated_cost
 
-    def add(self, *, model: str, resource: str, hours: float, cost: float | None, allocated: bool) -> None:
+    def add(
+        self, *, model: str, resource: str, hours: float, cost: float | None, allocated: bool, units: float = 0.0
+    ) -> None:
         what = "allocated" if allocated else "unallocated"
+        found = self.classes.setdefault((model, resource), [0.0, 0.0])
+        found[0] += hours
+        found[1] += units
         if allocated:
             self.allocated_hours += hours
             self.allocated_cost += cost or 0.0
@@ -148,7 +158,7 @@ class Report:
     bucket: int | None = None
     buckets: dict[str, list[Bucket]] = field(default_factory=dict)  # "fleet" and each group
     all_workloads: list[Workload] = field(default_factory=list)
-    recommendations: list[dict[str, object]] | None = None  # --recommend (webhook/report/recommend.py)
+    recommendations: list[dict[str, Any]] | None = None  # --recommend (webhook/report/recommend.py)
 
 
 Pod = tuple[str, str]
@@ -440,6 +450,7 @@ class Integrator:
                         if resource == SHARED:
                             kind = "shared"
                             self.time_sliced.add(key[0])
+                        self.capacity.requested_as.setdefault((device.model, kind), resource)
                         break
             # Several pods on one device in one step of a GPU never seen time-sliced is a hand-over (one pod
             # ended, the next started): the hours are split, but the GPU is not a shared one.
@@ -522,7 +533,9 @@ class Integrator:
     def _unallocated(self, *, model: str, resource: str, share: float, price: float | None, t: float) -> None:
         hours = share * self.step_hours
         cost = None if price is None else price * self.step_hours
-        self.capacity.add(model=model, resource=resource, hours=hours, cost=cost, allocated=False)
+        self.capacity.add(
+            model=model, resource=resource, hours=hours, cost=cost, allocated=False, units=self.step_hours
+        )
         bucket = self._fleet_bucket(t)
         bucket.unallocated_hours += hours
         bucket.unallocated_cost += cost or 0.0
@@ -562,8 +575,12 @@ class Integrator:
             bucket=self._bucket_start(t),
             timeline=self.keep_timeline,
         )
-        workload.account(hours=hours, utilisation=utilisation, idle=idle, cost=cost, unit=unit)
-        self.capacity.add(model=unit.model, resource=unit.kind, hours=hours, cost=cost, allocated=True)
+        workload.account(
+            hours=hours, utilisation=utilisation, idle=idle, cost=cost, unit=unit, unit_hours=self.step_hours
+        )
+        self.capacity.add(
+            model=unit.model, resource=unit.kind, hours=hours, cost=cost, allocated=True, units=self.step_hours
+        )
         if missing:
             self.capacity.no_telemetry_cost += cost or 0.0
         bucket = self._fleet_bucket(t)

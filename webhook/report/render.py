@@ -137,6 +137,35 @@ def _capacity_lines(report: Report) -> list[str]:
     return ["", title, _grid(header, rows)]
 
 
+def _recommendation_lines(report: Report) -> list[str]:
+    """--recommend: the workloads that fit a smaller class first, then those that do not, and the policies."""
+    if report.recommendations is None:
+        return []
+    header = ["WORKLOAD", "NOW", "RECOMMENDED", "GPU-H SAVED", "P95 UTIL", "PEAK MEM", "CONFIDENCE"]
+    if report.currency:
+        header.insert(4, f"SAVED {report.currency}")
+    rows = []
+    for r in report.recommendations:
+        target = r["recommended"]
+        cells = [
+            r["workload"],
+            f"{r['current']['class']} {r['current']['model']}",
+            f"{target['class']} {target['model']}" if target else "-",
+            _hours(r["gpu_hours_saved"]),
+            _pct(None if r["p95_utilisation"] is None else 100 * r["p95_utilisation"]),
+            _memory(r["peak_memory_mib"]),
+            f"{r['confidence']['level']} ({100 * r['confidence']['coverage']:.0f}% coverage)",
+        ]
+        if report.currency:
+            cells.insert(4, _money(r["cost_saved"]))
+        rows.append(cells)
+    out = ["", "Recommendations (--recommend)", _grid(header, rows)] if rows else []
+    for r in report.recommendations:
+        if r["policy"]:
+            out += ["", f"# {r['workload']}: {r['reason']}", "---", r["policy"].rstrip()]
+    return out
+
+
 def _capacity_entry(report: Report) -> dict[str, float]:
     capacity = report.capacity
     return {
@@ -167,6 +196,7 @@ def to_table(report: Report) -> str:
             _grid(_workload_columns(report), [_workload_cells(report, w) for w in report.workloads]),
         ]
     out += _capacity_lines(report)
+    out += _recommendation_lines(report)
     out += [f"note: {note}" for note in report.notes]
     return "\n".join(out) + "\n"
 

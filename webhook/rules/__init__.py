@@ -1,9 +1,20 @@
-"""GPU rules, one topic per module. Importing the package registers them all (see ``registry``) in the order
-below, which is the order mutators run in: runtime class, tolerations, model, then attribution (last, so its
-provenance annotation sees everything else)."""
+"""GPU rules, one topic per module. Importing the package registers them all (see ``registry``); each rule's
+record gives its place in the run order (mutators: runtime class, tolerations, model, then attribution, last
+so its provenance annotation sees everything else), so the order of these imports does not matter. The
+registry is checked once they are all in: a module here that registers no rule stops the import."""
 
-# isort: off
-from . import gpu_quantities, gpu_placement, gpu_shapes, gpu_limits  # noqa: F401
-from . import runtime_class, tolerations, model_selection, attribution, visible_devices  # noqa: F401
-from . import feasibility  # noqa: F401
-# isort: on
+from . import (  # noqa: F401
+    attribution,
+    feasibility,
+    gpu_limits,
+    gpu_placement,
+    gpu_quantities,
+    gpu_shapes,
+    model_selection,
+    runtime_class,
+    tolerations,
+    visible_devices,
+)
+from .registry import REGISTRY
+
+REGISTRY.seal(__name__, __path__)

@@ -17,14 +17,38 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..pods.fields import STRINGS
+from ..policy.keys import BOOKKEEPING_ANNOTATIONS, WORKLOAD_ANNOTATION, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
 from ..policy.model import is_label_value
-from .base import Change, PodContext, PodEditor, PodView, Violation
-from .registry import mutator, validator
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
+from .registry import rule
 
 RULE = "attribution"
-WORKLOAD_KIND = "gpugate.io/workload-kind"
-WORKLOAD_NAME = "gpugate.io/workload-name"
-WORKLOAD_ANNOTATION = "gpugate.io/workload"
+
+
+def _label_changes(before: Any, after: Any) -> list[PodChange]:
+    return map_changes("labels", "label", before, after)
+
+
+def _annotation_changes(before: Any, after: Any) -> list[PodChange]:
+    return map_changes("annotations", "annotation", before, after, skip=BOOKKEEPING_ANNOTATIONS)
+
+
+LABELS = Touch("labels", "metadata.labels", in_place=True, describe=_label_changes)
+ANNOTATIONS = Touch("annotations", "metadata.annotations", in_place=True, describe=_annotation_changes)
+record = rule(
+    RULE,
+    order=80,
+    reads={
+        "metadata.name": str,
+        "metadata.generateName": str,
+        "metadata.labels": STRINGS,
+        "metadata.annotations": STRINGS,
+        "metadata.ownerReferences": [{"apiVersion": str, "kind": str, "name": str, "controller": bool}],
+    },
+    touches=[LABELS, ANNOTATIONS],
+    module=__name__,
+)
 _CRONJOB_JOB = re.compile(r"(?P<cronjob>.+)-\d{8,}")
 
 
@@ -69,14 +93,14 @@ def desired_labels(meta: Mapping[str, Any], ctx: PodContext) -> dict[str, str]:
         value = ctx.namespace_labels.get(spec.from_namespace_label or "", "")
         out[spec.key] = value if value and is_label_value(value) else spec.default
     kind, name = owning_workload(meta, ctx)
-    out[WORKLOAD_KIND] = kind
+    out[WORKLOAD_KIND_LABEL] = kind
     if name:
-        out[WORKLOAD_NAME] = label_safe(name)
+        out[WORKLOAD_NAME_LABEL] = label_safe(name)
     return out
 
 
 def owned_label_keys(ctx: PodContext) -> set[str]:
-    return {a.key for a in ctx.policy.attribution} | {WORKLOAD_KIND, WORKLOAD_NAME}
+    return {a.key for a in ctx.policy.attribution} | {WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL}
 
 
 def _unusable_sources(ctx: PodContext) -> dict[str, str]:
@@ -91,7 +115,7 @@ def _unusable_sources(ctx: PodContext) -> dict[str, str]:
     return out
 
 
-@mutator(RULE, pods="gpu")
+@record.mutator(pods="gpu", on_update="skip")
 def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
     changes = []
     labels = editor.labels
@@ -112,7 +136,7 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
     return changes
 
 
-@validator(RULE, pods="any")
+@record.validator(pods="any", on_update="all")
 def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
     """On UPDATE: gpugate's attribution labels keep the values they were created with."""
     if ctx.old is None or not ctx.mutable:

@@ -22,7 +22,7 @@ class Violation:
     text: str
     fix: str = ""
     #: Enforced whatever the policy's mode: the apiserver would refuse the object anyway.
-    builtin: bool = False
+    refused_by_apiserver: bool = False
     #: Never denies, whatever the mode: a warning (an audit annotation in audit mode).
     advisory: bool = False
 
@@ -37,11 +37,61 @@ class Violation:
 
 @dataclass(frozen=True)
 class Change:
-    """One thing a mutator injected: the pod field it touched, and what a person should read about it."""
+    """One thing a mutator injected: the pod field it touched (a ``Touch`` name its rule declares), and what a
+    person should read about it."""
 
     field: str
     summary: str
     warning: str | None = None
+
+
+@dataclass(frozen=True)
+class PodChange:
+    """One difference between a stored pod and the pod /mutate would make of it, in words: the pod field, the
+    change, and for a map entry (a label, an annotation, a node selector) its key and new value; ``action`` is
+    add, replace or remove."""
+
+    field: str
+    text: str
+    action: str = "add"
+    key: str = ""
+    value: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "change": self.text}
+
+
+@dataclass(frozen=True)
+class Touch:
+    """A pod field a mutator may change: its name (in ``Change.field`` and the ``gpugate.io/mutated``
+    annotation), its path in the pod, whether a running pod can still take the change, and how a change to it
+    reads (``describe(stored value, value after /mutate)``)."""
+
+    name: str
+    path: str
+    #: An UPDATE of a running pod may still change it. k/k pkg/apis/core/validation/validation.go
+    #: ValidatePodUpdate: metadata (labels, annotations) and "spec.tolerations (only additions to existing
+    #: tolerations)"; runtimeClassName, nodeSelector and affinity are fixed once the pod exists.
+    in_place: bool
+    describe: Callable[[Any, Any], list[PodChange]]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.path.split("."))
+
+
+def map_changes(
+    name: str, word: str, before: Any, after: Any, *, skip: frozenset[str] = frozenset()
+) -> list[PodChange]:
+    """The entries ``after`` adds to or changes in the map ``before``, as "<word> key=value (was old)"."""
+    old = before if isinstance(before, Mapping) else {}
+    out = []
+    for key, value in (after if isinstance(after, Mapping) else {}).items():
+        if old.get(key) == value or key in skip:
+            continue
+        text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
+        out.append(PodChange(name, text, action="add" if key not in old else "replace", key=key, value=str(value)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,6 +147,11 @@ class PodContext:
 
     def meta_field(self, rest: str) -> str:
         return f"{self.shape.meta_path}.{rest}"
+
+    def locate(self, path: str) -> str:
+        """A pod-relative path (``spec.tolerations``, ``metadata.labels``) as a path in the admitted object."""
+        top, _, rest = path.partition(".")
+        return self.meta_field(rest) if top == "metadata" else self.spec_field(rest)
 
 
 class PodEditor:

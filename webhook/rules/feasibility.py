@@ -17,14 +17,33 @@ from fractions import Fraction
 from typing import Any
 
 from ..inventory.model import Inventory, Node
+from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import containers, is_sidecar
 from ..pods.quantity import QuantityError, parse_quantity
 from ..policy.model import IMPLICIT_DRA_PREFIX
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "feasibility"
+record = rule(
+    RULE,
+    order=100,
+    reads={
+        "container.resources": RESOURCES,
+        "container.restartPolicy": str,
+        "spec.nodeName": str,
+        "spec.nodeSelector": STRINGS,
+        "spec.affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]}
+            }
+        },
+        "spec.tolerations": [TOLERATION],
+        "spec.runtimeClassName": str,
+    },
+    module=__name__,
+)
 _SHOWN = 6  # pools named in a message before "and N more"
 
 
@@ -235,7 +254,7 @@ def _selector_note(spec: Mapping[str, Any], fleet: Inventory) -> str:
     return f" (no node carries {', '.join(missing)})" if missing else ""
 
 
-@validator(RULE, pods="gpu")
+@record.validator(pods="gpu")
 def require_a_node_that_can_host(pod: PodView, ctx: PodContext) -> list[Violation]:
     fleet = ctx.fleet
     if fleet is None:

@@ -12,13 +12,15 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from ..pods.fields import RESOURCES
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers, is_sidecar
 from ..pods.quantity import format_quantity
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "gpu-limits"
+record = rule(RULE, order=40, reads={"container.restartPolicy": str, "container.resources": RESOURCES}, module=__name__)
 
 
 def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
@@ -39,7 +41,7 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     return max(app + sidecars, init_peak)
 
 
-@validator(RULE, pods="gpu")
+@record.validator(pods="gpu")
 def limit_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     spec = pod.spec
     limits = ctx.policy.limits

@@ -3,26 +3,29 @@
 Guards ``spec.resources`` (pod-level resources support only cpu, memory and hugepages-*:
 validatePodResourceRequirements) and ``spec.ephemeralContainers[*].resources`` ("cannot be set for an
 Ephemeral Container": allowedEphemeralContainerFields). Both are refused by the apiserver anyway, so these
-checks are always enforced (``builtin``) and only add a clear message and the fix.
+checks need no policy and are always enforced (``refused_by_apiserver``); they only add a clear message
+and the fix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..pods.fields import RESOURCES
 from ..pods.objects import container_label
 from ..policy.model import BUILTIN
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "gpu-placement"
+record = rule(RULE, order=20, reads={"spec.resources": RESOURCES, "container.resources": RESOURCES}, module=__name__)
 
 
 def _is_gpu(resource: str, ctx: PodContext) -> bool:
     return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
 
 
-@validator(RULE, pods="any", builtin=True)
+@record.validator(pods="any", needs_policy=False)
 def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]:
     spec = pod.spec
     violations = []
@@ -39,7 +42,7 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
                             f'Unsupported value: "{resource}": extended resources are not allowed in pod-level '
                             "resources",
                             f"move {resource} into the resources of the container that uses it",
-                            builtin=True,
+                            refused_by_apiserver=True,
                         )
                     )
     for index, container in enumerate(spec.get("ephemeralContainers") or []):
@@ -56,7 +59,7 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
                     container_label("ephemeralContainers", container),
                     "Forbidden: cannot be set for an Ephemeral Container",
                     "ephemeral containers cannot get GPUs; debug a GPU pod with a new pod that requests one",
-                    builtin=True,
+                    refused_by_apiserver=True,
                 )
             )
     return violations

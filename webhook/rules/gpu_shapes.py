@@ -13,12 +13,14 @@ which no MIG strategy offers; GPUs of two vendors in one pod need two runtimes a
 
 from __future__ import annotations
 
+from ..pods.fields import RESOURCES
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers, is_sidecar
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "gpu-shape"
+record = rule(RULE, order=30, reads={"container.restartPolicy": str, "container.resources": RESOURCES}, module=__name__)
 #: Kinds whose pods run until deleted; a pod's own restartPolicy says the same for bare pods.
 LONG_RUNNING = frozenset(
     {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "LeaderWorkerSet", "RayCluster", "RayService"}
@@ -31,7 +33,7 @@ def _long_running(pod: PodView, ctx: PodContext) -> bool:
     return ctx.shape.kind in ("Pod", "PodTemplate") and pod.spec.get("restartPolicy", "Always") == "Always"
 
 
-@validator(RULE, pods="any")
+@record.validator(pods="any")
 def require_sensible_gpu_shapes(pod: PodView, ctx: PodContext) -> list[Violation]:
     spec = pod.spec
     violations = []

@@ -26,9 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..policy.model import MODEL_LABEL, Device, ModelClass, Models
-from .base import Change, PodContext, PodEditor, PodView, Violation
-from .registry import mutator, validator
+from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..policy.keys import MODEL_LABEL
+from ..policy.model import Device, ModelClass, Models
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
+from .registry import rule
 
 RULE = "model-selection"
 _AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -38,6 +40,60 @@ def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+
+
+def _requirement_text(r: Mapping[str, Any]) -> str:
+    values = r.get("values") or []
+    return (
+        f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]"
+        if values
+        else f"{r.get('key')} {r.get('operator')}"
+    )
+
+
+def _affinity_changes(before: Any, after: Any) -> list[PodChange]:
+    if before == after:
+        return []
+    old = [r for term in _required_terms({"affinity": before}) for r in term.get("matchExpressions") or []]
+    new = [r for term in _required_terms({"affinity": after}) for r in term.get("matchExpressions") or []]
+    texts = sorted({_requirement_text(r) for r in new if r not in old}) or ["changed"]
+    return [PodChange("affinity", f"required node affinity {text}") for text in texts]
+
+
+def _selector_changes(before: Any, after: Any) -> list[PodChange]:
+    old = before if isinstance(before, Mapping) else {}
+    return [
+        PodChange(
+            "nodeSelector",
+            f"nodeSelector {key}={value}",
+            action="replace" if key in old else "add",
+            key=key,
+            value=str(value),
+        )
+        for key, value in (after if isinstance(after, Mapping) else {}).items()
+        if old.get(key) != value
+    ]
+
+
+NODE_SELECTOR = Touch("nodeSelector", "spec.nodeSelector", in_place=False, describe=_selector_changes)
+AFFINITY = Touch("affinity", "spec.affinity", in_place=False, describe=_affinity_changes)
+record = rule(
+    RULE,
+    order=70,
+    reads={
+        "metadata.labels": STRINGS,
+        "metadata.annotations": STRINGS,
+        "spec.nodeName": str,
+        "spec.nodeSelector": STRINGS,
+        "spec.affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]}
+            }
+        },
+    },
+    touches=[NODE_SELECTOR, AFFINITY],
+    module=__name__,
+)
 
 
 def _model_expressions(term: Mapping[str, Any], label: str) -> list[Mapping[str, Any]]:
@@ -288,12 +344,12 @@ def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: De
     return violations
 
 
-@validator(RULE, pods="gpu")
+@record.validator(pods="gpu")
 def require_allowed_model(pod: PodView, ctx: PodContext) -> list[Violation]:
     return resolve(pod, ctx).violations
 
 
-@mutator(RULE, pods="gpu")
+@record.mutator(pods="gpu")
 def select_model(editor: PodEditor, ctx: PodContext) -> list[Change]:
     choice = resolve(PodView(editor.metadata, editor.spec), ctx)
     device = ctx.gpu.device

@@ -12,11 +12,40 @@ node unless the container toolkit refuses that variable from unprivileged pods.
 
 from __future__ import annotations
 
-from ..policy.model import MODEL_LABEL, ModelClass
-from .base import Change, PodContext, PodEditor, PodView, Violation
-from .registry import mutator, validator
+from typing import Any
+
+from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..policy.keys import MODEL_LABEL
+from ..policy.model import ModelClass
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
+from .registry import rule
 
 RULE = "runtime-class"
+
+
+def _describe(before: Any, after: Any) -> list[PodChange]:
+    return [PodChange("runtimeClassName", f"runtimeClassName: {after}")] if before != after else []
+
+
+RUNTIME_CLASS = Touch("runtimeClassName", "spec.runtimeClassName", in_place=False, describe=_describe)
+record = rule(
+    RULE,
+    order=50,
+    reads={
+        "spec.runtimeClassName": str,
+        # which class the pod lands in, to keep the runtime class off DRA pools
+        "metadata.labels": STRINGS,
+        "metadata.annotations": STRINGS,
+        "spec.nodeSelector": STRINGS,
+        "spec.affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]}
+            }
+        },
+    },
+    touches=[RUNTIME_CLASS],
+    module=__name__,
+)
 
 
 def _wanted(pod: PodView | PodEditor, ctx: PodContext) -> str | None:
@@ -81,14 +110,14 @@ def _is_dra(chosen: ModelClass | None) -> bool:
     return chosen is not None and bool(chosen.device_classes) and not chosen.values
 
 
-@validator(RULE, pods="gpu")
+@record.validator(pods="gpu")
 def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     actual = pod.spec.get("runtimeClassName")
     device = ctx.gpu.device
     if actual in (None, "") or device is None or actual == device.runtime_class_name:
         return []  # absent (the mutator's to add), or the one gpugate would set: never a wrong choice
     wanted = _wanted(pod, ctx)
-    if wanted is None or actual == wanted:
+    if wanted is None:
         return []
     return [
         Violation(
@@ -101,7 +130,7 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     ]
 
 
-@mutator(RULE, pods="gpu")
+@record.mutator(pods="gpu")
 def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
     if editor.spec.get("runtimeClassName"):
         return []
@@ -112,7 +141,7 @@ def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
     return [Change("runtimeClassName", f"runtimeClassName={wanted}")]
 
 
-@validator(RULE, pods="non-gpu")
+@record.validator(pods="non-gpu")
 def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     wanted = pod.spec.get("runtimeClassName")
     if ctx.policy.non_gpu_runtime_class != "deny" or wanted not in ctx.policy.gpu_runtime_classes:

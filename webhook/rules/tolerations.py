@@ -15,8 +15,9 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Change, PodContext, PodEditor, PodView, Violation
-from .registry import mutator, validator
+from ..pods.fields import TOLERATION
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
+from .registry import rule
 
 RULE = "gpu-taint-toleration"
 
@@ -37,7 +38,35 @@ def _describe(t: Mapping[str, Any]) -> str:
     return f"{key}{value}:{t.get('effect') or '*'}"
 
 
-@mutator(RULE, pods="gpu")
+def toleration_text(t: Mapping[str, Any]) -> str:
+    """A toleration with its operator, as the audit lists what a pod lacks: ``key=value:effect``,
+    ``key Exists:effect``."""
+    text = str(t.get("key", "*"))
+    if t.get("operator") == "Equal" or "value" in t:
+        text += f"={t.get('value', '')}"
+    elif t.get("operator"):
+        text += f" {t['operator']}"
+    if t.get("effect"):
+        text += f":{t['effect']}"
+    return text
+
+
+def _changes(before: Any, after: Any) -> list[PodChange]:
+    old, new = list(before or []), list(after or [])
+    added = [PodChange("tolerations", f"toleration {toleration_text(t)}") for t in new if t not in old]
+    removed = [
+        PodChange("tolerations", f"toleration {toleration_text(t)} removed", action="remove")
+        for t in old
+        if t not in new
+    ]
+    return added + removed
+
+
+TOLERATIONS = Touch("tolerations", "spec.tolerations", in_place=True, describe=_changes)
+record = rule(RULE, order=60, reads={"spec.tolerations": [TOLERATION]}, touches=[TOLERATIONS], module=__name__)
+
+
+@record.mutator(pods="gpu")
 def add_gpu_tolerations(editor: PodEditor, ctx: PodContext) -> list[Change]:
     """The tolerations of the vendor whose GPUs the pod requests, through a device plugin, DRA claims on its
     DeviceClasses, or a GPU-sharing scheduler's annotation (its GPU nodes carry the same taint)."""
@@ -76,7 +105,7 @@ def gpu_taint_tolerations(spec: Mapping[str, Any], ctx: PodContext) -> list[int]
     ]
 
 
-@validator(RULE, pods="non-gpu")
+@record.validator(pods="non-gpu")
 def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     if ctx.policy.non_gpu_tolerations != "deny" or ctx.gpu.observer:
         return []  # admin-access claims (the GPU stack's monitoring) observe GPUs and must reach their nodes
@@ -95,7 +124,7 @@ def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[V
     ]
 
 
-@mutator(RULE, pods="non-gpu")
+@record.mutator(pods="non-gpu")
 def strip_gpu_tolerations_without_gpus(editor: PodEditor, ctx: PodContext) -> list[Change]:
     if ctx.policy.non_gpu_tolerations != "strip" or ctx.gpu.observer:
         return []

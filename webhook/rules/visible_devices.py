@@ -11,20 +11,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..pods.fields import STRINGS
 from ..pods.objects import container_label, containers
 from ..policy.model import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import PodContext, PodView, Violation
-from .registry import validator
+from .registry import rule
 
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
+_CONFIG_MAP_REF = {"name": str, "key": str}
+record = rule(
+    RULE,
+    order=90,
+    reads={
+        "container.env": [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": _CONFIG_MAP_REF}}],
+        "spec.schedulerName": str,
+        "metadata.annotations": STRINGS,
+    },
+    module=__name__,
+)
 
 
 # Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Its violations
 # still follow a governing policy's mode (warn, audit).
-@validator(RULE, pods="any", builtin=True)
+@record.validator(pods="any", needs_policy=False)
 def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Violation]:
     violations = []
     for fld, index, container in containers(pod.spec):

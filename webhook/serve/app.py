@@ -221,7 +221,9 @@ def _record(endpoint: str, req: Mapping[str, Any], decision: Decision) -> None:
     metrics.REQUESTS.labels(endpoint, req.get("operation", ""), label, decision.verdict).inc()
     action = "denied" if not decision.allowed else ("warned" if decision.mode == "warn" else "audited")
     for violation in decision.violations:
-        metrics.VIOLATIONS.labels(violation.rule, decision.policy, "denied" if violation.builtin else action).inc()
+        metrics.VIOLATIONS.labels(
+            violation.rule, decision.policy, "denied" if violation.refused_by_apiserver else action
+        ).inc()
     if decision.violations or not decision.allowed:
         obj = req.get("object") or {}
         meta = obj.get("metadata") or {}

@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from gunicorn.workers import gthread
 
 from .gunicorn import FIRST_BYTES_TIMEOUT, Server, gunicorn_options
-from .tls import ReloadingCertificate, TLSConfigError, describe
+from .tls import (
+    HANDSHAKE_TIMEOUT,
+    IDLE_TIMEOUT,
+    REQUEST_READ_TIMEOUT,
+    ReloadingCertificate,
+    Timeouts,
+    TLSConfigError,
+    describe,
+)
 
 APP_FACTORY = "webhook.serve.wiring:build_app"
 DEFAULT_BIND = "0.0.0.0:8443"
@@ -54,6 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)"
     )
     parser.add_argument("--access-log", action="store_true", help="log every request to stdout")
+    # Slow or silent clients are cut off (webhook/serve/tls.py): kube-apiserver sends a review at once.
+    for name, default, what in (
+        ("handshake", HANDSHAKE_TIMEOUT, "time a client gets for the TLS handshake"),
+        ("request", REQUEST_READ_TIMEOUT, "time a client gets to send each request"),
+        ("idle", IDLE_TIMEOUT, "longest silence within the handshake or a request"),
+    ):
+        parser.add_argument(
+            f"--{name}-timeout",
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what}; a slower client is disconnected (default {default:g})",
+        )
     # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
     parser.add_argument(
         "--app-factory",
@@ -157,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         check_bind_free(args.bind)
         metrics_dir = prepare_metrics_dir()
         check_policies(args.policies, required=args.app_factory == APP_FACTORY)
-        certificate = ReloadingCertificate(args.cert, args.key)
+        timeouts = Timeouts(args.handshake_timeout, args.request_timeout, args.idle_timeout)
+        certificate = ReloadingCertificate(args.cert, args.key, timeouts=timeouts)
         factory = check_factory(args.app_factory)
     except (ValueError, TLSConfigError, ImportError, OSError) as err:
         print(f"gpugate serve: {err}", file=sys.stderr)

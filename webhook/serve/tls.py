@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography import x509
 
@@ -38,6 +38,22 @@ _MISSING = ((-1, -1, -1, -1),)
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_READ_TIMEOUT = 10.0
 IDLE_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds a client gets for the TLS handshake, for each request, and of silence within either
+    (`gpugate serve --handshake-timeout/--request-timeout/--idle-timeout`)."""
+
+    handshake: float = HANDSHAKE_TIMEOUT
+    request: float = REQUEST_READ_TIMEOUT
+    idle: float = IDLE_TIMEOUT
+
+    def __post_init__(self) -> None:
+        for name in ("handshake", "request", "idle"):
+            value = getattr(self, name)
+            if not 0 < value < float("inf"):
+                raise ValueError(f"--{name}-timeout must be a positive number of seconds, got {value}")
 
 
 class TLSConfigError(Exception):
@@ -71,22 +87,23 @@ def _no_password() -> bytes:
 
 
 class DeadlineSocket(ssl.SSLSocket):
-    """A server-side TLS socket whose handshake and each request must arrive within REQUEST_READ_TIMEOUT.
+    """A server-side TLS socket whose handshake and each request must arrive within its `timeouts`.
 
     gunicorn switches a connection to blocking mode when a thread starts reading a request from it, and
     back to non-blocking while it idles between requests: switching to blocking starts the clock.
     """
 
+    timeouts: ClassVar[Timeouts] = Timeouts()
     _deadline: float | None = None
 
     def setblocking(self, flag: bool) -> None:
         super().setblocking(flag)
         if flag:
-            self._deadline = time.monotonic() + REQUEST_READ_TIMEOUT
+            self._deadline = time.monotonic() + self.timeouts.request
 
     def do_handshake(self, block: bool = False) -> None:
         if self.gettimeout() != 0.0:  # blocking: the handshake is a read like any other
-            self._deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+            self._deadline = time.monotonic() + self.timeouts.handshake
             self._arm()
         try:
             super().do_handshake(block)
@@ -103,14 +120,14 @@ class DeadlineSocket(ssl.SSLSocket):
             raise self._too_slow("the request") from None
         finally:
             if armed:  # writing the answer gets the whole timeout, not what the last read left over
-                self.settimeout(REQUEST_READ_TIMEOUT)
+                self.settimeout(self.timeouts.request)
 
     def _arm(self) -> None:
         assert self._deadline is not None
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise self._too_slow("the request")
-        self.settimeout(min(left, IDLE_TIMEOUT))
+        self.settimeout(min(left, self.timeouts.idle))
 
     def _too_slow(self, what: str) -> ConnectionResetError:
         # ECONNRESET: gunicorn closes such a connection quietly instead of logging a traceback for each one.
@@ -123,8 +140,18 @@ class DeadlineSocket(ssl.SSLSocket):
         return ConnectionResetError(errno.ECONNRESET, f"{what} did not arrive in time")
 
 
-def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.Certificate]:
-    """A server SSLContext: TLS 1.2+, forward-secret AEAD ciphers, ALPN http/1.1, no client certs."""
+def deadline_socket(timeouts: Timeouts) -> type[DeadlineSocket]:
+    """The socket class that enforces `timeouts`."""
+    if timeouts == DeadlineSocket.timeouts:
+        return DeadlineSocket
+    return type("DeadlineSocket", (DeadlineSocket,), {"timeouts": timeouts})
+
+
+def server_context(
+    cert_file: str, key_file: str, *, timeouts: Timeouts = Timeouts()
+) -> tuple[ssl.SSLContext, x509.Certificate]:
+    """A server SSLContext: TLS 1.2+, forward-secret AEAD ciphers, ALPN http/1.1, no client certs, and
+    sockets that close on clients slower than `timeouts`."""
     try:
         with open(cert_file, "rb") as handle:
             pem = handle.read()
@@ -137,7 +164,7 @@ def server_context(cert_file: str, key_file: str) -> tuple[ssl.SSLContext, x509.
     if not os.access(key_file, os.R_OK):
         raise TLSConfigError(f"cannot read private key {key_file}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.sslsocket_class = DeadlineSocket
+    context.sslsocket_class = deadline_socket(timeouts)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     context.set_ciphers(CIPHERS)
@@ -188,9 +215,11 @@ class ReloadingCertificate:
         *,
         interval: float = CHECK_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        timeouts: Timeouts = Timeouts(),
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.timeouts = timeouts
         self._interval = interval
         self._clock = clock
         self._lock = threading.Lock()
@@ -203,7 +232,7 @@ class ReloadingCertificate:
             before = _signature(self.cert_file, self.key_file)
         except OSError as err:
             raise TLSConfigError(f"cannot read {err.filename}: {err.strerror or err}") from None
-        context, certificate = server_context(self.cert_file, self.key_file)
+        context, certificate = server_context(self.cert_file, self.key_file, timeouts=self.timeouts)
         context.sni_callback = self._on_client_hello
         return Loaded(context, certificate, before)
 

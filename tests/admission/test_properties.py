@@ -150,7 +150,7 @@ from webhook.policy.model import PolicySet  # noqa: E402
 from webhook.rules import registry  # noqa: E402
 
 FLEET = load_policies(REPO / "policies")
-BUILTIN_RULES = {r.name for r in registry.rules("validate") if r.builtin}
+BUILTIN_RULES = {c.name for c in registry.checks("validate") if not c.needs_policy}
 any_resources = st.dictionaries(
     st.sampled_from(
         [

@@ -23,8 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
-from tests.support import gpu_pod, review, stop
-from tests.test_server_tls import (
+from tests.serve.test_tls import (
     GPUGATE,
     REPO,
     START_TIMEOUT,
@@ -32,12 +31,15 @@ from tests.test_server_tls import (
     client_context,
     make_certs,
 )
+from tests.support import gpu_pod, review, stop
 from webhook.serve.app import MAX_BODY
-from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT
+from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT, Timeouts
 
 pytestmark = pytest.mark.tls
 
 SAFETY = 30.0  # seconds: a bound for "the server closed it", never a performance claim
+# The server under test cuts slow clients off sooner than the defaults, so that waiting for it takes little.
+TIMEOUTS = Timeouts(handshake=2.0, request=3.0, idle=1.0)
 
 
 @dataclass
@@ -102,6 +104,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 "2",
                 "--threads",
                 "2",
+                f"--handshake-timeout={TIMEOUTS.handshake}",
+                f"--request-timeout={TIMEOUTS.request}",
+                f"--idle-timeout={TIMEOUTS.idle}",
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -218,7 +223,7 @@ def test_a_body_shorter_than_its_content_length_is_closed_and_harmless(server: S
         )
         started = time.monotonic()
         assert closed_by_server(sock)
-        assert time.monotonic() - started < REQUEST_READ_TIMEOUT + SAFETY
+        assert time.monotonic() - started < TIMEOUTS.request + SAFETY
     assert_healthy(server)
 
 
@@ -259,7 +264,7 @@ def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(ser
     try:
         for _ in range(6):
             idle.append(server.tls(socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY)))
-        time.sleep(IDLE_TIMEOUT + 0.5)  # longer than a silent client may hold a thread
+        time.sleep(TIMEOUTS.idle + 0.5)  # longer than a silent client may hold a thread
         assert_healthy(server)
         body = json.dumps(review(gpu_pod(1), uid="parked")).encode()
         for sock in idle:
@@ -331,8 +336,38 @@ def test_a_broken_policy_edit_counts_once_across_workers_and_keeps_the_server_re
     assert server.metric("gpugate_policy_reload_errors_total") == errors + 1
 
 
-def test_the_timeouts_nest() -> None:
+def test_the_default_timeouts_nest() -> None:
+    assert Timeouts() == Timeouts(HANDSHAKE_TIMEOUT, REQUEST_READ_TIMEOUT, IDLE_TIMEOUT)
     assert 0 < IDLE_TIMEOUT <= HANDSHAKE_TIMEOUT <= REQUEST_READ_TIMEOUT < SAFETY
+    assert 0 < TIMEOUTS.idle <= TIMEOUTS.handshake <= TIMEOUTS.request < SAFETY
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(tmp_path: Path, value: str) -> None:
+    certs = make_certs(tmp_path / "certs")
+    done = subprocess.run(
+        [
+            str(GPUGATE),
+            "serve",
+            "--policies",
+            str(REPO / "policies"),
+            "--cert",
+            str(certs / "tls.crt"),
+            "--key",
+            str(certs / "tls.key"),
+            "--bind",
+            f"127.0.0.1:{free_port()}",
+            f"--idle-timeout={value}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"gpugate serve: --idle-timeout must be a positive number of seconds, got {float(value)}"
+    )
 
 
 def workers(server: Server) -> set[int]:

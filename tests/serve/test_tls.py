@@ -24,7 +24,7 @@ from tests.support import stop
 
 pytestmark = pytest.mark.tls
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GPUGATE = Path(sys.executable).with_name("gpugate")
 SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
 START_TIMEOUT = 60.0
@@ -509,6 +509,26 @@ def test_reload_is_rate_limited_and_follows_the_symlink(three_certs: list[Path],
     clock.now += 5
     assert reloading.context() is new_context, "unchanged files must not rebuild the context"
     assert reloading.ready()
+
+
+def test_the_client_timeouts_reach_every_context_also_after_a_reload(three_certs: list[Path], tmp_path: Path) -> None:
+    from webhook.serve.tls import DeadlineSocket, ReloadingCertificate, Timeouts
+
+    first, second, _ = three_certs
+    volume = SecretVolume(tmp_path / "tls")
+    volume.publish(tls_files(first))
+    clock = Clock()
+    short = Timeouts(handshake=0.5, request=1.0, idle=0.25)
+    reloading = ReloadingCertificate(str(volume.cert), str(volume.key), clock=clock, timeouts=short)
+    before = reloading.context()
+    volume.publish(tls_files(second))
+    clock.now += 1
+    after = reloading.context()
+    assert after is not before
+    for context in (before, after):
+        assert issubclass(context.sslsocket_class, DeadlineSocket) and context.sslsocket_class.timeouts == short
+    default = ReloadingCertificate(str(volume.cert), str(volume.key)).context()
+    assert default.sslsocket_class is DeadlineSocket and DeadlineSocket.timeouts == Timeouts()
 
 
 def test_broken_files_are_reported_once_and_retried_when_they_change(

@@ -1,0 +1,174 @@
+"""``gpugate report --recommend`` on a backfilled day, and ``gpugate audit --compare-to``'s engine previewing
+the GPUPolicy it emits (loaded by the real policy loader, beside the shipped policies).
+
+The day: node-a holds two whole A100s, one per Deployment: ``inference`` keeps its GPU 6% busy in 5 GB of
+memory (it fits a 1g.10gb slice), ``trainer`` 85% busy in 60 GB (it fits nothing smaller). node-m is an A100
+cut into MIG instances under the mixed strategy (a 1g.10gb and a 3g.40gb, both unused): the fleet has those
+classes, and no other.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.audit import tally
+from webhook.policy.files import load_policies
+
+from .conftest import RunningPrometheus, backfill, start_prometheus
+from .schema import checked
+from .synthetic import A100, HOUR, START, Fleet, dcgm_labels
+from .test_report import ROOT, gpugate
+
+DAY = 24 * HOUR
+END = str(START + DAY)
+NAMESPACE_LABELS = {"ml": {"team": "vision", "cost-center": "cc-100"}}
+
+
+def rightsizing_day() -> Fleet:
+    fleet = Fleet(length=DAY)
+    for name, gpu, util, memory in (("inference", 0, 6.0, 5000.0), ("trainer", 1, 85.0, 60000.0)):
+        attribution = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deployment", "workload_name": name}
+        pod = f"{name}-7d9f-x2k4p"
+        fleet.pod("ml", pod, node="node-a", resources={"nvidia.com/gpu": 1}, attribution=attribution, end=DAY)
+        labels = dcgm_labels(gpu=gpu, uuid=f"GPU-a-{gpu}", model=A100, host="node-a", pod=("ml", pod))
+        fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, end=DAY)
+        fleet.add("DCGM_FI_DEV_FB_USED", labels, memory, end=DAY)
+    for profile, instance in (("1g.10gb", 7), ("3g.40gb", 1)):
+        labels = dcgm_labels(gpu=0, uuid="GPU-m-0", model=A100, host="node-m", mig=(profile, instance))
+        fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.0, end=DAY)
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
+    directory = tmp_path_factory.mktemp("report-rightsizing")
+    running = start_prometheus(backfill(rightsizing_day(), directory), directory)
+    yield running
+    running.process.terminate()
+    running.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def recommendations(day: RunningPrometheus) -> dict[str, dict[str, Any]]:
+    result = gpugate(
+        "report",
+        "--prometheus",
+        day.url,
+        "--end",
+        END,
+        "--window",
+        "1d",
+        "--recommend",
+        "-o",
+        "json",
+        "--prices",
+        str(Path(__file__).with_name("prices.yaml")),
+    )
+    assert result.returncode == 0, result.stderr
+    return {r["name"]: r for r in checked(result.stdout)["recommendations"]}
+
+
+def test_a_lightly_used_whole_gpu_is_recommended_the_fleet_s_1g_slice(recommendations: dict[str, Any]) -> None:
+    inference = recommendations["inference"]
+    assert inference["current"] == {"model": A100, "class": "whole"}
+    assert inference["recommended"]["class"] == "1g.10gb" and inference["recommended"]["model"] == A100
+    assert inference["recommended"]["resource"] == "nvidia.com/mig-1g.10gb"
+    # 24 GPU-hours held; 1/7 of them would have done: 24 - 24/7 saved, at 3.00 an A100-hour.
+    assert inference["gpu_hours_saved"] == pytest.approx(24 - 24 / 7, abs=0.2)
+    assert inference["cost_saved"] == pytest.approx((24 - 24 / 7) * 3.0, abs=0.5)
+    assert inference["p95_utilisation"] == pytest.approx(0.06)
+    assert inference["peak_memory_mib"] == 5000
+    assert inference["confidence"]["level"] == "high" and inference["confidence"]["coverage"] == pytest.approx(1.0)
+
+
+def test_a_busy_workload_fits_nothing_smaller_and_gets_no_policy(recommendations: dict[str, Any]) -> None:
+    trainer = recommendations["trainer"]
+    assert trainer["recommended"] is None and trainer["policy"] is None
+    assert trainer["gpu_hours_saved"] == 0
+    assert "fit no smaller class" in trainer["reason"]
+
+
+def test_never_a_class_the_fleet_does_not_have(recommendations: dict[str, Any]) -> None:
+    have = {("whole", A100), ("1g.10gb", A100), ("3g.40gb", A100)}
+    for r in recommendations.values():
+        if r["recommended"]:
+            assert (r["recommended"]["class"], r["recommended"]["model"]) in have
+
+
+def deployment(name: str, resource: str) -> dict[str, Any]:
+    """The Deployment as it runs: its template carries gpugate's workload labels (the report's selector)."""
+    labels = {"app": name, "gpugate.io/workload-kind": "Deployment", "gpugate.io/workload-name": name}
+    limits = {resource: "1"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "main", "image": "serve:1", "resources": {"limits": limits}}]},
+            },
+        },
+    }
+
+
+def test_the_emitted_policy_loads_and_audit_compare_to_previews_it(
+    recommendations: dict[str, Any], tmp_path: Path
+) -> None:
+    current, proposed = tmp_path / "current", tmp_path / "proposed"
+    shutil.copytree(ROOT / "policies", current, ignore=shutil.ignore_patterns("examples", "*.json", "*.md"))
+    shutil.copytree(current, proposed)
+    policy = recommendations["inference"]["policy"]
+    (proposed / "90-rightsize-inference.yaml").write_text(policy)
+    assert yaml.safe_load(policy)["apiVersion"] == "gpugate.io/v1"
+    before, after = load_policies(current), load_policies(proposed)  # the real loader accepts it
+    audit = tally.Audit(before, namespace_labels=NAMESPACE_LABELS, compare_to=after)
+    for obj in (
+        deployment("inference", "nvidia.com/gpu"),  # as it runs today
+        deployment("trainer", "nvidia.com/gpu"),
+    ):
+        audit.add(obj)
+    differences = {d["name"]: d for d in audit.report(policies_source="current")["differences"]}
+    # Only the recommended workload is touched: now governed by the new policy, which wants the slice.
+    assert set(differences) == {"inference"}
+    change = differences["inference"]
+    assert change["policy"]["to"] == "rightsize-ml-deployment-inference"
+    assert change["verdict"]["to"] == "refused", change
+    assert any("nvidia.com/mig-1g.10gb" in m for m in change["newViolations"])
+    # Applied: the workload asks for the slice; the new policy lets its template in, and a pod of it that the
+    # webhook never saw would be steered to the A100 MIG pool (the nodeSelector gpugate would add).
+    applied = tally.Audit(after, namespace_labels=NAMESPACE_LABELS)
+    applied.add(deployment("inference", "nvidia.com/mig-1g.10gb"))
+    applied.add(replica_pod("inference", "nvidia.com/mig-1g.10gb"))
+    findings = applied.report(policies_source="proposed")["findings"]
+    assert not [f for f in findings if f["verdict"] == "refused"], findings
+    [pod] = [f for f in findings if f["kind"] == "Pod"]
+    assert pod["policy"] == "rightsize-ml-deployment-inference"
+    assert "nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB" in [c["change"] for c in pod["wouldAdd"]], pod
+
+
+def replica_pod(name: str, resource: str) -> dict[str, Any]:
+    template = deployment(name, resource)["spec"]["template"]
+    meta = {
+        "name": f"{name}-7d9f-x2k4p",
+        "namespace": "ml",
+        "uid": f"uid-{name}-pod",
+        "labels": {**template["metadata"]["labels"], "pod-template-hash": "7d9f"},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-7d9f", "uid": "rs", "controller": True}
+        ],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": template["spec"],
+        "status": {"phase": "Running"},
+    }

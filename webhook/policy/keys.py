@@ -1,0 +1,24 @@
+"""gpugate's own names: the apiVersion of its documents, and the labels and annotations it writes on pods."""
+
+from __future__ import annotations
+
+#: The API group of gpugate's documents (GPUPolicy, GPUWorkloadKind) and of the audit's report.
+GROUP = "gpugate.io"
+API_VERSION = f"{GROUP}/v1"
+#: The audit's JSON report.
+AUDIT_API_VERSION = f"{GROUP}/v1"
+
+#: Which policy mutated a pod, and which of its fields (``rules.base.Touch`` names, comma-separated).
+POLICY_ANNOTATION = f"{GROUP}/policy"
+MUTATED_ANNOTATION = f"{GROUP}/mutated"
+#: The workload that runs a pod, as ``Kind/name`` (an annotation) and as two labels DCGM metrics can carry.
+WORKLOAD_ANNOTATION = f"{GROUP}/workload"
+WORKLOAD_KIND_LABEL = f"{GROUP}/workload-kind"
+WORKLOAD_NAME_LABEL = f"{GROUP}/workload-name"
+#: The pod label through which a pod names its GPU model class.
+MODEL_LABEL = f"{GROUP}/model"
+#: The attribution label the shipped policies and the audit's team tally use.
+TEAM_LABEL = f"{GROUP}/team"
+
+#: Annotations gpugate writes for its own bookkeeping: not worth a line in an audit.
+BOOKKEEPING_ANNOTATIONS = frozenset({POLICY_ANNOTATION, MUTATED_ANNOTATION, WORKLOAD_ANNOTATION})
