@@ -12,6 +12,7 @@ import yaml
 
 from .admission.offline import check_objects
 from .inventory.snapshot import SnapshotError, load_snapshot
+from .policy.documents import load_all
 from .policy.files import load_policies
 from .policy.loader import PolicyError
 
@@ -93,10 +94,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         if args.filename == "-":
-            documents = list(yaml.safe_load_all(sys.stdin))
+            documents = load_all(getattr(sys.stdin, "buffer", sys.stdin).read())
         else:
-            with open(args.filename, encoding="utf-8") as stream:
-                documents = list(yaml.safe_load_all(stream))
+            with open(args.filename, "rb") as stream:
+                documents = load_all(stream.read())
         objects = objects_of(documents)
     except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
         print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)

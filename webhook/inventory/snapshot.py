@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from ..policy.documents import load_all
 from .model import Inventory
 
 KINDS = ("Node", "RuntimeClass", "DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
@@ -40,8 +41,8 @@ def load_snapshot(path: str | Path) -> Inventory:
     """The inventory a snapshot file describes; SnapshotError when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as stream:
-            documents = list(yaml.safe_load_all(stream))
-    except (OSError, yaml.YAMLError) as err:
+            documents = list(load_all(stream.read()))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise SnapshotError(f"{path}: {err}") from err
     objects = _objects(documents, str(path))
     if not any(o.get("kind") in KINDS for o in objects):
