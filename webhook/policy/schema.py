@@ -82,6 +82,13 @@ def policy_schema() -> dict[str, Any]:
                 "modelLabel": {**_STRING, "description": "the node label naming the GPU model"},
                 "modelAliases": {**_STRINGS, "description": "other node labels a pod may choose its hardware with"},
                 "choiceAnnotations": {**_STRINGS, "description": "scheduler annotations that choose the hardware"},
+                "draDrivers": {**_STRINGS, "description": "DRA drivers whose devices are this vendor's GPUs"},
+                "deviceClasses": {**_STRINGS, "description": "DeviceClass names (globs) that are this vendor's GPUs"},
+                "runtimeClassPods": {
+                    "type": "array",
+                    "items": {"enum": ["device-plugin", "fractional"]},
+                    "description": "which GPU pods get runtimeClassName (never DRA-served ones)",
+                },
             },
         ),
         description="a vendor's device profile",
@@ -100,9 +107,15 @@ def policy_schema() -> dict[str, Any]:
                         "resources": {**_STRINGS, "minItems": 1, "description": "the GPU resources its nodes offer"},
                         "device": _STRING,
                         "aliases": {"type": "object", "additionalProperties": _STRINGS},
+                        "deviceClasses": {**_STRINGS, "description": "DeviceClasses of the class's DRA pools"},
+                        "nodeSelector": {
+                            "type": "object",
+                            "additionalProperties": _LABEL_VALUE,
+                            "description": "node labels of the class's pools, added as they are",
+                        },
                     },
                 ),
-                required=("values", "resources"),
+                required=("resources",),
             ),
             {**_STRINGS, "minItems": 1, "description": "0.1 form: node label values (with spec.models.nodeLabel)"},
         ]
@@ -150,6 +163,12 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "gpuTolerations": {"enum": ["deny", "strip", "allow"]},
                         "gpuRuntimeClass": {"enum": ["deny", "allow"]},
+                    }
+                ),
+                "security": _object(
+                    {
+                        "visibleDevicesOverride": {"enum": ["deny", "allow"]},
+                        "attributionEdits": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},

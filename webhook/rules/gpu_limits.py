@@ -28,14 +28,14 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     sidecars = Fraction(0)
     init_peak = Fraction(0)
     for container in spec.get("initContainers") or []:
-        amount = sum(gpu_amounts(container, ctx.policy.counts_as_gpu).values(), Fraction(0))
+        amount = sum(gpu_amounts(container, ctx.counts_as_gpu).values(), Fraction(0))
         if is_sidecar(container):
             sidecars += amount
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + amount)
     app = sum(
-        (sum(gpu_amounts(c, ctx.policy.counts_as_gpu).values(), Fraction(0)) for c in spec.get("containers") or []),
+        (sum(gpu_amounts(c, ctx.counts_as_gpu).values(), Fraction(0)) for c in spec.get("containers") or []),
         Fraction(0),
     )
     return max(app + sidecars, init_peak)
@@ -48,7 +48,7 @@ def limit_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     violations = []
     if limits.max_per_container is not None:
         for fld, index, container in containers(spec):
-            amount = sum(gpu_amounts(container, ctx.policy.counts_as_gpu).values(), Fraction(0))
+            amount = sum(gpu_amounts(container, ctx.counts_as_gpu).values(), Fraction(0))
             if amount > limits.max_per_container:
                 violations.append(
                     Violation(
