@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..policy.model import Device, Policy
-from .objects import containers
+from ..policy.model import BUILTIN, Device, Policy
+from .objects import containers, is_sidecar
 from .quantity import QuantityError, parse_quantity
 
 
@@ -98,3 +99,35 @@ def gpu_use(meta: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy) ->
     order = list(policy.devices)
     devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
     return GPUUse(frozenset(counted), devices, tuple(holders))
+
+
+def scheduled_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
+    """GPUs a pod holds, per resource, counted as the scheduler counts: app containers and sidecars add up;
+    an ordinary init container runs alone, so it counts only when it asks for more (k/k
+    pkg/api/v1/resource/helpers.go PodRequests)."""
+    app: Counter[str] = Counter()
+    init_peak: dict[str, Fraction] = {}
+    running_sidecars: Counter[str] = Counter()
+    for fld, _, container in containers(spec):
+        amounts = gpu_amounts(container, is_gpu)
+        if fld == "containers":
+            app.update(amounts)
+        elif fld == "initContainers":
+            if is_sidecar(container):
+                running_sidecars.update(amounts)
+                app.update(amounts)
+            else:
+                for resource, amount in amounts.items():
+                    # an init container runs beside the sidecars started before it
+                    peak = amount + running_sidecars.get(resource, 0)
+                    init_peak[resource] = max(init_peak.get(resource, Fraction(0)), peak)
+    out = {r: Fraction(v) for r, v in app.items()}
+    for resource, peak in init_peak.items():
+        out[resource] = max(out.get(resource, Fraction(0)), peak)
+    return {r: v for r, v in out.items() if v > 0}
+
+
+def counts_as_gpu(resource: str, policy: Policy) -> bool:
+    """A GPU count resource under the policy or under the built-in defaults: where Kubernetes allows GPUs
+    and how many it allows is the apiserver's rule, whatever the policy counts."""
+    return policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)

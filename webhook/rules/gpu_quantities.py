@@ -15,9 +15,9 @@ from fractions import Fraction
 from typing import Any
 
 from ..pods.fields import RESOURCES
+from ..pods.gpus import counts_as_gpu
 from ..pods.objects import container_label, containers
 from ..pods.quantity import QuantityError, format_quantity, parse_quantity
-from ..policy.model import BUILTIN
 from .base import PodContext, PodView, Violation
 from .registry import rule
 
@@ -32,11 +32,6 @@ PART_OF_A_GPU = (
 def _section(resources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     values = resources.get(name)
     return values if isinstance(values, Mapping) else {}
-
-
-def _is_gpu(resource: str, ctx: PodContext) -> bool:
-    """A GPU count of the policy or of any vendor gpugate knows: whole numbers are never optional."""
-    return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
 
 
 @record.validator(pods="any", needs_policy=False)
@@ -56,7 +51,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
         parsed: dict[tuple[str, str], Fraction | None] = {}
         for section, values in (("limits", limits), ("requests", requests)):
             for resource, raw in values.items():
-                if not _is_gpu(resource, ctx):
+                if not counts_as_gpu(resource, ctx.policy):
                     continue
                 if section == "requests" and resource in limits and str(limits[resource]) == str(raw):
                     parsed[(section, resource)] = parsed.get(("limits", resource))
