@@ -35,4 +35,6 @@ def validate_directory(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     names = ", ".join(p.name for p in policies.policies) or "none"
     print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
+    for note in policies.notes:  # they load, but say what to change
+        print(f"note: {note}", file=sys.stderr)
     return EXIT_VALID

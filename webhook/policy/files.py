@@ -63,6 +63,7 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             [PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds the policy files)")]
         )
     issues: list[PolicyIssue] = []
+    notes: list[PolicyIssue] = []
     policies: list[Policy] = []
     workloads: list[WorkloadKind] = []
     seen: dict[str, str] = {}
@@ -96,11 +97,11 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             if document is None:
                 continue
             if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
-                workload = parse_workload_kind(document, file=path.name, index=index, issues=issues)
+                workload = parse_workload_kind(document, file=path.name, index=index, issues=issues, notes=notes)
                 if workload is not None:
                     workloads.append(workload)
                 continue
-            policy = parse_policy(document, file=path.name, index=index, issues=issues)
+            policy = parse_policy(document, file=path.name, index=index, issues=issues, notes=notes)
             if policy is None:
                 continue
             if policy.name in seen:
@@ -114,4 +115,4 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             policies.append(policy)
     if issues:
         raise PolicyError(issues)
-    return PolicySet.of(policies, digest.hexdigest()[:12], workloads)
+    return PolicySet.of(policies, digest.hexdigest()[:12], workloads, notes=[str(n) for n in notes])

@@ -325,6 +325,8 @@ class PolicySet:
     policies: tuple[Policy, ...] = ()
     digest: str = ""
     workloads: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
+    #: What the files should change, though they load (deprecated forms), one line each with file and document.
+    notes: tuple[str, ...] = field(default=(), compare=False)
     # The index behind governing(): namespace -> candidates, (namespace, labels) -> candidates. Derived
     # from ``policies`` alone, so it is no part of the set's identity.
     _by_namespace: dict[str, tuple[tuple[Policy, ...], bool]] = field(
@@ -335,11 +337,18 @@ class PolicySet:
     )
 
     @staticmethod
-    def of(policies: Iterable[Policy], digest: str = "", workloads: Iterable[WorkloadKind] = ()) -> PolicySet:
+    def of(
+        policies: Iterable[Policy],
+        digest: str = "",
+        workloads: Iterable[WorkloadKind] = (),
+        *,
+        notes: Iterable[str] = (),
+    ) -> PolicySet:
         return PolicySet(
             tuple(sorted(policies, key=lambda p: (-p.priority, p.name))),
             digest,
             {(w.group, w.kind): w for w in workloads},
+            tuple(notes),
         )
 
     def governing(

@@ -69,6 +69,8 @@ class PolicyStore:
         )
         if error is not None:
             self._files.fail(version, error)
+        else:
+            _log_notes(policies)
 
     @property
     def interval(self) -> float:
@@ -105,6 +107,8 @@ class PolicyStore:
                 policies.digest,
             )
         self.last_error = self.last_error_id = None
+        if policies.digest != previous.digest:
+            _log_notes(policies)
 
     def _recovered(self) -> None:
         self.last_error = self.last_error_id = None
@@ -114,3 +118,8 @@ class PolicyStore:
         self.last_error = str(err)
         self.last_error_id = hashlib.sha256(repr((str(self.directory), version)).encode()).hexdigest()[:16]
         log.error("policy reload failed; the last good policies (%s) stay in force\n%s", self._files.value.digest, err)
+
+
+def _log_notes(policies: PolicySet) -> None:
+    for note in policies.notes:
+        log.warning("policy file in a deprecated form (it loads): %s", note)
