@@ -950,7 +950,7 @@ TUNING_NOTE = """\
   /validate timed out (5 s) on every call and never came into force; with `--workers 2 --threads 2` and 8
   clients the creates failed with "context deadline exceeded". gpugate's worker now hands such a connection
   back to gthread's poller, and a thread is taken only when the request arrives
-  (tests/test_server_idle_connections.py: one worker with one thread keeps answering beside three idle
+  (tests/serve/test_worker.py: one worker with one thread keeps answering beside three idle
   connections). Both servers in this benchmark run with it.
 - **The decision** (bench/decisions.py, every-field pod, mutate + validate): 506 µs → 274 µs, small GPU pod
   450 µs → 288 µs, on this machine just before the final run. The patch was checked by re-applying it with
@@ -966,7 +966,7 @@ TUNING_NOTE = """\
   skip the check that it carries the runtime class, toleration, model selector and labels. Not done.
 - **1,000 policies**: the governing policy came from a scan of every policy, matching namespace globs on
   each request; `PolicySet` now indexes the candidates by namespace name and by namespace labels (bounded,
-  per policy set; tests/test_policy_scale.py holds the index to the scan's answer with Hypothesis). Policy
+  per policy set; tests/policy/test_model.py holds the index to the scan's answer with Hypothesis). Policy
   files are parsed with libyaml (PyYAML's CSafeLoader, same documents; 1.65 s → 0.25 s of CPU for 1,000
   policies here, most of the rest is PyYAML's object construction), and `gpugate serve` reloads them in a
   background thread, so no request waits for a reload (before: the request that noticed the edit did it).

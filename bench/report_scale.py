@@ -14,6 +14,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -121,6 +122,18 @@ def backfill(gpus: int, directory: Path) -> tuple[int, float, float]:
     return samples, generate, load
 
 
+def _run_measured(command: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run the report; its own peak resident memory (KiB) from wait4's rusage, not the benchmark's."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+    return result, int(usage.ru_maxrss)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=1000)
@@ -151,7 +164,7 @@ def main() -> None:
                 output,
             ]
             started = time.monotonic()
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            result, rss_kib = _run_measured(command)
             elapsed = time.monotonic() - started
             if result.returncode != 0:
                 raise SystemExit(f"gpugate report failed ({result.returncode}): {result.stderr}")
@@ -164,8 +177,9 @@ def main() -> None:
                     )
                 )
             print(
-                f"-o {output}: {elapsed:.1f} s, {len(result.stdout):,} bytes "
-                f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)"
+                f"-o {output}: {elapsed:.1f} s, max RSS {rss_kib / 1024:,.0f} MiB, {len(result.stdout):,} bytes "
+                f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)",
+                flush=True,
             )
     finally:
         prometheus.process.terminate()

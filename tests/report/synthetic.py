@@ -302,6 +302,11 @@ def small_fleet() -> Fleet:
         dcgm("DCGM_FI_DEV_GPU_UTIL", labels, 15.0)
         dcgm("DCGM_FI_DEV_FB_USED", labels, 4000.0)
 
+    # Node prices: kube-state-metrics' kube_node_labels with the instance type allowlisted, and OpenCost's
+    # node_gpu_hourly_cost per node. Priced only by a price table that asks for them (test_prices).
+    fleet.add("kube_node_labels", {"node": "node-a", "label_node_kubernetes_io_instance_type": "p4d.24xlarge"}, 1.0)
+    fleet.add("node_gpu_hourly_cost", {"node": "node-d", "instance_type": "p3.2xlarge"}, 1.5)
+
     # node-d: a pod admitted before gpugate (no gpugate labels); its exporter has no profiling fields, so
     # the report falls back to DCGM_FI_DEV_GPU_UTIL. 5% all week: idle.
     fleet.pod("legacy", "old-render-0", node="node-d", resources={"nvidia.com/gpu": 1}, attribution=None)

@@ -35,7 +35,7 @@ LABELS = {"team": "vision", "cost_center": "cc-100", "workload_kind": "Deploymen
 
 
 def broken_days() -> Fleet:
-    fleet = Fleet(length=8 * DAY)
+    fleet = Fleet(length=9 * DAY)
     interval = 300
 
     def day(n: int) -> Window:
@@ -88,6 +88,18 @@ def broken_days() -> Fleet:
     )
     slice_labels = dcgm_labels(gpu=0, uuid="GPU-7", model=H100, host="node-m", pod=("ml", "m1"), mig=("1g.10gb", 1))
     fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", slice_labels, 0.5, begin=start, end=gap, interval=interval)
+    # day 8: a T4 time-sliced without renaming (pods request plain nvidia.com/gpu; GFD: Tesla-T4-SHARED),
+    # dcgm-exporter --kubernetes-virtual-gpus: one copy per replica with its number in vgpu (the device id's
+    # ::N); ts-a holds two replicas, ts-b one; DCGM_FI_DEV_GPU_UTIL per process beside the device's series.
+    for pod, count in (("ts-a", 2), ("ts-b", 1)):
+        fleet.pod("ml", pod, node="node-t", resources={"nvidia.com/gpu": count}, attribution=LABELS, **day(8))
+    t4 = {"begin": 8 * DAY, "end": 9 * DAY, "interval": interval}
+    device = dcgm_labels(gpu=0, uuid="GPU-t4", model="Tesla T4", host="node-t")
+    fleet.add("DCGM_FI_DEV_GPU_UTIL", device, 40.0, **t4)
+    for pod, vgpu, own in (("ts-a", "0", 36.0), ("ts-a", "1", 36.0), ("ts-b", "2", 4.0)):
+        copy = dcgm_labels(gpu=0, uuid="GPU-t4", model="Tesla T4", host="node-t", pod=("ml", pod)) | {"vgpu": vgpu}
+        fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", copy, 0.4, **t4)
+        fleet.add("DCGM_FI_DEV_GPU_UTIL", copy, own, **t4)
     return fleet
 
 
@@ -225,3 +237,15 @@ def test_a_single_strategy_slice_started_in_a_telemetry_gap_is_billed_as_a_slice
     assert total["whole_gpus_peak"] == 0
     assert total["mig_slices_peak"] == {"1g.10gb": 2}
     assert total["allocated_gpu_hours"] == pytest.approx((22 + 11) / 7, abs=2 * 300 / 3600)
+
+
+def test_a_time_sliced_gpu_requested_as_nvidia_com_gpu_is_one_gpu_split_by_replica(broken: RunningPrometheus) -> None:
+    result = report(broken.url, "--end", day_end(8), "--window", "22h", "-o", "json", "--group", "namespace")
+    assert result.returncode == 0, result.stderr
+    total = checked(result.stdout)["total"]
+    # One T4 for 22 hours, three replicas: never a whole GPU handed over, never a replica without telemetry.
+    assert total["allocated_gpu_hours"] == pytest.approx(22, abs=0.1)
+    assert (total["whole_gpus_peak"], total["shared_peak"]) == (0, 3)
+    assert total["no_telemetry_gpu_hours"] == 0
+    # every replica judged by the device (40%), not by its own per-process copy (ts-b's 4%)
+    assert total["idle_gpu_hours"] == 0

@@ -251,3 +251,27 @@ def test_buckets_add_up_to_the_window(prometheus: RunningPrometheus, by_team: di
     csv_text = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "-o", "csv", "--bucket", "1d").stdout
     records = [r for r in csv.DictReader(io.StringIO(csv_text)) if r["record"] == "bucket" and r["team"] == "FLEET"]
     assert [float(r["allocated_gpu_hours"]) for r in records] == [b["allocated_gpu_hours"] for b in fleet]
+
+
+def test_prices_by_node_label_and_per_node_series(prometheus: RunningPrometheus, tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "currency: EUR\n"
+        "perHour: {default: 2.00, Tesla T4: 0.35, NVIDIA H100 80GB HBM3: 7.00}\n"
+        "byNodeLabel: {label: node.kubernetes.io/instance-type, perHour: {p4d.24xlarge: 4.10}}\n"
+        "nodePriceSeries: node_gpu_hourly_cost\n"
+    )
+    rows = {row["group"]: row for row in report_json(prometheus, "--prices", str(prices))["groups"]}
+    # node-a is a p4d.24xlarge (kube_node_labels): 4.10 per GPU-hour; node-d's OpenCost series says 1.50.
+    assert rows["vision"]["cost"] == pytest.approx(672 * 4.10, abs=0.05)
+    assert rows["unlabelled"]["cost"] == pytest.approx(168 * 1.50, abs=0.05)
+    # node-b's A100 (3g.40gb) has neither: the default's share, 2.00 x 3/7.
+    assert rows["research"]["cost"] == pytest.approx(168 * 2.0 * 3 / 7 + 2 * 168 * 1.0 + 84 * 0.35, abs=0.1)
+
+
+def test_the_example_price_table_loads() -> None:
+    from webhook.report.command import load_prices
+
+    prices = load_prices(str(ROOT / "docs/examples/report-prices.yaml"))
+    assert prices.node_label == "node.kubernetes.io/instance-type" and prices.node_series == "node_gpu_hourly_cost"
+    assert prices.per_label_value["p5.48xlarge"] == 6.88

@@ -1,10 +1,24 @@
-"""Model selection: class from the pod label or the default; nodeSelector for one value, affinity for several."""
+"""Model selection (webhook/rules/model_selection.py): the class from the pod label, the pod's own choice or the
+default; nodeSelector for one value, affinity for several; each finding's rule, field, subject, text and fix."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import container, gpu_pod, model_classes, mutated, pod, standard, validated
+from tests.rules.test_fleet import FLEET, NVIDIA_TOLERATION, admit
+from tests.support import (
+    apply,
+    container,
+    env,
+    gpu_pod,
+    model_classes,
+    mutated,
+    pod,
+    request,
+    standard,
+    validated,
+)
+from webhook.admission import mutate
 
 LABEL = "nvidia.com/gpu.product"
 H100 = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"]
@@ -136,3 +150,147 @@ def test_no_label_and_no_default_is_a_violation_listing_the_classes():
     devices = {"nvidia": {"modelLabel": LABEL}}
     verdict = validated(gpu_pod(1), standard(devices=devices, models=model_classes(default=None), attribution={}))
     assert "names no GPU model class" in verdict.message and "l4, h100" in verdict.message
+
+
+MODEL = "nvidia.com/gpu.product"
+
+
+AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_a_selection_outside_its_class_is_one_violation_with_every_part():
+    obj = pod(
+        container(limits={"nvidia.com/gpu": 1}),
+        labels={"gpugate.io/model": "h100"},
+        nodeSelector={MODEL: "NVIDIA-L4"},
+        runtimeClassName="nvidia",
+        tolerations=[NVIDIA_TOLERATION],
+    )
+    found = [v for v in validated(obj, standard()).violations if v.rule == "model-selection"]
+    assert len(found) == 1
+    assert (found[0].path, found[0].subject) == (f"spec.nodeSelector[{MODEL}]", "pod")
+    assert found[0].text == (
+        'selects nvidia.com/gpu.product=NVIDIA-L4, outside class "h100" (NVIDIA-H100-80GB-HBM3, NVIDIA-H100-SXM5-80GB)'
+    )
+    assert found[0].fix == "remove the selector (gpugate adds it) or choose the class with label gpugate.io/model"
+
+
+def affinity_on(values):
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]},
+                            {"key": MODEL, "operator": "In", "values": values},
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+
+
+def test_a_pod_choosing_its_model_by_affinity_gets_that_class():
+    result, verdict = admit(
+        pod(
+            container(limits={"nvidia.com/gpu": 1}),
+            affinity=affinity_on(["NVIDIA-H100-80GB-HBM3"]),
+            tolerations=[NVIDIA_TOLERATION],
+        )
+    )
+    assert verdict.allowed and verdict.violations == []
+    assert MODEL not in (result["spec"].get("nodeSelector") or {})  # no L4 default beside its own choice
+
+
+def test_a_choice_outside_every_class_names_the_expression():
+    obj = pod(
+        container(limits={"nvidia.com/gpu": 1}),
+        affinity=affinity_on(["NVIDIA-Unknown"]),
+        tolerations=[NVIDIA_TOLERATION],
+    )
+    verdict = validated(apply(obj, mutate(request(obj), env(FLEET)).patch), FLEET)
+    assert not verdict.allowed
+    assert f"spec.{AFFINITY}.nodeSelectorTerms[0].matchExpressions[1]" in verdict.message
+
+
+def test_a_hami_annotation_is_the_pods_own_choice_left_as_chosen():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), tolerations=[NVIDIA_TOLERATION])
+    obj["metadata"]["annotations"] = {"nvidia.com/use-gputype": "NVIDIA-H100-80GB-HBM3"}
+    result, verdict = admit(obj)
+    assert verdict.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
+    assert [v.text for v in verdict.violations] == [
+        'nvidia.com/use-gputype=NVIDIA-H100-80GB-HBM3 left as chosen: no class of policy "default" names it'
+    ]
+
+
+def model_findings(verdict):
+    return [(v.rule, v.path, v.subject, v.text, v.fix) for v in verdict.violations if v.rule == "model-selection"]
+
+
+AMD_TOLERATION = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "model", "toleration", "text", "fix"),
+    [
+        (
+            {"nvidia.com/gpu.shared": 1},
+            "l4",
+            NVIDIA_TOLERATION,
+            'GPU model class "l4" cannot serve nvidia.com/gpu.shared: its nodes offer nvidia.com/gpu',
+            "use one of: a10g",
+        ),
+        (
+            {"nvidia.com/mig-1g.10gb": 1},
+            "h100",
+            NVIDIA_TOLERATION,
+            'GPU model class "h100" cannot serve nvidia.com/mig-1g.10gb: its nodes offer nvidia.com/gpu',
+            "use one of: a100",
+        ),
+        (
+            {"amd.com/gpu": 1},
+            "l4",
+            AMD_TOLERATION,
+            'GPU model class "l4" is not allowed by policy "default"',
+            "use one of: mi300x",
+        ),
+    ],
+)
+def test_a_named_class_that_cannot_serve_the_request_is_one_finding_on_the_label(limits, model, toleration, text, fix):
+    obj = pod(container(limits=limits), labels={"gpugate.io/model": model}, tolerations=[toleration])
+    assert model_findings(admit(obj)[1]) == [("model-selection", "metadata.labels[gpugate.io/model]", "pod", text, fix)]
+
+
+def test_an_unknown_class_is_one_finding_on_the_label():
+    verdict = validated(gpu_pod(1, labels={"gpugate.io/model": "a100"}), standard())
+    assert model_findings(verdict) == [
+        (
+            "model-selection",
+            "metadata.labels[gpugate.io/model]",
+            "pod",
+            'GPU model class "a100" is not allowed by policy "standard"',
+            "use one of: l4, h100",
+        )
+    ]
+
+
+def test_an_annotation_choice_no_class_names_is_reported_on_the_annotation():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), tolerations=[NVIDIA_TOLERATION])
+    obj["metadata"]["annotations"] = {"nvidia.com/use-gputype": "X"}
+    assert model_findings(admit(obj)[1]) == [
+        (
+            "model-selection",
+            "metadata.annotations[nvidia.com/use-gputype]",
+            "pod",
+            'nvidia.com/use-gputype=X left as chosen: no class of policy "default" names it',
+            "or name a class with label gpugate.io/model (l4, t4, h100, h100-mig)",
+        )
+    ]
+
+
+def test_a_pod_bound_to_a_node_gets_no_model_selector():
+    result, decision = mutated(gpu_pod(1, nodeName="node-1"), standard())
+    assert decision.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
+    assert validated(result, standard()).allowed

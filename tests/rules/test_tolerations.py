@@ -1,10 +1,12 @@
-"""Tolerations: appended without duplicates for GPU pods; GPU-taint tolerations on CPU pods deny/strip/allow."""
+"""Tolerations (webhook/rules/tolerations.py): appended without duplicates for GPU pods; GPU-taint tolerations
+on CPU pods deny/strip/allow, for the policy's own taint keys and effects; when two tolerations are the same,
+and how a refused one is shown."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import gpu_pod, mutated, nvidia, pod, standard, validated
+from tests.support import container, gpu_pod, mutated, nvidia, pod, standard, validated
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 NOT_READY = {
@@ -82,3 +84,84 @@ def test_no_policy_means_no_toleration_checks():
     from webhook.policy.model import PolicySet
 
     assert validated(pod(tolerations=[GPU_TAINT]), PolicySet()).allowed
+
+
+POOL = "example.com/gpu-pool"
+
+
+@pytest.mark.parametrize(
+    ("policy_toleration", "pod_toleration", "refused"),
+    [
+        (
+            {"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+            True,
+        ),
+        (
+            {"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": POOL, "operator": "Exists", "effect": "NoExecute"},
+            False,
+        ),
+        (
+            {"key": POOL, "operator": "Exists"},  # no effect: the taint is kept off GPU nodes whatever its effect
+            {"key": POOL, "operator": "Exists", "effect": "NoExecute"},
+            True,
+        ),
+        (
+            {"key": POOL, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "example.com/other", "operator": "Exists", "effect": "NoSchedule"},
+            False,
+        ),
+    ],
+)
+def test_a_policys_own_taint_keeps_cpu_pods_off_gpu_nodes(policy_toleration, pod_toleration, refused):
+    policy = standard(devices=nvidia(tolerations=[policy_toleration]))
+    verdict = validated(pod(container("web"), tolerations=[pod_toleration]), policy)
+    assert verdict.allowed is not refused, verdict.message
+    if refused:
+        assert f"tolerates the GPU node taint ({POOL}" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "near_miss",
+    [
+        {**GPU_TAINT, "key": "nvidia.com/gpu.shared"},
+        {**GPU_TAINT, "operator": "Equal"},
+        {**GPU_TAINT, "operator": "Equal", "value": "present"},
+        {**GPU_TAINT, "effect": "NoExecute"},
+        {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60},
+    ],
+)
+def test_a_toleration_that_differs_in_one_field_is_not_taken_for_the_policys(near_miss):
+    result, _ = mutated(gpu_pod(1, tolerations=[near_miss]), standard())
+    assert result["spec"]["tolerations"] == [near_miss, GPU_TAINT]
+
+
+def test_tolerations_that_differ_only_in_value_are_different():
+    policy = standard(devices=nvidia(tolerations=[{**GPU_TAINT, "operator": "Equal", "value": "present"}]))
+    mine = {**GPU_TAINT, "operator": "Equal", "value": "absent"}
+    result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
+    assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "operator": "Equal", "value": "present"}]
+
+
+def test_tolerations_that_differ_only_in_toleration_seconds_are_different():
+    policy = standard(devices=nvidia(tolerations=[{**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}]))
+    mine = {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 60}
+    result, _ = mutated(gpu_pod(1, tolerations=[mine]), policy)
+    assert result["spec"]["tolerations"] == [mine, {**GPU_TAINT, "effect": "NoExecute", "tolerationSeconds": 300}]
+
+
+@pytest.mark.parametrize(
+    ("toleration", "shown"),
+    [
+        (
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+            "(nvidia.com/gpu=present:NoSchedule)",
+        ),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, "(nvidia.com/gpu:*)"),
+        ({"operator": "Exists"}, "(*:*)"),
+    ],
+)
+def test_a_refused_toleration_is_shown_as_key_value_effect(toleration, shown):
+    verdict = validated(pod(tolerations=[toleration]), standard())
+    assert f"tolerates the GPU node taint {shown}" in verdict.message

@@ -73,13 +73,21 @@ def mig_profile_of(resource: str) -> str:
 @dataclass(frozen=True)
 class Prices:
     """GPU prices per hour, keyed by dcgm-exporter's ``modelName``, a MIG profile (per slice-hour), or
-    ``<modelName>/<profile>``; ``default`` prices whatever else, including GPU-hours without telemetry."""
+    ``<modelName>/<profile>``; ``default`` prices whatever else, including GPU-hours without telemetry.
+    ``per_node`` (a whole GPU-hour on that node, from a node label or a per-node price series, resolved by
+    the queries) comes first: an instance type's price is the bill's."""
 
     per_hour: Mapping[str, float]
     currency: str = "USD"
+    node_label: str | None = None  # byNodeLabel.label, e.g. node.kubernetes.io/instance-type
+    per_label_value: Mapping[str, float] = field(default_factory=dict)  # byNodeLabel.perHour
+    node_series: str | None = None  # nodePriceSeries: a metric {node} in price per GPU-hour
+    per_node: Mapping[str, float] = field(default_factory=dict)
 
-    def device(self, *, model: str, profile: str, fraction: float) -> float | None:
+    def device(self, *, model: str, profile: str, fraction: float, node: str = "") -> float | None:
         """Price of one hour of one device (a whole GPU, or one MIG instance)."""
+        if node in self.per_node:
+            return self.per_node[node] * fraction
         if profile:
             for key in (f"{model}/{profile}", profile):
                 if key in self.per_hour:
@@ -87,7 +95,9 @@ class Prices:
         whole = self.per_hour.get(model, self.per_hour.get("default"))
         return None if whole is None else whole * fraction
 
-    def unknown(self, *, fraction: float) -> float | None:
+    def unknown(self, *, fraction: float, node: str = "") -> float | None:
+        if node in self.per_node:
+            return self.per_node[node] * fraction
         default = self.per_hour.get("default")
         return None if default is None else default * fraction
 

@@ -14,7 +14,7 @@ import yaml
 
 from .compute import BUCKETS, DEFAULT_THRESHOLD, GROUPS, Integrator, Prices, Report
 from .prometheus import Prometheus, PrometheusError
-from .queries import ReportError, iso, memory_peaks, preflight, stream_inputs
+from .queries import ReportError, iso, memory_peaks, node_prices, preflight, stream_inputs
 from .recommend import recommend
 from .render import FORMATS, render
 
@@ -52,7 +52,43 @@ def parse_time(text: str | None, *, now: float) -> int:
 
 
 def load_prices(path: str) -> Prices:
-    """The price table (docs/report.md): ``currency``, ``perHour: {model | profile | model/profile | default: N}``."""
+    """The price table (docs/report.md): ``currency``; ``perHour: {model | profile | model/profile | default: N}``;
+    optionally ``byNodeLabel: {label, perHour: {value: N}}`` and ``nodePriceSeries: <metric>``."""
+    document = _read_price_file(path)
+    unknown = set(document) - {"currency", "perHour", "byNodeLabel", "nodePriceSeries"}
+    if unknown:
+        raise ReportError(
+            f"--prices {path}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; expected currency, "
+            "perHour, byNodeLabel and nodePriceSeries"
+        )
+    currency = document.get("currency", "USD")
+    if not isinstance(currency, str) or not currency:
+        raise ReportError(f"--prices {path}: currency must be a string such as USD")
+    by_label = document.get("byNodeLabel") or {}
+    if not isinstance(by_label, dict) or set(by_label) - {"label", "perHour"}:
+        raise ReportError(
+            f"--prices {path}: byNodeLabel: expected {{label: <node label>, perHour: {{<value>: <price>}}}}"
+        )
+    label = by_label.get("label")
+    if by_label and (not isinstance(label, str) or not label):
+        raise ReportError(
+            f"--prices {path}: byNodeLabel.label: expected a node label such as node.kubernetes.io/instance-type"
+        )
+    series = document.get("nodePriceSeries")
+    if series is not None and (not isinstance(series, str) or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", series)):
+        raise ReportError(
+            f"--prices {path}: nodePriceSeries {series!r}: expected a metric name such as node_gpu_hourly_cost"
+        )
+    return Prices(
+        per_hour=_price_map(path, "perHour", document.get("perHour")),
+        currency=currency,
+        node_label=label,
+        per_label_value=_price_map(path, "byNodeLabel.perHour", by_label.get("perHour", {})) if by_label else {},
+        node_series=series,
+    )
+
+
+def _read_price_file(path: str) -> dict[str, object]:
     try:
         with open(path, encoding="utf-8") as stream:
             document = yaml.safe_load(stream)
@@ -67,20 +103,18 @@ def load_prices(path: str) -> Prices:
             f"--prices {path}: expected a mapping with 'perHour: {{<GPU model or MIG profile>: "
             "<price per hour>}}' (and optionally 'currency: USD')"
         )
-    unknown = set(document) - {"currency", "perHour"}
-    if unknown:
-        raise ReportError(
-            f"--prices {path}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; expected currency and perHour"
-        )
-    currency = document.get("currency", "USD")
-    if not isinstance(currency, str) or not currency:
-        raise ReportError(f"--prices {path}: currency must be a string such as USD")
-    per_hour: dict[str, float] = {}
-    for key, value in document["perHour"].items():
+    return document
+
+
+def _price_map(path: str, where: str, table: object) -> dict[str, float]:
+    if not isinstance(table, dict):
+        raise ReportError(f"--prices {path}: {where}: expected a mapping of names to prices per hour")
+    out: dict[str, float] = {}
+    for key, value in table.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or not math.isfinite(value):
-            raise ReportError(f"--prices {path}: perHour[{key!r}] = {value!r}: expected a price per hour >= 0")
-        per_hour[str(key)] = float(value)
-    return Prices(per_hour=per_hour, currency=currency)
+            raise ReportError(f"--prices {path}: {where}[{key!r}] = {value!r}: expected a price per hour >= 0")
+        out[str(key)] = float(value)
+    return out
 
 
 def parse_fail_above(text: str | None) -> tuple[float, bool] | None:
@@ -198,6 +232,8 @@ def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
     start = end - (window // step) * step
     prometheus = Prometheus(args.prometheus, timeout=args.timeout)
     notes = preflight(prometheus, start=start, end=end)
+    if prices is not None and (prices.node_label or prices.node_series):
+        prices = node_prices(prometheus, prices, start=start, end=end, notes=notes)
     integrator = Integrator(
         step=step, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top, bucket=bucket
     )

@@ -341,7 +341,7 @@ class Integrator:
         self.time_sliced: set[str] = set()  # GPU UUIDs seen with dcgm-exporter's vgpu label, or requested as shared
         self.mig_nodes: dict[str, tuple[str, str]] = {}
         self.owners: dict[tuple[Pod, int, int], tuple[Accumulator, Workload]] = {}
-        self.unit_cache: dict[tuple[str, str, int, str, int], Unit] = {}
+        self.unit_cache: dict[tuple[str, str, int, str, int, str], Unit] = {}
         self.unknown_models: set[str] = set()
 
     # ---- one chunk ---------------------------------------------------------------------------
@@ -400,15 +400,18 @@ class Integrator:
             found = self.owners[cache_key] = (self.groups[group], workload)
         return found
 
-    def _unit(self, *, model: str, profile: str, sharers: int, kind: str, replicas: int = 1) -> Unit:
+    def _unit(self, *, model: str, profile: str, sharers: int, kind: str, replicas: int = 1, node: str = "") -> Unit:
         """One device's unit as a pod holding ``replicas`` of its ``sharers`` shares is billed."""
-        cache_key = (model, profile, sharers, kind, replicas)
+        node = node if self.prices is not None and node in self.prices.per_node else ""
+        cache_key = (model, profile, sharers, kind, replicas, node)
         unit = self.unit_cache.get(cache_key)
         if unit is None:
             fraction, known = mig_fraction(profile, model=model) if profile else (1.0, True)
             if not known:
                 self.unknown_models.add(model or "(no modelName)")
-            price = self.prices.device(model=model, profile=profile, fraction=fraction) if self.prices else None
+            price = (
+                self.prices.device(model=model, profile=profile, fraction=fraction, node=node) if self.prices else None
+            )
             # A device is counted once: the replicas of a time-sliced GPU split its hours evenly.
             unit = self.unit_cache[cache_key] = Unit(
                 kind=kind,
@@ -455,7 +458,12 @@ class Integrator:
             # Several pods on one device in one step of a GPU never seen time-sliced is a hand-over (one pod
             # ended, the next started): the hours are split, but the GPU is not a shared one.
             unit = self._unit(
-                model=device.model, profile=device.profile, sharers=len(holders), kind=kind, replicas=replicas
+                model=device.model,
+                profile=device.profile,
+                sharers=len(holders),
+                kind=kind,
+                replicas=replicas,
+                node=device.host,
             )
             seen.extend([unit] * replicas)
             own = kind != "shared" and len(holders) > 1
@@ -499,10 +507,11 @@ class Integrator:
                 )
             elif resource == WHOLE and node in self.mig_nodes:
                 model, profile = self.mig_nodes[node]
-                unit = self._unit(model=model, profile=profile, sharers=1, kind=profile)
+                unit = self._unit(model=model, profile=profile, sharers=1, kind=profile, node=node)
             else:
                 kind = "shared" if resource == SHARED else "whole"
-                unit = Unit(kind=kind, share=1.0, price=self.prices.unknown(fraction=1.0) if self.prices else None)
+                price = self.prices.unknown(fraction=1.0, node=node) if self.prices else None
+                unit = Unit(kind=kind, share=1.0, price=price)
             self._account(
                 unit, accumulator, workload, held=(pod, resource, n), index=index, t=t, utilisation=None, missing=True
             )
@@ -511,23 +520,25 @@ class Integrator:
         """Devices telemetry shows that no pod holds: capacity nobody was allocated (the bill still has it). A
         whole-GPU series of a GPU whose MIG instances are reported is the parent, not more capacity."""
         partitioned: dict[str, float] = defaultdict(float)  # MIG parent UUID -> share its instances hold
-        models: dict[str, str] = {}
+        models: dict[str, tuple[str, str]] = {}
         for key, device in devices.meta.items():
             if key[1]:
                 partitioned[key[0]] += mig_fraction(device.profile, model=device.model)[0]
-                models[key[0]] = device.model
+                models[key[0]] = (device.model, device.host)
         for key, device in devices.meta.items():
             if devices.holders.get(key) or (not key[1] and key[0] in partitioned):
                 continue
-            unit = self._unit(model=device.model, profile=device.profile, sharers=1, kind=device.profile or "whole")
+            unit = self._unit(
+                model=device.model, profile=device.profile, sharers=1, kind=device.profile or "whole", node=device.host
+            )
             resource = device.profile or ("shared" if key[0] in self.time_sliced else "whole")
             self._unallocated(model=device.model, resource=resource, share=unit.share, price=unit.price, t=t)
         # The bill has the whole GPU: what no MIG instance was created on is unallocated too.
         for uuid, share in partitioned.items():
             rest = max(0.0, 1.0 - share)
             if rest > 1e-9:
-                model = models[uuid]
-                price = self.prices.device(model=model, profile="", fraction=rest) if self.prices else None
+                model, host = models[uuid]
+                price = self.prices.device(model=model, profile="", fraction=rest, node=host) if self.prices else None
                 self._unallocated(model=model, resource="mig-unpartitioned", share=rest, price=price, t=t)
 
     def _unallocated(self, *, model: str, resource: str, share: float, price: float | None, t: float) -> None:

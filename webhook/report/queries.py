@@ -7,10 +7,12 @@ depend on that day.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-from .compute import ATTRIBUTION_KEYS, Inputs, dcgm_label, ksm_label
+from .compute import ATTRIBUTION_KEYS, Inputs, Prices, dcgm_label, ksm_label
 from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, TooManySamples
 from .series import Series
 
@@ -40,7 +42,7 @@ class ReportError(Exception):
 
 def _device_labels() -> str:
     pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
-    return f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, namespace, pod, {pod_labels}"
+    return f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, {pod_labels}"
 
 
 def requests_query(step: int) -> str:
@@ -156,6 +158,13 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
             "dcgm-exporter series carry no pod label: run dcgm-exporter with --kubernetes "
             "(DCGM_EXPORTER_KUBERNETES=true) so that each GPU names the pod holding it"
         )
+    return notes + _attribution_notes(prometheus, start=start, end=end)
+
+
+def _attribution_notes(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
+    """Where gpugate's labels come from: kube_pod_labels (the allowlist), else dcgm-exporter's copies."""
+    notes = []
+    dcgm = f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}"}}'
     if not prometheus.label_values(ksm_label("team"), match=POD_LABELS, start=start, end=end):
         if prometheus.label_values(dcgm_label("team"), match=dcgm, start=start, end=end):
             notes.append(
@@ -168,6 +177,33 @@ def preflight(prometheus: Prometheus, *, start: int, end: int) -> list[str]:
                 f"start kube-state-metrics with {ALLOWLIST}"
             )
     return notes
+
+
+def node_prices(prometheus: Prometheus, prices: Prices, *, start: int, end: int, notes: list[str]) -> Prices:
+    """The price per GPU-hour of each node: its mean over the window of the per-node price series (e.g.
+    OpenCost's node_gpu_hourly_cost{node}), else the price of its node label's value (kube_node_labels,
+    kube-state-metrics with --metric-labels-allowlist=nodes=[<label>])."""
+    per_node: dict[str, float] = {}
+    if prices.node_label:
+        name = "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", prices.node_label)
+        found = prometheus.series(f'kube_node_labels{{{name}!=""}}', start=start, end=end)
+        for labels in found:
+            price = prices.per_label_value.get(labels.get(name, ""))
+            if labels.get("node") and price is not None:
+                per_node[labels["node"]] = price
+        if not found:
+            notes.append(
+                f"no kube_node_labels series carries {prices.node_label}: byNodeLabel prices nothing; start "
+                f"kube-state-metrics with --metric-labels-allowlist=nodes=[{prices.node_label}]"
+            )
+    if prices.node_series:
+        series = prometheus.query(f"avg by (node) (avg_over_time({prices.node_series}[{end - start}s]))", at=end)
+        for one in series:
+            if one.labels.get("node") and one.samples:
+                per_node[one.labels["node"]] = next(iter(one.samples.values()))
+        if not series:
+            notes.append(f"{prices.node_series} has no series with a node label in the window: it prices nothing")
+    return dataclasses.replace(prices, per_node=per_node)
 
 
 def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tuple[str, str]]:

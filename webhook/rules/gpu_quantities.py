@@ -17,12 +17,15 @@ from typing import Any
 from ..pods.fields import RESOURCES
 from ..pods.gpus import counts_as_gpu
 from ..pods.objects import container_label, containers
-from ..pods.quantity import QuantityError, format_quantity, parse_quantity
+from ..pods.quantity import QuantityError, QuantityTooLarge, format_quantity, parse_quantity
 from .base import PodContext, PodView, Violation
 from .registry import rule
 
 RULE = "gpu-quantity"
 record = rule(RULE, order=10, reads={"container.resources": RESOURCES}, module=__name__)
+#: More of one GPU resource than any node advertises (MIG slices and time-slicing replicas multiply a
+#: node's GPUs, but not to this): a count beyond it is refused before any arithmetic on it.
+MOST_ON_A_NODE = 2**16
 PART_OF_A_GPU = (
     "request whole GPUs; for part of a GPU use nvidia.com/gpu.shared (time-slicing) "
     "or a MIG profile such as nvidia.com/mig-1g.10gb"
@@ -32,6 +35,26 @@ PART_OF_A_GPU = (
 def _section(resources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     values = resources.get(name)
     return values if isinstance(values, Mapping) else {}
+
+
+def _text(raw: object) -> str:
+    """The value as written; a YAML integer too long to print is named by its size."""
+    return str(raw) if not isinstance(raw, int) or raw.bit_length() < 200 else f"<{raw.bit_length()}-bit number>"
+
+
+def _shown(raw: object) -> str:
+    """The value as the tenant wrote it, cut short: a quantity of thousands of digits is not echoed back."""
+    text = _text(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _too_large(path: str, who: str, raw: object) -> Violation:
+    if _text(raw).startswith("-") or (isinstance(raw, int) and raw < 0):
+        words, fix = "must be greater than or equal to 0", "request at least 1 GPU"
+    else:
+        words = f"must be less than or equal to {MOST_ON_A_NODE}"
+        fix = f'no node has more than {MOST_ON_A_NODE} of one GPU resource: request whole GPUs, such as "1"'
+    return Violation(RULE, path, who, f'Invalid value: "{_shown(raw)}": {words}', fix, refused_by_apiserver=True)
 
 
 @record.validator(pods="any", needs_policy=False)
@@ -53,19 +76,24 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
             for resource, raw in values.items():
                 if not counts_as_gpu(resource, ctx.policy):
                     continue
-                if section == "requests" and resource in limits and str(limits[resource]) == str(raw):
+                if section == "requests" and resource in limits and _text(limits[resource]) == _text(raw):
                     parsed[(section, resource)] = parsed.get(("limits", resource))
                     continue  # defaulted from the limit (SetDefaults_Pod): the limit's message says it all
                 path = f"{base}.{section}[{resource}]"
                 try:
                     value = parse_quantity(raw)
+                    if abs(value) > MOST_ON_A_NODE:
+                        raise QuantityTooLarge(str(raw))
+                except QuantityTooLarge:
+                    violations.append(_too_large(path, who, raw))
+                    continue
                 except QuantityError:
                     violations.append(
                         Violation(
                             RULE,
                             path,
                             who,
-                            f'Invalid value: "{raw}": is not a quantity',
+                            f'Invalid value: "{_shown(raw)}": is not a quantity',
                             'write a whole number such as "1"',
                             refused_by_apiserver=True,
                         )
@@ -78,7 +106,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                             RULE,
                             path,
                             who,
-                            f'Invalid value: "{raw}": must be greater than or equal to 0',
+                            f'Invalid value: "{_shown(raw)}": must be greater than or equal to 0',
                             "request at least 1 GPU",
                             refused_by_apiserver=True,
                         )
@@ -89,7 +117,7 @@ def require_whole_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
                             RULE,
                             path,
                             who,
-                            f'Invalid value: "{raw}": must be an integer',
+                            f'Invalid value: "{_shown(raw)}": must be an integer',
                             PART_OF_A_GPU,
                             refused_by_apiserver=True,
                         )

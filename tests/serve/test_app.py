@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import FIXTURES, REPO, apply, gpu_pod, pod, review, schema_check
+from tests.support import FIXTURES, REPO, STANDARD, apply, gpu_pod, pod, review, schema_check
 from webhook.policy.store import PolicyStore
 from webhook.serve.app import MAX_BODY, create_app
 
@@ -327,3 +327,34 @@ def test_namespace_cache_state_is_exported(policy_dir):
     assert sample(client, "gpugate_namespace_cache_events", event="lookup_failures") == 1
     assert sample(client, "gpugate_namespace_cache_namespaces") == 7
     assert sample(client, "gpugate_namespace_cache_events", event="namespaces") == 0  # a size, not an event
+
+
+@pytest.fixture
+def attributed_policy_dir(tmp_path: Path) -> Path:
+    (tmp_path / "attributed.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "gpugate.io/v1",
+                "kind": "GPUPolicy",
+                "metadata": {"name": "attributed"},
+                "spec": STANDARD,
+            }
+        )
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_unknown_namespace_labels_are_a_503_not_a_guess(attributed_policy_dir, endpoint):
+    """When the namespace cache cannot say what a namespace's labels are, gpugate must not guess the team
+    ("unassigned") nor let the pod through: it answers 503 so the apiserver's failurePolicy applies."""
+    app = create_app(policies=PolicyStore(attributed_policy_dir), namespace_labels=lambda ns: None)
+    resp = app.test_client().post(
+        endpoint, data=json.dumps(review(gpu_pod(1), uid="u-503")), content_type="application/json"
+    )
+    out = resp.get_json()["response"]
+    assert resp.status_code == 200 and out["uid"] == "u-503"
+    assert out["allowed"] is False and out["status"]["code"] == 503
+    assert out["status"]["reason"] == "ServiceUnavailable"
+    assert 'labels of namespace "default"' in out["status"]["message"]
+    assert "patch" not in out

@@ -1,4 +1,5 @@
-"""Policy loading (every error with file, document, field), selection by priority, and hot reload."""
+"""Policy loading (webhook/policy/loader.py and files.py: every error with file, document, field; the 0.1 format),
+selection by priority, hot reload, and the JSON Schema."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
-from tests.support import gpu_pod, review, stop
-from tests.test_server_tls import (
+from tests.serve.test_tls import (
     GPUGATE,
     REPO,
     START_TIMEOUT,
@@ -32,6 +31,7 @@ from tests.test_server_tls import (
     client_context,
     make_certs,
 )
+from tests.support import gpu_pod, review, stop
 from webhook.serve.app import MAX_BODY
 from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT, Timeouts
 

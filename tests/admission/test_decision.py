@@ -1,6 +1,5 @@
-"""Edges of the decision's wording that mutation testing (`make mutation`, docs/reliability.md) found no test
-pinned: warning packing at its limit, the denial message's parts, the defaults of denied/errored, and how a
-warning names one pod template of a workload with several."""
+"""The decision's wording (webhook/admission/decision.py): warning packing at its limit, the denial message's
+parts, the defaults of denied/errored, and how a warning names one pod template of a workload with several."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""webhook.audit with plain dicts: verdicts, what /mutate would add, summaries, the policy-change preview,
+"""webhook.audit (evaluation, tally, render, policyreports) with plain dicts: verdicts, what /mutate would add, summaries, the policy-change preview,
 and PolicyReports valid against the vendored upstream CRD schema."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from webhook.pods.gpus import scheduled_gpus
 from webhook.policy.files import load_policies
 from webhook.policy.model import PolicySet, WorkloadKind
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "tests" / "fixtures" / "wg-policy-prototypes" / "wgpolicyk8s.io_policyreports.yaml"
 
 LABELS = {"ml": {"team": "vision"}, "research": {"team": "nlp"}}

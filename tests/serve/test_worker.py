@@ -15,8 +15,8 @@ import pytest
 
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
+from tests.serve.test_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, make_certs
 from tests.support import stop
-from tests.test_server_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, make_certs
 
 pytestmark = pytest.mark.tls
 

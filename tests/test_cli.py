@@ -1,4 +1,4 @@
-"""The command line as a new user meets it: --version, empty manifests, refused objects kept off stdout,
+"""The command line (webhook/cli.py and the commands it dispatches to) as a new user meets it: --version, empty manifests, refused objects kept off stdout,
 flag errors that name the flag, a busy port, `make help` and the README's decode one-liner."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Workload templates: the same rules as pods, template paths in messages, warnings, mutateTemplates."""
+"""The decision (webhook/admission/engine.py) over workload templates: the same rules as pods, template paths in
+messages, warnings, mutateTemplates; and what an UPDATE is refused for."""
 
 from __future__ import annotations
 
@@ -6,7 +7,19 @@ import copy
 
 import pytest
 
-from tests.support import apply, container, env, mutated, request, schema_check, standard, validated
+from tests.support import (
+    STANDARD,
+    apply,
+    container,
+    env,
+    gpu_pod,
+    mutated,
+    policies,
+    request,
+    schema_check,
+    standard,
+    validated,
+)
 from webhook.admission import mutate, validate
 
 
@@ -156,3 +169,40 @@ def test_other_kinds_and_subresources_are_allowed_untouched():
     }
     assert mutate(request(scale), env(standard())).allowed
     assert validated(scale, standard()).allowed
+
+
+TEAM = {"default": {"team": "vision"}}
+ATTRIBUTION = {"labels": {"gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"}}}
+# Two policies that differ only in attribution; the pod's `tier` label picks between them.
+PLAIN_AND_ATTRIBUTED = policies(
+    {
+        "name": "plain",
+        "priority": 200,
+        "match": {"podSelector": {"matchLabels": {"tier": "plain"}}},
+        **{k: v for k, v in STANDARD.items() if k != "attribution"},
+    },
+    {"name": "attributed", "priority": 100, **STANDARD, "attribution": ATTRIBUTION},
+)
+
+
+def test_an_update_is_not_refused_for_labels_only_a_create_could_have_injected():
+    """A pod created under a policy without attribution, relabelled so that one with attribution now governs
+    it: gpugate mutates pods on CREATE only, so the UPDATE cannot receive the team label. Refusing it would
+    make the pod impossible to relabel; the attribution is checked on the next CREATE."""
+    created, decision = mutated(gpu_pod(1, labels={"tier": "plain", "app": "x"}), PLAIN_AND_ATTRIBUTED, labels=TEAM)
+    assert decision.allowed and decision.policy == "plain"
+    assert "gpugate.io/team" not in created["metadata"]["labels"]
+    relabelled = copy.deepcopy(created)
+    del relabelled["metadata"]["labels"]["tier"]
+    verdict = validated(relabelled, PLAIN_AND_ATTRIBUTED, labels=TEAM, operation="UPDATE", old=created)
+    assert verdict.policy == "attributed"
+    assert verdict.allowed, verdict.message
+
+
+def test_the_same_pod_on_create_is_refused_without_its_team_label():
+    """The other side of the filter: on CREATE a pod lacking the injected team label is refused."""
+    created, _ = mutated(gpu_pod(1, labels={"tier": "plain", "app": "x"}), PLAIN_AND_ATTRIBUTED, labels=TEAM)
+    relabelled = copy.deepcopy(created)
+    del relabelled["metadata"]["labels"]["tier"]
+    verdict = validated(relabelled, PLAIN_AND_ATTRIBUTED, labels=TEAM)
+    assert not verdict.allowed and "lacks label gpugate.io/team=vision" in verdict.message

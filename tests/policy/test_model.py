@@ -1,4 +1,4 @@
-"""The index behind PolicySet.governing returns what a scan of every policy in order returns."""
+"""webhook/policy/model.py: the index behind PolicySet.governing returns what a scan of every policy in order returns."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from tests.support import stop
 
 pytestmark = pytest.mark.tls
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GPUGATE = Path(sys.executable).with_name("gpugate")
 SERVICE_NAME = "gpugate.gpugate.svc"  # the ServerName kube-apiserver sends
 START_TIMEOUT = 60.0

@@ -10,7 +10,7 @@ import yaml
 
 from webhook.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def closed_port() -> int:
