@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .admission.offline import check_objects
+from .admission.offline import Result, check_objects
 from .policy.files import load_policies
 from .policy.loader import PolicyError
 
@@ -98,39 +98,49 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)", file=sys.stderr)
         return EXIT_BAD_INPUT
     results = check_objects(objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace)
-    outputs: list[Any] = []
     for result in results:
-        decision = result.decision
-        policy = f' (policy "{decision.policy}")' if decision.policy else ""
-        if result.skipped:
-            print(
-                f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
-                "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
-                file=sys.stderr,
-            )
-        elif result.allowed:
-            print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
-        else:
-            print(
-                f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
-                file=sys.stderr,
-            )
-        for warning in result.warnings:
-            print(f"  Warning: {warning}", file=sys.stderr)
-        for key, value in decision.audit_annotations.items():
-            print(f"  audit {key}: {value}", file=sys.stderr)
-        if args.output == "patch":
-            outputs.append(result.patch)
-        elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
-            outputs.append(result.mutated)
-    if outputs and args.output == "json":
+        _report(result)
+    _print_objects(results, args.output)
+    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
+
+
+def _report(result: Result) -> None:
+    """One object's verdict, warnings and audit annotations on stderr."""
+    decision = result.decision
+    policy = f' (policy "{decision.policy}")' if decision.policy else ""
+    if result.skipped:
+        print(
+            f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+            "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+            file=sys.stderr,
+        )
+    elif result.allowed:
+        print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
+    else:
+        print(
+            f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
+            file=sys.stderr,
+        )
+    for warning in result.warnings:
+        print(f"  Warning: {warning}", file=sys.stderr)
+    for key, value in decision.audit_annotations.items():
+        print(f"  audit {key}: {value}", file=sys.stderr)
+
+
+def _print_objects(results: list[Result], output: str) -> None:
+    """The objects as they would be stored (or their patches) on stdout. A refused object never reaches
+    stdout, so `| kubectl apply -f -` cannot apply it."""
+    if output == "patch":
+        outputs: list[Any] = [r.patch for r in results]
+    else:
+        outputs = [r.mutated for r in results if r.allowed]
+    if outputs and output == "json":
         print(
             json.dumps(
                 outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}, indent=2
             )
         )
-    elif outputs and args.output == "patch":
+    elif outputs and output == "patch":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
-    elif outputs and args.output == "yaml":
+    elif outputs and output == "yaml":
         print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
-    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
+# Over 60 lines: the command's steps in order (policies, cluster reads, judging, reports, output), each short.
 def _run(args: argparse.Namespace) -> int:
     from ..kube import cluster as kube
 

@@ -15,6 +15,7 @@ def _gpus_text(gpus: Mapping[str, str]) -> str:
     return ", ".join(f"{r}: {n}" for r, n in gpus.items()) or "-"
 
 
+# Over 60 lines: the table's sections in the order they print, each a few lines.
 def render_table(report: Mapping[str, Any]) -> str:
     """The report for a person: findings (or differences), then the namespace and team summaries."""
     lines: list[str] = []

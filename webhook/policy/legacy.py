@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .keys import API_VERSION, LEGACY_API_VERSION
-from .model import BUILTIN_DEVICE_RESOURCES, Device, is_dns_subdomain, is_label_key
+from .labels import is_dns_subdomain, is_label_key
+from .model import BUILTIN_DEVICE_RESOURCES, Device
 from .reader import Doc, tolerations
 
 MIGRATING = 'policies/README.md, "Versions, and migrating policy files"'

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import LabelSelector, Requirement, is_label_key, is_label_value
+from .labels import LabelSelector, Requirement, is_label_key, is_label_value
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 from ..pods.fields import STRINGS
 from ..pods.objects import controller_ref, through_replica_set
 from ..policy.keys import BOOKKEEPING_ANNOTATIONS, WORKLOAD_ANNOTATION, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
-from ..policy.model import is_label_value
+from ..policy.labels import is_label_value
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
 from .registry import rule
 

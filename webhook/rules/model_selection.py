@@ -153,6 +153,7 @@ def _class_of(models: Models, device: Device, key: str, value: str) -> ModelClas
     return None
 
 
+# Over 60 lines: the choice order of the module docstring, one branch per source of a choice.
 def resolve(pod: PodView, ctx: PodContext) -> Choice:
     """Which class the pod lands in; shared by the mutator (what to add) and the validator (what is wrong)."""
     models, device = ctx.policy.models, ctx.gpu.device
