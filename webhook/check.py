@@ -13,8 +13,7 @@ import yaml
 from .admission.offline import Result, check_objects
 from .policy.files import load_policies
 from .policy.loader import PolicyError
-
-EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
+from .terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 
 
 class ManifestError(ValueError):
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     for result in results:
         _report(result)
     _print_objects(results, args.output)
-    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED
+    return EXIT_OK if all(r.allowed for r in results) else EXIT_FOUND
 
 
 def _report(result: Result) -> None:

@@ -6,11 +6,10 @@ import argparse
 import json
 import sys
 
+from ..terminal import EXIT_FOUND, EXIT_OK
 from .files import load_policies
 from .loader import PolicyError
 from .schema import policy_schema
-
-EXIT_VALID, EXIT_INVALID = 0, 1
 
 
 def add_arguments(policy: argparse.ArgumentParser) -> None:
@@ -24,7 +23,7 @@ def add_arguments(policy: argparse.ArgumentParser) -> None:
 
 def print_schema(args: argparse.Namespace) -> int:
     print(json.dumps(policy_schema(), indent=2))
-    return EXIT_VALID
+    return EXIT_OK
 
 
 def validate_directory(args: argparse.Namespace) -> int:
@@ -32,9 +31,9 @@ def validate_directory(args: argparse.Namespace) -> int:
         policies = load_policies(args.directory)
     except PolicyError as err:
         print(err, file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_FOUND
     names = ", ".join(p.name for p in policies.policies) or "none"
     print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
     for note in policies.notes:  # they load, but say what to change
         print(f"note: {note}", file=sys.stderr)
-    return EXIT_VALID
+    return EXIT_OK

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from ..terminal import yaml_error
 from .loader import PolicyError, PolicyIssue, parse_policy, parse_workload_kind
 from .model import WORKLOAD_KIND, Policy, PolicySet, WorkloadKind
 
@@ -32,28 +33,10 @@ def _load_all(text: bytes) -> list[Any]:
     try:
         return list(yaml.load_all(text, Loader=_FAST_LOADER))
     except yaml.YAMLError:
-        # Report the error as the pure-Python parser words and places it (see _yaml_error).
+        # Report the error as the pure-Python parser words and places it (see webhook.terminal.yaml_error).
         return list(yaml.safe_load_all(text))
 
 
-def _yaml_error(err: yaml.YAMLError) -> str:
-    """Where a YAML error is, as a person reads the file. PyYAML marks where it noticed the problem, which
-    is often the line after the mistake (an unclosed bracket is noticed at the next key); say both."""
-    problem = getattr(err, "problem", None) or str(err)
-    mark = getattr(err, "problem_mark", None)
-    context = getattr(err, "context_mark", None)
-    if mark is None:
-        return f"is not valid YAML: {problem}"
-    where = f"line {mark.line + 1}, column {mark.column + 1}"
-    if context is not None and context.line != mark.line:
-        where = f"line {context.line + 1} to {mark.line + 1}"
-        problem = f"{getattr(err, 'context', '') or 'in this block'}: {problem}"
-    elif mark.column == 0 and mark.line > 0:
-        where = f"line {mark.line} or {mark.line + 1}"
-    return f"is not valid YAML ({where}): {problem}"
-
-
-# Over 60 lines: every file and document of the directory, each problem kept with its place.
 def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     """Load and validate every policy in ``directory`` as a whole; raise :class:`PolicyError` if any is wrong."""
     root = Path(directory)
@@ -92,7 +75,7 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
         try:
             documents = _load_all(text)
         except yaml.YAMLError as err:
-            issues.append(PolicyIssue(path.name, None, "", _yaml_error(err)))
+            issues.append(PolicyIssue(path.name, None, "", yaml_error(err)))
             continue
         for index, document in enumerate(documents):
             if document is None:
