@@ -5,11 +5,14 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
+.PHONY: help demo venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
 	    | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+
+demo: venv ## the reference fleet (kwok nodes, real scheduler) with gpugate registered via its chart, until Ctrl-C
+	$(BIN)/python -m tests.harness.demo $(DEMO_ARGS)
 
 venv: $(VENV)/.installed ## create .venv and install gpugate with its dev extra
 
@@ -70,11 +73,11 @@ faults: venv tools ## fault-injection run through a real apiserver; prints decis
 image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs/operations.md: push with skopeo)
 	./scripts/build-image
 
-chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules and auditor RBAC into charts/gpugate/files
+chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules, dashboard and auditor RBAC into charts/gpugate/files
 	rm -f charts/gpugate/files/policies/*
 	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
 	cp deploy/base/policies/* charts/gpugate/files/policies/
 	cp deploy/base/webhooks.yaml deploy/base/admission-policy.yaml charts/gpugate/files/base/
-	cp deploy/monitoring/gpugate-attribution.rules.yaml charts/gpugate/files/
+	cp deploy/monitoring/gpugate-attribution.rules.yaml deploy/monitoring/gpugate-report-dashboard.json charts/gpugate/files/
 	mkdir -p charts/gpugate/files/audit
 	cp deploy/audit/rbac.yaml charts/gpugate/files/audit/

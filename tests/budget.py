@@ -1,6 +1,6 @@
 """Run Python code in a child process under a CPU-time limit: work that never ends is killed, not waited for.
 
-The limit is CPU time (RLIMIT_CPU), not wall-clock time, so a busy shared machine slows the child down
+The limit is CPU time (RLIMIT_CPU, with an address-space cap beside it), not wall-clock time, so a busy shared machine slows the child down
 without failing it; only code that keeps the CPU busy past the budget is stopped (SIGXCPU).
 """
 
@@ -14,10 +14,14 @@ from typing import Any
 
 from tests.support import REPO
 
+#: Address space for the child: work that explodes in memory fails there instead of on the machine.
+MEMORY = 2 * 1024**3
+
 
 def _limit(cpu_seconds: int) -> Any:
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
     return apply
 

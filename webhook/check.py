@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .admission.offline import Result, check_objects
+from .policy.documents import load_all
 from .policy.files import load_policies
 from .policy.loader import PolicyError
 from .terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
@@ -85,10 +86,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         if args.filename == "-":
-            documents = list(yaml.safe_load_all(sys.stdin))
+            documents = load_all(getattr(sys.stdin, "buffer", sys.stdin).read())
         else:
-            with open(args.filename, encoding="utf-8") as stream:
-                documents = list(yaml.safe_load_all(stream))
+            with open(args.filename, "rb") as stream:
+                documents = load_all(stream.read())
         objects = objects_of(documents)
     except (OSError, yaml.YAMLError, ManifestError, ValueError) as err:
         print(f"gpugate check: {args.filename}: {err}", file=sys.stderr)

@@ -96,7 +96,10 @@ VARIANTS: dict[str, list[str]] = {
     "url": ["webhooks.url=https://127.0.0.1:8443", "certificates.ipAddresses={127.0.0.1}"],
     "workload CRDs": ["workloadCRDs.enabled=true"],
     "no backstop": ["backstop.enabled=false"],
+    "narrowed network policy": ["networkPolicy.controlPlaneCIDRs={10.0.0.0/28}", "networkPolicy.metricsNamespace="],
+    "no network policy": ["networkPolicy.enabled=false"],
     "prometheus rule": ["prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus"],
+    "dashboard": ["dashboard.enabled=true"],
     "namespace": ["namespace.create=true"],
     "auditor RBAC": ["audit.rbac.enabled=true"],
     "existing configmap": ["policies.existingConfigMap=fleet-policies"],
@@ -158,6 +161,7 @@ def test_secret_mode_requires_the_ca_bundle(helm: Path) -> None:
         ("base/webhooks.yaml", DEPLOY / "base" / "webhooks.yaml"),
         ("base/admission-policy.yaml", DEPLOY / "base" / "admission-policy.yaml"),
         ("gpugate-attribution.rules.yaml", DEPLOY / "monitoring" / "gpugate-attribution.rules.yaml"),
+        ("gpugate-report-dashboard.json", DEPLOY / "monitoring" / "gpugate-report-dashboard.json"),
         ("audit/rbac.yaml", DEPLOY / "audit" / "rbac.yaml"),
     ],
 )
@@ -218,14 +222,18 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(
         "Service",
         "ServiceAccount",
         "PodDisruptionBudget",
+        "NetworkPolicy",
     ],
 )
 def test_object_bodies_equal_the_base(default: list[dict[str, Any]], base: list[dict[str, Any]], kind: str) -> None:
     def body(obj: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in copy.deepcopy(obj).items() if k != "metadata"}
-        if kind in ("Service", "PodDisruptionBudget"):
+        if kind in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
             spec = out["spec"]
-            selector = spec["selector"]["matchLabels"] if kind == "PodDisruptionBudget" else spec["selector"]
+            selector = {
+                "PodDisruptionBudget": lambda: spec["selector"]["matchLabels"],
+                "NetworkPolicy": lambda: spec["podSelector"]["matchLabels"],
+            }.get(kind, lambda: spec["selector"])()
             for key in list(selector):
                 if key == "app.kubernetes.io/instance":
                     del selector[key]
@@ -288,6 +296,16 @@ def test_release_name_and_namespace_reach_every_name(helm: Path) -> None:
     leaf = x509.load_pem_x509_certificate(base64.b64decode(find(objects, "Secret")["data"]["tls.crt"]))
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "fleet-gpugate.platform.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_network_policy_narrowed_to_the_control_plane(helm: Path) -> None:
+    narrowed = find(template(helm, *VARIANTS["narrowed network policy"]), "NetworkPolicy")
+    assert narrowed["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}], "ports": [{"port": "https", "protocol": "TCP"}]}
+    ]
+    assert not [o for o in template(helm, *VARIANTS["no network policy"]) if o["kind"] == "NetworkPolicy"]
+    refused = run_helm(helm, "template", "g", str(CHART), "--set", "networkPolicy.controlPlaneCIDRs=null", check=False)
+    assert refused.returncode != 0 and "networkPolicy.controlPlaneCIDRs is empty" in refused.stderr
 
 
 def test_failure_policies_and_exclusions(helm: Path) -> None:
@@ -677,3 +695,15 @@ def test_upgrade_keeps_the_certificate_and_uninstall_removes_the_webhooks(
         listed = cp.kubectl("get", kind, "-o", "json").json()["items"]
         assert not [o for o in listed if o["metadata"]["name"].startswith("gpugate")], kind
     assert json.loads(cp.kubectl("get", "secrets", "-n", "gpugate", "-o", "json").stdout)["items"] == []
+
+
+def test_the_report_dashboard_is_a_configmap_for_grafana_s_sidecar(helm: Path) -> None:
+    [configmap] = [
+        d
+        for d in template(helm, "dashboard.enabled=true")
+        if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]
+    ]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["gpugate-report-dashboard.json"])
+    assert dashboard == json.loads((DEPLOY / "monitoring" / "gpugate-report-dashboard.json").read_text())
+    assert not [d for d in template(helm) if "dashboard" in d["metadata"]["name"]]

@@ -170,6 +170,7 @@ def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
             ("Service", "gpugate"),
             ("Deployment", "gpugate"),
             ("PodDisruptionBudget", "gpugate"),
+            ("NetworkPolicy", "gpugate"),
             ("MutatingWebhookConfiguration", "gpugate"),
             ("ValidatingWebhookConfiguration", "gpugate"),
             ("ValidatingAdmissionPolicy", "gpugate-backstop"),
@@ -342,6 +343,19 @@ def test_service_and_pdb_select_the_pods(base: list[dict[str, Any]]) -> None:
     pdb = find(base, "PodDisruptionBudget", "gpugate")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_network_policy_lets_in_the_control_plane_and_the_scraper_only(base: list[dict[str, Any]]) -> None:
+    pod = find(base, "Deployment")["spec"]["template"]
+    policy = find(base, "NetworkPolicy", "gpugate")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+    assert ports == ["https"]  # the webhooks and /metrics: one port, both rules name it
+    control_plane, scraper = policy["ingress"]
+    assert control_plane["from"] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+    assert scraper["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert control_plane["ports"] == scraper["ports"] == [{"port": "https", "protocol": "TCP"}]
 
 
 def test_policies_configmap_ships_the_repository_policies(base: list[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@
 #   tests/e2e/build.sh --print       only print the bin directory (no build)
 #   tests/e2e/build.sh --print-kwok  only print kwok's directory (kwok and its stages.yaml; no build)
 #
-# Cache root: ${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}. Cold build: see docs/e2e.md.
+# Cache root: ${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}. Cold build: see docs/development/e2e.md.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"

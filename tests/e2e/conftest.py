@@ -38,8 +38,8 @@ def e2e_bin() -> Path:
         return find_binaries()
     except BinariesMissing as e:
         if shutil.which("go") is None:
-            _unavailable(f"{e}, and Go is not installed to build them (see docs/e2e.md)")
-        pytest.fail(f"{e}: run tests/e2e/build.sh (or `make tools`) first; see docs/e2e.md", pytrace=False)
+            _unavailable(f"{e}, and Go is not installed to build them (see docs/development/e2e.md)")
+        pytest.fail(f"{e}: run tests/e2e/build.sh (or `make tools`) first; see docs/development/e2e.md", pytrace=False)
     raise AssertionError("unreachable")
 
 

@@ -2,7 +2,7 @@
 worker, a restarted gpugate, a rotated certificate, a broken-then-fixed policy, a worker killed while that
 broken edit is ignored, a relabelled namespace and a restarted apiserver lead to no wrong decision, and
 gpugate serves correctly after each of them.
-Asserts invariants only; the figures are printed (and published in docs/reliability.md)."""
+Asserts invariants only; the figures are printed (and published in docs/development/reliability.md)."""
 
 from __future__ import annotations
 

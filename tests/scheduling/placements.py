@@ -43,11 +43,7 @@ EXAMPLES = REPO / "policies" / "examples"
 REAL = REPO / "tests" / "fixtures" / "real-manifests"
 CRDS = REPO / "tests" / "fixtures" / "crds" / "workload-crds.yaml"
 EXPECTED = Path(__file__).resolve().parent / "expected.yaml"
-# The development docs' end-to-end page (docs/development/e2e.md once the docs are split; docs/e2e.md before).
-DOC = next(
-    (p for p in (REPO / "docs" / "development" / "e2e.md", REPO / "docs" / "e2e.md") if p.exists()),
-    REPO / "docs" / "e2e.md",
-)
+DOC = REPO / "docs" / "development" / "e2e.md"  # the development docs' end-to-end page
 TABLE_BEGIN = "<!-- placements: begin (python -m tests.scheduling.placements --write) -->"
 TABLE_END = "<!-- placements: end -->"
 

@@ -204,3 +204,36 @@ def test_a_workload_crd_template_with_a_wrong_type_is_a_400_naming_the_field(cli
     assert (
         "request.object.spec.workerGroupSpecs[1].template.spec.containers: expected a list" in out["status"]["message"]
     )
+
+
+NUMBER_BODIES = {
+    # where the number is -> the raw JSON it replaces; each is a 400 Status, never a 500
+    "an integer of 5000 digits in the pod": b'"terminationGracePeriodSeconds":' + b"9" * 5000,
+    "an integer of 5000 digits in a GPU limit": b'"gpuLimit":' + b"1" * 5000,
+    "NaN": b'"terminationGracePeriodSeconds":NaN',
+    "Infinity": b'"terminationGracePeriodSeconds":-Infinity',
+}
+
+
+@pytest.mark.parametrize("where", list(NUMBER_BODIES))
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_numbers_no_kubernetes_object_holds_are_a_400(client, endpoint, where):
+    body = review(gpu_pod(1))
+    body["request"]["object"]["spec"]["terminationGracePeriodSeconds"] = 30
+    raw = json.dumps(body).encode()
+    if "GPU limit" in where:
+        raw = raw.replace(b'"nvidia.com/gpu": 1', b'"nvidia.com/gpu": ' + b"1" * 5000)
+    else:
+        raw = raw.replace(b'"terminationGracePeriodSeconds": 30', NUMBER_BODIES[where].replace(b":", b": ", 1))
+    assert raw != json.dumps(body).encode()
+    resp = post(client, raw, path=endpoint)
+    assert resp.status_code == 400, resp.get_data()[:300]
+    assert resp.get_json()["kind"] == "Status" and "is not JSON" in resp.get_json()["message"]
+
+
+@pytest.mark.parametrize("quantity", [1e300, 1e308 * 10, "100e4998", "1e999999999"])
+def test_hostile_json_quantities_are_denied_not_failed(client, quantity):
+    body = json.dumps(review(gpu_pod(quantity))).replace("Infinity", "1e99999").encode()
+    out = post(client, body).get_json()["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 403, out
+    assert "failed to evaluate" not in out["status"]["message"]

@@ -4,6 +4,7 @@ and the whole directory loaded into one PolicySet."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,11 @@ from typing import Any
 import yaml
 
 from ..terminal import yaml_error
+from .documents import load_all
 from .loader import PolicyError, PolicyIssue, parse_policy, parse_workload_kind
 from .model import WORKLOAD_KIND, Policy, PolicySet, WorkloadKind
+
+log = logging.getLogger("gpugate.policy")
 
 
 def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -21,20 +25,6 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     return sorted(
         p for p in root.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
     )
-
-
-#: libyaml's parser under PyYAML's own safe constructor: the same documents as yaml.safe_load_all, about ten
-#: times faster (a reload of 1,000 policies is parsing, mostly). PyYAML wheels ship libyaml; without it the
-#: pure-Python loader is used.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _load_all(text: bytes) -> list[Any]:
-    try:
-        return list(yaml.load_all(text, Loader=_FAST_LOADER))
-    except yaml.YAMLError:
-        # Report the error as the pure-Python parser words and places it (see webhook.terminal.yaml_error).
-        return list(yaml.safe_load_all(text))
 
 
 def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
@@ -73,30 +63,52 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             continue
         digest.update(path.name.encode() + b"\0" + text + b"\0")
         try:
-            documents = _load_all(text)
+            documents = load_all(text)
         except yaml.YAMLError as err:
             issues.append(PolicyIssue(path.name, None, "", yaml_error(err)))
             continue
-        for index, document in enumerate(documents):
-            if document is None:
-                continue
-            if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
-                workload = parse_workload_kind(document, file=path.name, index=index, issues=issues, notes=notes)
-                if workload is not None:
-                    workloads.append(workload)
-                continue
-            policy = parse_policy(document, file=path.name, index=index, issues=issues, notes=notes)
-            if policy is None:
-                continue
-            if policy.name in seen:
-                issues.append(
-                    PolicyIssue(
-                        path.name, index, "metadata.name", f"{policy.name!r} is already defined in {seen[policy.name]}"
-                    )
-                )
-                continue
-            seen[policy.name] = f"{path.name} document {index}"
-            policies.append(policy)
+        except Exception as err:  # any failure to read a file is a broken edit, never a crash
+            issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
+            continue
+        try:
+            _parse_documents(path.name, documents, issues, notes, policies, workloads, seen)
+        except Exception as err:  # a loader bug on odd input: the file is reported, the last good set stays
+            log.exception("policy file %s could not be parsed", path.name)
+            issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
     if issues:
         raise PolicyError(issues)
     return PolicySet.of(policies, digest.hexdigest()[:12], workloads, notes=[str(n) for n in notes])
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())[:200]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _parse_documents(
+    name: str,
+    documents: list[Any],
+    issues: list[PolicyIssue],
+    notes: list[PolicyIssue],
+    policies: list[Policy],
+    workloads: list[WorkloadKind],
+    seen: dict[str, str],
+) -> None:
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
+            workload = parse_workload_kind(document, file=name, index=index, issues=issues, notes=notes)
+            if workload is not None:
+                workloads.append(workload)
+            continue
+        policy = parse_policy(document, file=name, index=index, issues=issues, notes=notes)
+        if policy is None:
+            continue
+        if policy.name in seen:
+            issues.append(
+                PolicyIssue(name, index, "metadata.name", f"{policy.name!r} is already defined in {seen[policy.name]}")
+            )
+            continue
+        seen[policy.name] = f"{name} document {index}"
+        policies.append(policy)

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 
 from gunicorn.workers import gthread
 
+from ..policy import lastgood
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
 from .gunicorn import FIRST_BYTES_TIMEOUT, Server, gunicorn_options
 from .tls import (
     HANDSHAKE_TIMEOUT,
@@ -144,7 +147,32 @@ def check_policies(policies: str, *, required: bool) -> None:
     try:
         policy.load_policies(policies)
     except policy.PolicyError as err:
-        raise ValueError(f"invalid policies in {policies}:\n{err}") from None
+        issues = err.issues
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        first = f"{issues[0]}{more}" if issues else str(err)
+        good = _last_good_copy()
+        if good is None:
+            raise ValueError(
+                f"--policies {policies}: invalid: {first}; no last good copy to start from "
+                f"(gpugate policy validate {policies} lists every error)"
+            ) from None
+        print(
+            f"gpugate serve: warning: --policies {policies}: invalid: {first}; "
+            f"starting from the last good copy ({good.digest})",
+            file=sys.stderr,
+        )
+
+
+def _last_good_copy() -> PolicySet | None:
+    """The copy a previous run of this server kept in its metrics directory (an emptyDir outlives a
+    container restart), if there is one that loads."""
+    copy = lastgood.location()
+    if copy is None:
+        return None
+    try:
+        return lastgood.load(from_=copy)
+    except (PolicyError, OSError):
+        return None
 
 
 def prepare_metrics_dir() -> str | None:
@@ -157,11 +185,15 @@ def prepare_metrics_dir() -> str | None:
     if existing:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
+        # The last good policy copy stays (webhook/policy/lastgood.py): a server restarted over broken
+        # files starts from it. Older copies and staging directories go.
+        link = os.path.join(existing, lastgood.LINK)
+        kept = os.readlink(link) if os.path.islink(link) else None
         for name in os.listdir(existing):
             path = os.path.join(existing, name)
             if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.serve.metrics.claim
                 os.unlink(path)
-            elif name.startswith(("policies-", ".policies-", "last-good-policies", ".last-good-policies")):
+            elif name.startswith(("policies-", ".policies-", ".last-good-policies")) and name != kept:
                 shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")

@@ -7,7 +7,7 @@ gunicorn/workers/gthread.py ``ThreadWorker.handle``) performs the handshake in a
 blocks that thread reading the first request, with no timeout. Parked connections thus pin threads, and
 once a worker's threads are all pinned, requests on its other connections wait until the apiserver gives up
 (measured through a real kube-apiserver: with 1 worker of 2 threads, gpugate's /validate timed out after 5 s
-on every call; docs/performance.md). Here the handshake stays in the thread, but if no request bytes follow
+on every call; docs/development/performance.md). Here the handshake stays in the thread, but if no request bytes follow
 it at once the connection goes back to the poller (gthread's own deferral for connections that are slow to
 send), and a thread is only taken again when bytes arrive.
 """

@@ -1,0 +1,408 @@
+"""GPU pods at fleet scale through the real controllers and scheduler, with gpugate registered and without it.
+
+Each run starts its own control plane with kube-scheduler, kube-controller-manager and kwok
+(tests/harness/scheduling.py) and N kwok nodes of the reference fleet (tests/harness/fleet.py: L4, time-sliced
+T4, H100, MIG-single H100 and MI300X pools), then creates GPU workloads through Deployments and Jobs (100 pods
+each) until P pods are placed:
+
+  gpugate   deploy/ registered, pointed at `gpugate serve` with the shipped policies/; the pod templates say
+            only what a user writes (the GPU request and, for other classes than the default, gpugate.io/model);
+  none      no webhook and no backstop; the pod templates carry by hand what gpugate would have injected
+            (runtime class, toleration, node selector), so that the same pods land on the same pools.
+
+Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or,
+for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
+POST pods, i.e. what the controllers wait for) and, with gpugate, the webhooks' share
+(apiserver_admission_webhook_admission_duration_seconds) and gpugate's own handling time
+(gpugate_admission_duration_seconds); CPU seconds per pod of kube-apiserver and of gpugate (gunicorn's master
+and workers, /proc/<pid>/stat); gpugate's peak RSS; wrong placements (a pod on a pool its class does not name:
+must be 0); and `gpugate audit` over the result (its wall time and what it found).
+
+    .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000          # the published run
+    .venv/bin/python bench/fleet_scale.py --nodes 40 --pods 400 --json       # what tests/test_fleet_scale.py runs
+
+Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make check` (a small run is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.apiserver import _children, _proc_cpu
+from tests.harness import fleet
+from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
+
+REPO = Path(__file__).resolve().parents[1]
+PODS_PER_WORKLOAD = 100
+
+# class -> (share of the pods, pools it may land on, the GPU resource, what gpugate injects for it)
+CLASSES: dict[str, dict[str, Any]] = {
+    "l4": {"share": 0.10, "pools": {"l4"}, "resource": "nvidia.com/gpu", "vendor": "nvidia"},
+    "t4": {"share": 0.35, "pools": {"t4"}, "resource": "nvidia.com/gpu", "vendor": "nvidia"},
+    "h100": {"share": 0.18, "pools": {"h100"}, "resource": "nvidia.com/gpu", "vendor": "nvidia"},
+    "h100-mig": {"share": 0.30, "pools": {"h100-mig"}, "resource": "nvidia.com/gpu", "vendor": "nvidia"},
+    "mi300x": {"share": 0.07, "pools": {"mi300x"}, "resource": "amd.com/gpu", "vendor": "amd"},
+}
+# Nodes per pool, as shares of --nodes: capacity of every class above its share of the pods.
+POOL_SHARES = {"l4": 0.30, "t4": 0.25, "h100": 0.25, "h100-mig": 0.10, "mi300x": 0.10}
+INJECTED = {  # what the shipped policies/00-default.yaml makes of each class (for the run without gpugate)
+    "nvidia": {
+        "runtimeClassName": "nvidia",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "amd": {"tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+}
+PRODUCT = {
+    "l4": ("nvidia.com/gpu.product", "NVIDIA-L4"),
+    "t4": ("nvidia.com/gpu.product", "Tesla-T4-SHARED"),
+    "h100": ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+    "h100-mig": ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"),
+    "mi300x": ("amd.com/gpu.product-name", "AMD_Instinct_MI300X_OAM"),
+}
+
+
+def pool_counts(nodes: int) -> dict[str, int]:
+    counts = {pool: max(1, math.floor(nodes * share)) for pool, share in POOL_SHARES.items()}
+    counts["t4"] += nodes - sum(counts.values())
+    return counts
+
+
+def workloads(pods: int, namespace: str, *, preformed: bool) -> Iterator[dict[str, Any]]:
+    """Deployments and Jobs (alternating, 100 pods each) over the classes by their shares."""
+    n = max(1, round(pods / PODS_PER_WORKLOAD))
+    per = math.ceil(pods / n)
+    order = [c for c, spec in CLASSES.items() for _ in range(max(1, round(spec["share"] * n)))]
+    order = (order * (n // max(1, len(order)) + 1))[:n]
+    for i, cls in enumerate(order):
+        spec = CLASSES[cls]
+        labels = {"app": f"w{i}", "gpugate.io/model": cls} if cls != "l4" else {"app": f"w{i}"}
+        pod_spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {spec["resource"]: "1"}},
+                }
+            ]
+        }
+        if preformed:
+            pod_spec.update(json.loads(json.dumps(INJECTED[spec["vendor"]])))
+            key, value = PRODUCT[cls]
+            pod_spec["nodeSelector"] = {key: value}
+        template = {"metadata": {"labels": labels}, "spec": pod_spec}
+        meta = {"name": f"w{i}-{cls}", "namespace": namespace, "labels": {"bench/class": cls}}
+        if i % 2 == 0:
+            yield {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": meta,
+                "spec": {"replicas": per, "selector": {"matchLabels": {"app": f"w{i}"}}, "template": template},
+            }
+        else:
+            template["spec"]["restartPolicy"] = "Never"
+            yield {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": meta,
+                "spec": {"parallelism": per, "completions": per, "backoffLimit": 0, "template": template},
+            }
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------
+
+
+def histogram(text: str, name: str, match: dict[str, str]) -> dict[float, float]:
+    """Cumulative bucket counts (le -> count) of `name`, summed over the series whose labels include `match`."""
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "_bucket{"):
+            continue
+        labels_text, value = line[len(name) + 8 :].rsplit("} ", 1)
+        labels = dict(part.split("=", 1) for part in _split_labels(labels_text))
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        if any(labels.get(k) != v for k, v in match.items()):
+            continue
+        le = math.inf if labels["le"] == "+Inf" else float(labels["le"])
+        out[le] = out.get(le, 0.0) + float(value)
+    return out
+
+
+def _split_labels(text: str) -> list[str]:
+    parts, cur, quoted = [], "", False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The q-quantile of what was observed between two scrapes, interpolated within its bucket (as Prometheus'
+    histogram_quantile does)."""
+    buckets = sorted((le, after.get(le, 0.0) - before.get(le, 0.0)) for le in after)
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank, prev_le, prev_count = q * buckets[-1][1], 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            return prev_le + (le - prev_le) * (rank - prev_count) / max(count - prev_count, 1e-9)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def group_cpu(pid: int) -> float:
+    return _proc_cpu(pid) + sum(_proc_cpu(c) for c in _children(pid))
+
+
+def group_rss(pid: int) -> int:
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except FileNotFoundError:
+            continue
+    return total
+
+
+# ---- one run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    mode: str
+    nodes: int
+    pods_wanted: int
+    pods_placed: int = 0
+    seconds: float = 0.0
+    pods_per_second: float = 0.0
+    wrong_placements: int = 0
+    wrong_examples: list[str] = field(default_factory=list)
+    unplaced: int = 0
+    pod_create_p50_ms: float | None = None
+    pod_create_p99_ms: float | None = None
+    webhook_p50_ms: float | None = None
+    webhook_p99_ms: float | None = None
+    gpugate_p50_ms: float | None = None
+    gpugate_p99_ms: float | None = None
+    apiserver_cpu_ms_per_pod: float = 0.0
+    gpugate_cpu_ms_per_pod: float | None = None
+    gpugate_peak_rss_mib: float | None = None
+    audit_seconds: float | None = None
+    audit_summary: str | None = None
+    start_seconds: float = 0.0
+
+
+def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunResult:
+    result = RunResult(mode, nodes, pods)
+    bins, kwok = find_scheduling_binaries()
+    began = time.monotonic()
+    cluster = FleetCluster(bins, kwok, workdir / "cluster", pool_counts(nodes), client_qps=500)
+    gate: GPUGate | None = None
+    sampler_stop = threading.Event()
+    peak_rss = [0]
+    try:
+        cluster.start(ready_timeout=300)
+        api = cluster.api
+        if mode == "gpugate":
+            policies = workdir / "policies"
+            policies.mkdir()
+            for shipped in sorted((REPO / "policies").glob("*.yaml")):
+                shutil.copy(shipped, policies / shipped.name)
+            gate = GPUGate(workdir / "gpugate", policies, kubeconfig=cluster.cp.kubeconfig)
+            gate.start()
+            register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
+            gate_pid = gate.process.proc.pid if gate.process.proc else 0
+
+            def sample() -> None:
+                while not sampler_stop.wait(1.0):
+                    peak_rss[0] = max(peak_rss[0], group_rss(gate_pid))
+
+            threading.Thread(target=sample, daemon=True).start()
+        ns = cluster.create_namespace("bench", {"team": "bench", "cost-center": "cc-1"})
+        result.start_seconds = time.monotonic() - began
+        apiserver_pid = cluster.cp.apiserver.proc.pid if cluster.cp.apiserver.proc else 0
+        metrics_before = api.raw("/metrics")
+        gate_metrics_before = gate.metrics() if gate else ""
+        cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+
+        t0 = time.monotonic()
+        created = list(workloads(pods, ns, preformed=mode == "none"))
+        for obj in created:
+            api.create(obj)
+        wanted = sum(o["spec"].get("replicas", o["spec"].get("completions", 0)) for o in created)
+        result.pods_wanted = wanted
+        deadline = t0 + timeout
+        placed: list[dict[str, Any]] = []
+        while True:
+            items = api.list("Pod", ns)
+            placed = [
+                p for p in items if p["spec"].get("nodeName") and p["status"].get("phase") in ("Running", "Succeeded")
+            ]
+            if len(placed) >= wanted or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        result.seconds = time.monotonic() - t0
+        result.pods_placed = len(placed)
+        result.unplaced = wanted - len(placed)
+        result.pods_per_second = len(placed) / result.seconds if result.seconds else 0.0
+        cls_of = {o["metadata"]["name"]: o["metadata"]["labels"]["bench/class"] for o in created}
+        for pod in placed:
+            owner = _workload_of(pod)
+            cls = cls_of.get(owner or "")
+            pool = fleet.pool_of(pod["spec"]["nodeName"])
+            if cls is None or pool not in CLASSES[cls]["pools"]:
+                result.wrong_placements += 1
+                if len(result.wrong_examples) < 5:
+                    result.wrong_examples.append(f"{pod['metadata']['name']} ({cls}) on {pod['spec']['nodeName']}")
+
+        cpu_after = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+        metrics_after = api.raw("/metrics")
+        ms = 1000.0
+        create = {"verb": "POST", "resource": "pods", "subresource": ""}
+        b, a = (histogram(m, "apiserver_request_duration_seconds", create) for m in (metrics_before, metrics_after))
+        result.pod_create_p50_ms = _ms(quantile(b, a, 0.5))
+        result.pod_create_p99_ms = _ms(quantile(b, a, 0.99))
+        result.apiserver_cpu_ms_per_pod = (cpu_after[0] - cpu_before[0]) * ms / max(len(placed), 1)
+        if gate:
+            hook = {"operation": "CREATE", "type": "admit"}
+            name = "apiserver_admission_webhook_admission_duration_seconds"
+            b, a = (histogram(m, name, hook) for m in (metrics_before, metrics_after))
+            result.webhook_p50_ms = _ms(quantile(b, a, 0.5))
+            result.webhook_p99_ms = _ms(quantile(b, a, 0.99))
+            gm = gate.metrics()
+            b, a = (
+                histogram(m, "gpugate_admission_duration_seconds", {"endpoint": "mutate"})
+                for m in (gate_metrics_before, gm)
+            )
+            result.gpugate_p50_ms = _ms(quantile(b, a, 0.5))
+            result.gpugate_p99_ms = _ms(quantile(b, a, 0.99))
+            result.gpugate_cpu_ms_per_pod = (cpu_after[1] - cpu_before[1]) * ms / max(len(placed), 1)
+            result.gpugate_peak_rss_mib = max(peak_rss[0], group_rss(gate_pid)) / 2**20
+            t = time.monotonic()
+            audit = subprocess.run(
+                [
+                    str(gate.exe),
+                    "audit",
+                    "--kubeconfig",
+                    str(cluster.cp.kubeconfig),
+                    "--policies",
+                    str(workdir / "policies"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            result.audit_seconds = time.monotonic() - t
+            result.audit_summary = (audit.stdout.strip().splitlines() or [audit.stderr.strip()])[-1]
+    finally:
+        sampler_stop.set()
+        if gate is not None:
+            gate.stop()
+        cluster.stop()
+    return result
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 2)
+
+
+def _workload_of(pod: dict[str, Any]) -> str | None:
+    """The Deployment or Job a pod belongs to (a ReplicaSet's name is its Deployment's plus a hash)."""
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "Job":
+            return str(ref["name"])
+        if ref.get("kind") == "ReplicaSet":
+            return str(ref["name"]).rsplit("-", 1)[0]
+    return None
+
+
+def render(results: list[RunResult], command: str) -> str:
+    def cell(v: Any, fmt: str = "{:.2f}") -> str:
+        return "—" if v is None else (fmt.format(v) if isinstance(v, float) else str(v))
+
+    rows = [
+        f"`{command}` on {platform.node() and 'the 2-core development machine'} (Python {platform.python_version()}):",
+        "",
+        "| | " + " | ".join(r.mode for r in results) + " |",
+        "| --- | " + " | ".join("---" for _ in results) + " |",
+    ]
+    fields = [
+        ("kwok nodes", "nodes", "{}"),
+        ("GPU pods placed / wanted", None, ""),
+        ("wrong placements", "wrong_placements", "{}"),
+        ("seconds to place them", "seconds", "{:.1f}"),
+        ("pods placed per second", "pods_per_second", "{:.1f}"),
+        ("pod create in the apiserver, p50 ms", "pod_create_p50_ms", "{:.1f}"),
+        ("pod create in the apiserver, p99 ms", "pod_create_p99_ms", "{:.1f}"),
+        ("gpugate's webhooks in the apiserver (mutating), p50 ms", "webhook_p50_ms", "{:.1f}"),
+        ("gpugate's webhooks in the apiserver (mutating), p99 ms", "webhook_p99_ms", "{:.1f}"),
+        ("gpugate's own /mutate handling, p50 ms", "gpugate_p50_ms", "{:.2f}"),
+        ("gpugate's own /mutate handling, p99 ms", "gpugate_p99_ms", "{:.2f}"),
+        ("kube-apiserver CPU ms per pod", "apiserver_cpu_ms_per_pod", "{:.2f}"),
+        ("gpugate CPU ms per pod", "gpugate_cpu_ms_per_pod", "{:.2f}"),
+        ("gpugate peak RSS, MiB (master + workers)", "gpugate_peak_rss_mib", "{:.0f}"),
+        ("`gpugate audit` over the result, seconds", "audit_seconds", "{:.1f}"),
+    ]
+    for label, attr, fmt in fields:
+        if attr is None:
+            values = [f"{r.pods_placed} / {r.pods_wanted}" for r in results]
+        else:
+            values = [cell(getattr(r, attr), fmt) for r in results]
+        rows.append(f"| {label} | " + " | ".join(values) + " |")
+    audit = [r.audit_summary for r in results if r.audit_summary]
+    if audit:
+        rows += ["", f"`gpugate audit` said: {audit[0]}"]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/fleet_scale.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, none")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    args = parser.parse_args(argv)
+    results = []
+    for mode in args.modes.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"gpugate-fleet-{mode}-") as tmp:
+            print(f"fleet_scale: {mode}: {args.nodes} nodes, {args.pods} pods ...", file=sys.stderr, flush=True)
+            results.append(run(mode, args.nodes, args.pods, Path(tmp), args.timeout))
+            print(f"fleet_scale: {mode}: {asdict(results[-1])}", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+    else:
+        command = "bench/fleet_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        print(render(results, command.strip()))
+    wrong = sum(r.wrong_placements + r.unplaced for r in results)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
