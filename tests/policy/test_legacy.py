@@ -3,13 +3,12 @@ that; gpugate.io/v1 files, in either layout, keep loading with a note saying wha
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support import REPO
+from webhook.cli import main
 from webhook.policy.files import load_policies
 from webhook.policy.loader import PolicyError
 
@@ -80,17 +79,12 @@ def test_a_v1_workload_kind_loads_with_a_note(tmp_path: Path) -> None:
     assert len(policies.notes) == 1 and "set apiVersion: gpugate.io/v2 (nothing else changes)" in policies.notes[0]
 
 
-def test_policy_validate_prints_the_note_and_still_succeeds(tmp_path: Path) -> None:
+def test_policy_validate_prints_the_note_and_still_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(tmp_path, LAYOUT_0_1.format(version="gpugate.io/v1"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "policy", "validate", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
-    assert proc.returncode == 0 and proc.stdout == f"{tmp_path}: 1 valid policies (old)\n"
-    assert proc.stderr.startswith("note: p.yaml: document 0: apiVersion: apiVersion gpugate.io/v1 and the 0.1")
+    assert main(["policy", "validate", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{tmp_path}: 1 valid policies (old)\n"
+    assert err.startswith("note: p.yaml: document 0: apiVersion: apiVersion gpugate.io/v1 and the 0.1")
 
 
 @pytest.mark.parametrize("directory", ["policies", "deploy/base/policies", "charts/gpugate/files/policies"])
