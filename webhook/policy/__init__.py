@@ -1,2 +1,3 @@
-"""GPU policies: the model (``model``), reading policy files (``loader``), the set in force (``store``) and
-the last good copy (``lastgood``)."""
+"""GPU policies: the model (``model``, ``labels``, ``keys``), reading policy documents (``reader``, ``loader``,
+``legacy`` for the deprecated forms) and directories (``files``), the set in force (``store``), the last good
+copy (``lastgood``), the JSON Schema (``schema``) and ``gpugate policy`` (``command``)."""
