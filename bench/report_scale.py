@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--keep", type=Path, help="directory for the TSDB, reused when it exists")
     parser.add_argument("--step", default="5m")
+    parser.add_argument("--outputs", default="table,json,html", help="comma-separated output formats to time")
     args = parser.parse_args()
     directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,7 @@ def main() -> None:
     prometheus = start_prometheus(directory / "tsdb", directory)
     try:
         end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END))
-        for output in ("table", "json", "html"):
+        for output in args.outputs.split(","):
             command = [
                 str(Path(sys.executable).with_name("gpugate")),
                 "report",

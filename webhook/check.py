@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .admission.offline import Result, check_objects
+from .inventory.snapshot import SnapshotError, load_snapshot
 from .policy.documents import load_all
 from .policy.files import load_policies
 from .policy.loader import PolicyError
@@ -46,6 +47,12 @@ def add_arguments(check: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NS=k=v,...",
         help="labels of a namespace, e.g. ml=team=vision,cost-center=cv (repeatable)",
+    )
+    check.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="decide with this fleet snapshot (gpugate fleet snapshot, or kubectl get nodes,runtimeclasses,"
+        "deviceclasses,resourceslices -o yaml): GPU pods no node could host are refused",
     )
     check.add_argument(
         "-o",
@@ -97,7 +104,16 @@ def run(args: argparse.Namespace) -> int:
     if not objects:  # an empty file is a mistake (wrong path, failed render), never "all allowed"
         print(f"gpugate check: {args.filename}: no Kubernetes objects in it (empty, or only comments)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    results = check_objects(objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace)
+    fleet = None
+    if args.fleet:
+        try:
+            fleet = load_snapshot(args.fleet)
+        except SnapshotError as err:
+            print(f"gpugate check: --fleet {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    results = check_objects(
+        objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace, fleet=fleet
+    )
     for result in results:
         _report(result)
     _print_objects(results, args.output)

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import Inventory
+from ..pods.claims import ClaimLookup
 from ..pods.objects import PodShape
 from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
@@ -55,6 +57,10 @@ class Environment:
 
     policies: PolicySet
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: {}
+    #: The cluster's inventory, or None while it is unknown (not synced, no cluster access, no --fleet).
+    fleet: Callable[[], Inventory | None] = lambda: None
+    #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
+    claims: ClaimLookup | None = None
 
 
 def shorten(text: str, limit: int = WARNING_LIMIT) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 
+from ..inventory.model import Inventory
 from ..pods.objects import group_of, shapes_of, workload_kinds
 from ..policy.model import PolicySet
 from .decision import Decision, Environment
@@ -59,6 +60,22 @@ def default_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def _namespaced_claims(objects: list[Mapping[str, Any]], namespace: str) -> list[Mapping[str, Any]]:
+    """The manifest's claims and claim templates, in the namespace they would be created in: a pod's claims
+    are read from them, as the server reads them from the cluster."""
+    return [
+        {
+            **o,
+            "metadata": {
+                **(o.get("metadata") or {}),
+                "namespace": (o.get("metadata") or {}).get("namespace") or namespace,
+            },
+        }
+        for o in objects
+        if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
+    ]
+
+
 def request(obj: Mapping[str, Any], *, namespace: str = "", uid: str) -> dict[str, Any]:
     """A CREATE AdmissionRequest for ``obj`` as the apiserver builds it (a dry run); ``namespace`` for an
     object that names none."""
@@ -94,8 +111,20 @@ def check_objects(
     policies: PolicySet,
     namespace_labels: Mapping[str, Mapping[str, str]],
     namespace: str = "default",
+    fleet: Inventory | None = None,
 ) -> list[Result]:
-    env = Environment(policies=policies, namespace_labels=lambda ns: namespace_labels.get(ns, {}))
+    """``fleet``: the cluster's inventory (``--fleet``); None decides without one, as a server does before its
+    inventory has synced. The manifest's own claims and claim templates are read either way."""
+    objects = list(objects)
+    own = _namespaced_claims(objects, namespace)
+    known = fleet.with_claims(own) if fleet is not None else None
+    manifest = Inventory().with_claims(own).claims
+    env = Environment(
+        policies=policies,
+        namespace_labels=lambda ns: namespace_labels.get(ns, {}),
+        fleet=lambda: known,
+        claims=lambda kind, ns, name: manifest.get((kind, ns, name)),
+    )
     kinds = workload_kinds(policies.workloads)
     results = []
     for index, raw in enumerate(objects):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..terminal import EXIT_FOUND, EXIT_OK
 from .files import load_policies
@@ -12,13 +13,15 @@ from .loader import PolicyError
 from .schema import policy_schema
 
 
-def add_arguments(policy: argparse.ArgumentParser) -> None:
+def add_arguments(policy: argparse.ArgumentParser) -> Any:
+    """The ``policy`` subcommands; returns the subparsers, which the dispatcher adds ``init`` to."""
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
     validate = policy_sub.add_parser("validate", help="exit 0 when every policy in DIR is valid")
     validate.add_argument("directory")
     validate.set_defaults(run=validate_directory)
     schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files (for editors)")
     schema.set_defaults(run=print_schema)
+    return policy_sub
 
 
 def print_schema(args: argparse.Namespace) -> int:

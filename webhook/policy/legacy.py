@@ -13,7 +13,7 @@ from typing import Any
 
 from .keys import API_VERSION, LEGACY_API_VERSION
 from .labels import is_dns_subdomain, is_label_key
-from .model import BUILTIN_DEVICE_RESOURCES, Device
+from .model import BUILTIN_DEVICE_RESOURCES, BUILTIN_DRA, Device
 from .reader import Doc, tolerations
 
 MIGRATING = 'policies/README.md, "Versions, and migrating policy files"'
@@ -91,4 +91,6 @@ def legacy_device(doc: Doc, spec: Mapping[str, Any], models: Any) -> Device | No
         ),
         tolerations=tolerations(doc, spec.get("tolerations"), "spec.tolerations"),
         model_label=doc.string(node_label, "spec.models.nodeLabel", check=is_label_key, what="node label key"),
+        dra_drivers=BUILTIN_DRA["nvidia"][0] if not resources else (),
+        device_classes=BUILTIN_DRA["nvidia"][1] if not resources else (),
     )

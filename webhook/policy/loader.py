@@ -13,6 +13,7 @@ from .legacy import check_api_version, deprecation, legacy_device
 from .model import (
     DEFAULT_HOLDER_ANNOTATIONS,
     KIND,
+    RUNTIME_CLASS_PODS,
     WORKLOAD_KIND,
     AttributionLabel,
     Device,
@@ -38,6 +39,9 @@ DEVICE_FIELDS = (
     "modelLabel",
     "modelAliases",
     "choiceAnnotations",
+    "draDrivers",
+    "deviceClasses",
+    "runtimeClassPods",
 )
 
 
@@ -77,13 +81,31 @@ def _devices(doc: Doc, value: Any, path: str) -> dict[str, Device]:
                 d.get("choiceAnnotations"), f"{dpath}.choiceAnnotations", check=is_label_key, what="annotation key"
             )
             or (),
+            **_dra_fields(doc, d, dpath, base),
         )
     # Put the policy's own devices first: a resource both name (a legacy glob) belongs to the policy's.
     own = [n for n in doc.mapping(value, path, None) if n in devices]
     return {n: devices[n] for n in [*own, *(n for n in devices if n not in own)]}
 
 
-CLASS_FIELDS = ("values", "resources", "device", "aliases")
+def _dra_fields(doc: Doc, d: Mapping[str, Any], dpath: str, base: Device | None) -> dict[str, Any]:
+    """A device profile's DRA drivers, DeviceClasses and runtime-class pods (the built-in profile's if unset)."""
+    drivers = doc.strings(d.get("draDrivers"), f"{dpath}.draDrivers", check=is_dns_subdomain, what="DRA driver name")
+    classes = doc.strings(d.get("deviceClasses"), f"{dpath}.deviceClasses")
+    pods = doc.strings(d.get("runtimeClassPods"), f"{dpath}.runtimeClassPods")
+    for i, kind in enumerate(pods or ()):
+        if kind not in RUNTIME_CLASS_PODS:
+            doc.fail(f"{dpath}.runtimeClassPods[{i}]", f"{kind!r} is not one of {', '.join(RUNTIME_CLASS_PODS)}")
+    return {
+        "dra_drivers": drivers if drivers is not None else (base.dra_drivers if base else ()),
+        "device_classes": classes if classes is not None else (base.device_classes if base else ()),
+        "runtime_class_pods": tuple(p for p in pods if p in RUNTIME_CLASS_PODS)
+        if pods is not None
+        else RUNTIME_CLASS_PODS,
+    }
+
+
+CLASS_FIELDS = ("values", "resources", "device", "aliases", "deviceClasses", "nodeSelector")
 
 
 # Over 60 lines: one check per field of a class, in the order of the schema.
@@ -108,9 +130,25 @@ def _model_class(
     if not c:
         doc.fail(path, "must give values (node label values) and resources (what its nodes offer)")
         return None
-    vals = doc.strings(c.get("values"), f"{path}.values", check=is_label_value, what="node label value")
-    if not vals:
-        doc.fail(f"{path}.values", "must list at least one node label value, exactly as the nodes carry it")
+    vals = doc.strings(c.get("values"), f"{path}.values", check=is_label_value, what="node label value") or ()
+    device_classes = (
+        doc.strings(c.get("deviceClasses"), f"{path}.deviceClasses", check=is_dns_subdomain, what="DeviceClass name")
+        or ()
+    )
+    node_selector: dict[str, str] = {}
+    for key, val in doc.mapping(c.get("nodeSelector"), f"{path}.nodeSelector", None).items():
+        if not isinstance(key, str) or not is_label_key(key):
+            doc.fail(f"{path}.nodeSelector", f"{key!r} is not a valid label key")
+        elif not isinstance(val, str) or not is_label_value(val):
+            doc.fail(f"{path}.nodeSelector[{key}]", f"{val!r} is not a valid label value")
+        else:
+            node_selector[key] = val
+    if not vals and not device_classes:
+        doc.fail(
+            f"{path}.values",
+            "must list at least one node label value, exactly as the nodes carry it (or name the DRA pool's "
+            "deviceClasses)",
+        )
     resources = doc.strings(c.get("resources"), f"{path}.resources")
     if not resources:
         doc.fail(
@@ -126,7 +164,7 @@ def _model_class(
         got = doc.strings(avals, f"{path}.aliases[{key}]")
         if got:
             aliases[key] = got
-    if not vals or not resources:
+    if not (vals or device_classes) or not resources:
         return None
     if device_name is not None:
         device = devices.get(device_name)
@@ -143,14 +181,14 @@ def _model_class(
             )
             return None
         device = owners[0]
-    if device.model_label is None:
+    if device.model_label is None and vals:
         doc.fail(
             f"{path}",
             f"device {device.name!r} has no modelLabel to select class {name!r} by; set "
             f"spec.devices.{device.name}.modelLabel (e.g. nvidia.com/gpu.product)",
         )
         return None
-    return ModelClass(name, device.name, vals, resources, aliases)
+    return ModelClass(name, device.name, vals, resources, aliases, device_classes, node_selector)
 
 
 def _models(doc: Doc, value: Any, path: str, devices: Mapping[str, Device], legacy: Device | None) -> Models | None:

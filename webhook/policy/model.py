@@ -23,12 +23,30 @@ BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
         ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"),
     ),
-    "amd": (("amd.com/gpu",), ()),
+    # AMD's device plugin under its "mixed" naming strategy exposes each partition kind as its own resource,
+    # amd.com/<compute>_<memory> (spx/dpx/qpx/cpx × nps1/nps4: ROCm/gpu-operator docs/device_plugin).
+    "amd": (("amd.com/gpu", "amd.com/[sdqc]px_nps*"), ()),
     "intel": (
         ("gpu.intel.com/i915", "gpu.intel.com/xe"),
         ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"),
     ),
 }
+#: DRA: the drivers whose devices are each vendor's GPUs, and the DeviceClasses their charts install, known
+#: without a cluster (NVIDIA's DRA driver: ``gpu.nvidia.com``, ``mig.nvidia.com``, ``vfio.gpu.nvidia.com``;
+#: its compute-domain classes are no GPUs. ROCm/k8s-gpu-dra-driver: ``gpu.amd.com``. Intel's resource
+#: drivers: ``gpu.intel.com``).
+BUILTIN_DRA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (("gpu.nvidia.com",), ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")),
+    "amd": (("gpu.amd.com",), ("gpu.amd.com",)),
+    "intel": (("gpu.intel.com",), ("gpu.intel.com",)),
+}
+#: Every DeviceClass can be requested as an extended resource of this prefix and its name (KEP-5004,
+#: "Implicit Extended Resource Name"); the scheduler then makes the claim itself.
+IMPLICIT_DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: Which of a vendor's GPU pods get its runtime class: those served by the device plugin, and those holding a
+#: fraction through a GPU-sharing scheduler's annotation. DRA-served pods never do (the driver injects
+#: devices through CDI).
+RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
@@ -94,14 +112,31 @@ class Device:
     model_aliases: tuple[str, ...] = ()
     #: Scheduler annotations that choose the hardware (HAMi ``nvidia.com/use-gputype``).
     choice_annotations: tuple[str, ...] = ()
+    #: DRA drivers whose devices are this vendor's GPUs (``gpu.nvidia.com``): a DeviceClass that selects them
+    #: is a GPU class of this vendor, whatever its name.
+    dra_drivers: tuple[str, ...] = ()
+    #: DeviceClass names (globs) known to be this vendor's GPUs without reading the cluster.
+    device_classes: tuple[str, ...] = ()
+    #: Which GPU pods get ``runtime_class_name``: "device-plugin" and/or "fractional" (see RUNTIME_CLASS_PODS).
+    runtime_class_pods: tuple[str, ...] = RUNTIME_CLASS_PODS
     _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
+
+    def gpu_class(self, device_class: str) -> bool:
+        """True for a DeviceClass this profile names as its GPUs (by name, without the cluster)."""
+        return _matches_any(device_class, self.device_classes)
+
+    def _implicit(self, resource: str) -> bool:
+        return resource.startswith(IMPLICIT_DRA_PREFIX) and self.gpu_class(resource[len(IMPLICIT_DRA_PREFIX) :])
 
     def counts(self, resource: str) -> bool:
         return bool(
             _remember(
                 self._cache,
                 ("counts", resource),
-                lambda: _matches_any(resource, self.resources) and not _matches_any(resource, self.auxiliary_resources),
+                lambda: (
+                    (_matches_any(resource, self.resources) or self._implicit(resource))
+                    and not _matches_any(resource, self.auxiliary_resources)
+                ),
             )
         )
 
@@ -110,7 +145,11 @@ class Device:
             _remember(
                 self._cache,
                 ("owns", resource),
-                lambda: _matches_any(resource, self.resources) or _matches_any(resource, self.auxiliary_resources),
+                lambda: (
+                    _matches_any(resource, self.resources)
+                    or _matches_any(resource, self.auxiliary_resources)
+                    or self._implicit(resource)
+                ),
             )
         )
 
@@ -126,6 +165,10 @@ class ModelClass:
     resources: tuple[str, ...]
     #: Alias label or annotation key -> values that mean this class (``cloud.google.com/gke-accelerator``).
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: DeviceClasses of the class's DRA pools: their devices are this class's GPUs (DRA nodes carry no GFD label).
+    device_classes: tuple[str, ...] = ()
+    #: Node labels of the class's pools, added as they are (a DRA pool has no model label to select by).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
     _cache: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def offers(self, resources: Iterable[str]) -> bool:
@@ -139,6 +182,35 @@ class Models:
     #: Classes tried in order when a pod names none; the first that offers what the pod requests wins.
     defaults: tuple[str, ...] = ()
 
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_dra_classes(self) -> bool:
+        """Some class is DRA pools only (DeviceClasses, no model label values)."""
+        found = self._cache.get("has-dra")
+        if found is None:
+            found = self._cache["has-dra"] = any(c.device_classes and not c.values for c in self.classes.values())
+        return bool(found)
+
+    def default_is_dra(self, device: str, resources: frozenset[str]) -> bool:
+        """The class a pod that names none and chose nothing gets is DRA pools only."""
+        key = ("default-dra", device, resources)
+        found = self._cache.get(key)
+        if found is None:
+            chosen = self.default_for(device, sorted(resources))
+            found = chosen is not None and bool(chosen.device_classes) and not chosen.values
+            if len(self._cache) < _CACHE_LIMIT:
+                self._cache[key] = found
+        return bool(found)
+
+    @property
+    def dra_choice_keys(self) -> frozenset[str]:
+        """The label and annotation keys through which a pod's own choice can reach a DRA-only class."""
+        if "dra-keys" not in self._cache:
+            dra = [c for c in self.classes.values() if c.device_classes and not c.values]
+            self._cache["dra-keys"] = frozenset(k for c in dra for k in (*c.aliases, *c.node_selector))
+        return self._cache["dra-keys"]  # type: ignore[no-any-return]
+
     def offering(self, device: str, resources: Iterable[str]) -> list[ModelClass]:
         wanted = tuple(resources)
         return [c for c in self.classes.values() if c.device == device and c.offers(wanted)]
@@ -146,7 +218,11 @@ class Models:
     def default_for(self, device: str, resources: Iterable[str]) -> ModelClass | None:
         """The class a pod that names none gets: the first listed default that can serve it, else the only
         class that can; None when none or several can."""
-        candidates = self.offering(device, resources)
+        wanted = tuple(resources)
+        return _remember(self._cache, ("default", device, wanted), lambda: self._default_for(device, wanted))  # type: ignore[no-any-return]
+
+    def _default_for(self, device: str, wanted: tuple[str, ...]) -> ModelClass | None:
+        candidates = self.offering(device, wanted)
         for name in self.defaults:
             for c in candidates:
                 if c.name == name:
@@ -176,7 +252,10 @@ class AttributionLabel:
 
 
 def builtin_devices() -> dict[str, Device]:
-    return {name: Device(name, res, aux) for name, (res, aux) in BUILTIN_DEVICE_RESOURCES.items()}
+    return {
+        name: Device(name, res, aux, dra_drivers=BUILTIN_DRA[name][0], device_classes=BUILTIN_DRA[name][1])
+        for name, (res, aux) in BUILTIN_DEVICE_RESOURCES.items()
+    }
 
 
 @dataclass(frozen=True, eq=False)  # a policy is itself: compared and hashed by identity

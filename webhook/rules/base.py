@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import Inventory
 from ..pods.gpus import GPUUse
 from ..pods.objects import Key, PodShape, dig
 from ..policy.model import Policy
@@ -130,6 +131,16 @@ class PodContext:
     #: Whether gpugate's mutating webhook could have changed this object (pods on CREATE; templates only
     #: with ``mutateTemplates``): if not, what it would inject is reported, not required.
     mutable: bool = True
+    #: The cluster's inventory once it has synced (None: unknown, so no rule judges against it).
+    fleet: Inventory | None = None
+
+    @property
+    def counts_as_gpu(self) -> Callable[[str], bool]:
+        """Whether a resource is a GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004).
+        The policy's own (cached) predicate when the pod has no DRA-backed resource: rules call it per resource."""
+        if self.gpu.dra is None or not self.gpu.dra.resources:
+            return self.policy.counts_as_gpu
+        return lambda resource: self.gpu.counts(resource, self.policy)
 
     def spec_field(self, rest: str) -> str:
         return f"{self.shape.spec_path}.{rest}"

@@ -25,7 +25,7 @@ record = rule(RULE, order=40, reads={"container.restartPolicy": str, "container.
 
 def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     """GPUs the scheduler reserves for the pod, all GPU resources of the policy added up."""
-    return sum(scheduled_gpus(spec, ctx.policy.counts_as_gpu).values(), Fraction(0))
+    return sum(scheduled_gpus(spec, ctx.counts_as_gpu).values(), Fraction(0))
 
 
 @record.validator(pods="gpu")
@@ -35,7 +35,7 @@ def limit_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     violations = []
     if limits.max_per_container is not None:
         for fld, index, container in containers(spec):
-            amount = sum(gpu_amounts(container, ctx.policy.counts_as_gpu).values(), Fraction(0))
+            amount = sum(gpu_amounts(container, ctx.counts_as_gpu).values(), Fraction(0))
             if amount > limits.max_per_container:
                 violations.append(
                     Violation(
