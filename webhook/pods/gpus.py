@@ -9,7 +9,8 @@ from fractions import Fraction
 from typing import Any
 
 from ..inventory.model import Inventory
-from ..policy.model import BUILTIN, IMPLICIT_DRA_PREFIX, Device, Policy
+from ..policy.model import BUILTIN, Device, Policy
+from ..policy.vendors import IMPLICIT_DRA_PREFIX
 from .claims import ClaimLookup, claims_of, dra_resource_vendor
 from .objects import containers, is_sidecar
 from .quantity import QuantityError, parse_quantity
@@ -116,6 +117,7 @@ class GPUUse:
         return (self.dra is not None and resource in self.dra.resources) or policy.counts_as_gpu(resource)
 
 
+# Over 60 lines: every way a pod holds a GPU (resources, DRA claims, annotations), read in one pass.
 def gpu_use(
     meta: Mapping[str, Any],
     spec: Mapping[str, Any],

@@ -13,8 +13,9 @@ from typing import Any
 
 from .keys import API_VERSION, LEGACY_API_VERSION
 from .labels import is_dns_subdomain, is_label_key
-from .model import BUILTIN_DEVICE_RESOURCES, BUILTIN_DRA, Device
+from .model import Device
 from .reader import Doc, tolerations
+from .vendors import BUILTIN_DEVICE_RESOURCES, BUILTIN_DRA
 
 MIGRATING = 'policies/README.md, "Versions, and migrating policy files"'
 

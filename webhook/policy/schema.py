@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import loader, reader
+from . import devices, loader, reader
 from .keys import API_VERSION, LEGACY_API_VERSION
 from .model import KIND, WORKLOAD_KIND
 
@@ -79,7 +79,7 @@ def policy_schema() -> dict[str, Any]:
     )
     device = _object(
         _only(
-            loader.DEVICE_FIELDS,
+            devices.DEVICE_FIELDS,
             {
                 "resources": {**_STRINGS, "minItems": 1, "description": "GPU count resources (exact names or globs)"},
                 "auxiliaryResources": {**_STRINGS, "description": "make a pod a GPU pod, never counted as GPUs"},
