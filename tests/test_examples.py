@@ -42,7 +42,7 @@ def test_every_example_has_an_expected_verdict(directory, expected):
 @pytest.mark.parametrize(
     "case",
     [*EXPECTED, *({**c, "directory": REAL} for c in REAL_EXPECTED)],
-    ids=[c["file"] for c in [*EXPECTED, *REAL_EXPECTED]],
+    ids=[c["file"] + (" --fleet" if c.get("fleet") else "") for c in [*EXPECTED, *REAL_EXPECTED]],
 )
 def test_example_verdict(case):
     labels = [
@@ -52,6 +52,8 @@ def test_example_verdict(case):
     args = ["check", "--policies", "policies", "-f", str(source), "-o", "json"]
     for item in labels:
         args += ["--namespace-labels", item]
+    if case.get("fleet"):
+        args += ["--fleet", str(EXAMPLES / case["fleet"])]
     proc = gpugate(*args)
     assert proc.returncode == {"allowed": 0, "denied": 1, "skipped": 0}[case["verdict"]], proc.stderr
     for text in case.get("contains", []):

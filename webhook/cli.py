@@ -12,7 +12,7 @@ from .version import describe
 def parser() -> argparse.ArgumentParser:
     # Each product is imported here, not at the top: `gpugate check` should not pay for gunicorn or the
     # Kubernetes client.
-    from . import certs, check
+    from . import certs, check, fleet
     from .audit import command as audit
     from .policy import command as policy
     from .report import command as report
@@ -27,11 +27,14 @@ def parser() -> argparse.ArgumentParser:
         ("audit", audit, "what gpugate would say about what already runs in a cluster (read-only)"),
         ("policy", policy, "work with policy files"),
         ("certs", certs, "make a CA and a serving certificate for the webhook"),
+        ("fleet", fleet, "the cluster's GPU fleet by pool (vendor, product, stack, nodes), and snapshots of it"),
         ("report", report, "allocated-but-idle GPU-hours by team, cost center or workload, from Prometheus"),
     ]
     for name, module, help_text in commands:
         command = sub.add_parser(name, help=help_text)
-        module.add_arguments(command)
+        added = module.add_arguments(command)
+        if name == "policy":
+            fleet.add_policy_init(added)  # `policy init --from-cluster` reads the cluster: fleet's to do
         if hasattr(module, "run"):
             command.set_defaults(run=module.run)
     return top

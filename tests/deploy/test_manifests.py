@@ -378,7 +378,7 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
     ]
-    assert len(policy["spec"]["validations"]) == 2
+    assert len(policy["spec"]["validations"]) == 1  # the runtime class is gpugate's to judge (DRA, CDI)
 
 
 def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
@@ -594,6 +594,14 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
         None,
         True,
     ),
+    # DRA-backed extended resources (KEP-5004) and AMD partitions route; look-alikes do not.
+    (
+        "implicit DRA extended resource",
+        pod(pod_spec(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}))),
+        None,
+        True,
+    ),
+    ("AMD partition", pod(pod_spec(container(limits={"amd.com/cpx_nps4": "1"}))), None, True),
     # Other ways to hold a GPU.
     ("DRA pod (spec.resourceClaims)", pod(DRA), None, True),
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, True),
@@ -673,13 +681,14 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         [],
     ),
     ("GPU pod with the runtime class", pod({**GPU, **NVIDIA, "tolerations": [GPU_TOLERATION]}), None, []),
-    ("GPU pod without the runtime class", pod(GPU), None, ["runtimeClassName"]),
-    ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, ["runtimeClassName"]),
+    # The runtime class is gpugate's to judge (DRA, CDI and clusters without it need none).
+    ("GPU pod without the runtime class", pod(GPU), None, []),
+    ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, []),
     (
         "GPU in an init container only",
         pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])),
         None,
-        ["runtimeClassName"],
+        [],
     ),
     (
         "AMD GPU pod needs no NVIDIA runtime",
@@ -709,7 +718,7 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         "MIG slice without runtime class",
         pod(pod_spec(container(limits={"nvidia.com/mig-1g.10gb": "1"}))),
         None,
-        ["runtimeClassName"],
+        [],
     ),
     # Vendors: each pool is tainted with its vendor's resource name.
     ("CPU pod tolerating the AMD taint", pod(pod_spec(tolerations=[AMD_TOLERATION])), None, ["GPU node taint"]),
@@ -743,7 +752,7 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         "HAMi gpumem beside an NVIDIA GPU without runtime class",
         pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}))),
         None,
-        ["runtimeClassName"],
+        [],
     ),
     (
         "unknown Intel resource tolerating the Intel taint",
@@ -764,7 +773,31 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         "NVIDIA GPU beside zero AMD GPUs",
         pod(pod_spec(container(limits={"nvidia.com/gpu": "1", "amd.com/gpu": "0"}))),
         None,
-        ["runtimeClassName"],
+        [],
+    ),
+    # DRA-backed extended resources and AMD partitions hold GPUs: they may tolerate the GPU taint.
+    (
+        "implicit DRA extended resource tolerating the GPU taint",
+        pod(
+            pod_spec(
+                container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}),
+                tolerations=[GPU_TOLERATION],
+            )
+        ),
+        None,
+        [],
+    ),
+    (
+        "AMD partition tolerating the AMD taint",
+        pod(pod_spec(container(limits={"amd.com/cpx_nps4": "1"}), tolerations=[AMD_TOLERATION])),
+        None,
+        [],
+    ),
+    (
+        "look-alike AMD resource tolerating the AMD taint",
+        pod(pod_spec(container(limits={"amd.com/fpga": "1"}), tolerations=[AMD_TOLERATION])),
+        None,
+        ["GPU node taint"],
     ),
     # Other ways to hold a GPU: allowed to tolerate the GPU taint, no runtime class required.
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
@@ -801,7 +834,7 @@ def test_backstop_policy_verdicts(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    assert len(expressions) == 2 + 9 + 2  # a match condition per webhook, 9 variables, 2 validations
+    assert len(expressions) == 2 + 8 + 1  # a match condition per webhook, 8 variables, 1 validation
     for where, expression in expressions:
         try:
             compile_cel(expression)

@@ -176,3 +176,19 @@ def test_in_a_hand_over_each_pod_keeps_its_own_utilisation() -> None:
     rows = {row.group: row for row in report.rows}
     assert rows["ns/Pod/old"].idle_hours == pytest.approx(150 / 3600)
     assert rows["ns/Pod/new"].busy_hours == pytest.approx(150 / 3600)
+
+
+def test_no_function_in_webhook_report_is_over_60_lines_without_a_reason() -> None:
+    """The report is cut into stages; a longer function says why on its first body line (``# long: ...``)."""
+    import ast
+    from pathlib import Path
+
+    long = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "webhook/report").glob("*.py")):
+        source = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(source))):
+            if not isinstance(node, ast.FunctionDef) or (node.end_lineno or 0) - node.lineno + 1 <= 60:
+                continue
+            if "# long:" not in "\n".join(source[node.lineno - 1 : node.lineno + 3]):
+                long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert not long, long

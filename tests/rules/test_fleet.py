@@ -102,7 +102,7 @@ def test_a_mig_request_never_falls_to_the_l4_default_and_a_class_that_cannot_ser
     ("spec", "annotations", "warned"),
     [
         ({"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}, None, False),
-        ({"nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}, None, False),
+        ({"nodeSelector": {"node.kubernetes.io/instance-type": "g6.12xlarge"}}, None, False),
         ({"nodeSelector": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}}, None, False),
         (
             {
@@ -141,6 +141,21 @@ def test_the_pods_own_choice_wins(spec, annotations, warned):
     assert result["spec"].get("affinity") == spec.get("affinity")
     assert verdict.allowed
     assert any("left as chosen" in w for w in verdict.warnings) is warned
+
+
+def test_a_choice_two_pools_share_gets_the_chosen_class_s_own_constraint_too():
+    # p5.48xlarge carries whole H100s (h100) or MIG-single slices (h100-mig): the choice alone could land on
+    # slices, so the first class listing it (h100) adds its product; the pod's own selector stays.
+    obj = pod(container(limits={"nvidia.com/gpu": 8}), nodeSelector={"node.kubernetes.io/instance-type": "p5.48xlarge"})
+    result, verdict = admit(obj)
+    assert verdict.allowed, verdict.message
+    assert result["spec"]["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+        PRODUCT: "NVIDIA-H100-80GB-HBM3",
+    }
+    # a choice on the model label itself is never narrowed, nor contradicted
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), nodeSelector={PRODUCT: "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"})
+    assert admit(obj)[0]["spec"]["nodeSelector"] == {PRODUCT: "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
 
 
 def test_a_choice_that_maps_to_a_class_outside_the_policy_or_the_request_is_refused():

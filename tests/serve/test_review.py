@@ -237,3 +237,30 @@ def test_hostile_json_quantities_are_denied_not_failed(client, quantity):
     out = post(client, body).get_json()["response"]
     assert out["allowed"] is False and out["status"]["code"] == 403, out
     assert "failed to evaluate" not in out["status"]["message"]
+
+
+def test_a_large_body_of_more_json_values_than_any_pod_holds_is_a_413(client):
+    from webhook.serve.app import MAX_VALUES
+
+    body = review(gpu_pod(1))
+    body["request"]["object"]["spec"]["x"] = [{} for _ in range(MAX_VALUES)]
+    resp = post(client, json.dumps(body).encode())
+    assert resp.status_code == 413, resp.get_data()[:300]
+    assert f"more than the {MAX_VALUES}" in resp.get_json()["message"]
+
+
+def test_a_large_body_within_the_value_budget_gets_its_answer(client):
+    body = review(gpu_pod(1))
+    body["request"]["object"]["metadata"]["annotations"] = {"big": "x" * 1_000_000}
+    out = post(client, json.dumps(body).encode()).get_json()["response"]
+    assert out["uid"] == "0b1c-uid" and out["allowed"] is True
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_null_containers_are_read_as_empty_ones_not_a_crash(client, endpoint):
+    """Found by tests/fuzz: a JSON null in initContainers reached the GPU count as None (a 500-coded review)."""
+    body = review(gpu_pod(1))
+    body["request"]["object"]["spec"]["initContainers"] = [None]
+    out = post(client, body, path=endpoint).get_json()["response"]
+    assert "failed to evaluate" not in (out.get("status") or {}).get("message", "")
+    assert (out.get("status") or {}).get("code", 200) < 500

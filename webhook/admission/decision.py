@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import Inventory
+from ..pods.claims import ClaimLookup
 from ..pods.objects import PodShape
 from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
@@ -55,6 +57,10 @@ class Environment:
 
     policies: PolicySet
     namespace_labels: Callable[[str], Mapping[str, str] | None] = lambda _name: {}
+    #: The cluster's inventory, or None while it is unknown (not synced, no cluster access, no --fleet).
+    fleet: Callable[[], Inventory | None] = lambda: None
+    #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
+    claims: ClaimLookup | None = None
 
 
 def shorten(text: str, limit: int = WARNING_LIMIT) -> str:
@@ -109,11 +115,12 @@ def verdict(
     patch: list[Operation] | None = None,
 ) -> Decision:
     """Apply each policy's mode: enforce denies, warn warns, audit records; a violation the apiserver would
-    refuse anyway always denies, an advisory one never does."""
+    refuse anyway and a security one (webhook.rules.base.Violation.security) always deny, an advisory one
+    never does."""
     policy = subjects[0].policy
-    enforced = [(s, v) for s, v in found if v.refused_by_apiserver or (s.policy.mode == "enforce" and not v.advisory)]
+    enforced = [(s, v) for s, v in found if v.enforced_in_every_mode or (s.policy.mode == "enforce" and not v.advisory)]
     others = [
-        (s, v) for s, v in found if not (v.refused_by_apiserver or (s.policy.mode == "enforce" and not v.advisory))
+        (s, v) for s, v in found if not (v.enforced_in_every_mode or (s.policy.mode == "enforce" and not v.advisory))
     ]
     violations = [v for _, v in found]
     common: dict[str, Any] = {"violations": violations, "policy": policy.name, "mode": policy.mode}

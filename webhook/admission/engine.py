@@ -31,6 +31,7 @@ def _subjects(
         return None
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
+    fleet = env.fleet()
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
@@ -66,9 +67,10 @@ def _subjects(
             namespace_labels=labels,
             operation=str(request.get("operation")),
             object_meta=obj.get("metadata") or {},
-            gpu=gpu_use(meta, spec, policy),
+            gpu=gpu_use(meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims),
             old=before,
             mutable=mutable,
+            fleet=fleet,
         )
         subjects.append(Subject(PodView(meta, spec), ctx))
     return subjects

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 
+from ..inventory.model import Inventory
 from ..pods.objects import group_of, shapes_of, workload_kinds
 from ..policy.model import PolicySet
 from .decision import Decision, Environment
@@ -59,9 +60,26 @@ def default_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, Any]:
-    api_version = str(obj.get("apiVersion"))
-    group, _, version = api_version.rpartition("/")
+def _namespaced_claims(objects: list[Mapping[str, Any]], namespace: str) -> list[Mapping[str, Any]]:
+    """The manifest's claims and claim templates, in the namespace they would be created in: a pod's claims
+    are read from them, as the server reads them from the cluster."""
+    return [
+        {
+            **o,
+            "metadata": {
+                **(o.get("metadata") or {}),
+                "namespace": (o.get("metadata") or {}).get("namespace") or namespace,
+            },
+        }
+        for o in objects
+        if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
+    ]
+
+
+def request(obj: Mapping[str, Any], *, namespace: str = "", uid: str) -> dict[str, Any]:
+    """A CREATE AdmissionRequest for ``obj`` as the apiserver builds it (a dry run); ``namespace`` for an
+    object that names none."""
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
     meta = obj.get("metadata") or {}
     return {
         "uid": uid,
@@ -75,14 +93,38 @@ def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, A
     }
 
 
+def judge(
+    obj: Mapping[str, Any], env: Environment, *, namespace: str = "", uid: str
+) -> tuple[Decision, Decision | None, Mapping[str, Any]]:
+    """Both passes as the apiserver runs them: /mutate, its patch applied, then /validate on the result.
+    Returns both decisions (no validation when /mutate refused) and the object as it would be stored."""
+    mutation = mutate(request(obj, namespace=namespace, uid=uid), env)
+    if not mutation.allowed:
+        return mutation, None, obj
+    mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
+    return mutation, validate(request(mutated, namespace=namespace, uid=uid), env), mutated
+
+
 def check_objects(
     objects: Iterable[Mapping[str, Any]],
     *,
     policies: PolicySet,
     namespace_labels: Mapping[str, Mapping[str, str]],
     namespace: str = "default",
+    fleet: Inventory | None = None,
 ) -> list[Result]:
-    env = Environment(policies=policies, namespace_labels=lambda ns: namespace_labels.get(ns, {}))
+    """``fleet``: the cluster's inventory (``--fleet``); None decides without one, as a server does before its
+    inventory has synced. The manifest's own claims and claim templates are read either way."""
+    objects = list(objects)
+    own = _namespaced_claims(objects, namespace)
+    known = fleet.with_claims(own) if fleet is not None else None
+    manifest = Inventory().with_claims(own).claims
+    env = Environment(
+        policies=policies,
+        namespace_labels=lambda ns: namespace_labels.get(ns, {}),
+        fleet=lambda: known,
+        claims=lambda kind, ns, name: manifest.get((kind, ns, name)),
+    )
     kinds = workload_kinds(policies.workloads)
     results = []
     for index, raw in enumerate(objects):
@@ -91,13 +133,11 @@ def check_objects(
             nothing = Decision(allowed=True)
             results.append(Result(obj, obj, [], nothing, None, skipped=True))
             continue
-        mutation = mutate(_request(obj, namespace=namespace, uid=f"check-{index}"), env)
-        if not mutation.allowed:
+        mutation, validation, mutated = judge(obj, env, namespace=namespace, uid=f"check-{index}")
+        if validation is None:
             results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
             continue
         patch = mutation.patch or []
-        mutated = jsonpatch.apply_patch(obj, patch) if patch else obj
-        validation = validate(_request(mutated, namespace=namespace, uid=f"check-{index}"), env)
         results.append(
             Result(obj, mutated, patch, mutation, validation, list(mutation.warnings) + list(validation.warnings))
         )

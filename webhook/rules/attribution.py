@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pods.fields import STRINGS
+from ..pods.objects import controller_ref, through_replica_set
 from ..policy.keys import BOOKKEEPING_ANNOTATIONS, WORKLOAD_ANNOTATION, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
-from ..policy.model import is_label_value
+from ..policy.labels import is_label_value
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
 from .registry import rule
 
@@ -69,13 +70,10 @@ def owning_workload(meta: Mapping[str, Any], ctx: PodContext) -> tuple[str, str]
     else:
         # generateName first: the mutating call sees no name yet, the validating call the generated one.
         kind, name = "Pod", str(meta.get("generateName") or "").rstrip("-") or str(meta.get("name") or "")
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            kind, name = str(ref.get("kind", kind)), str(ref.get("name", name))
-            break
-    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
-    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
-        return "Deployment", name[: -len(template_hash) - 1]
+    ref = controller_ref(meta)
+    if ref is not None:
+        kind, name = str(ref.get("kind", kind)), str(ref.get("name", name))
+    kind, name = through_replica_set(kind, name, meta)
     if kind == "Job" and (m := _CRONJOB_JOB.fullmatch(name)):
         return "CronJob", m["cronjob"]
     return kind, name
@@ -139,7 +137,7 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
 @record.validator(pods="any", on_update="all")
 def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
     """On UPDATE: gpugate's attribution labels keep the values they were created with."""
-    if ctx.old is None or not ctx.mutable:
+    if ctx.old is None or not ctx.mutable or ctx.policy.attribution_edits == "allow":
         return []
     old = ctx.old.labels
     new = pod.labels
@@ -154,6 +152,7 @@ def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
                     "pod",
                     f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})",
                     "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace",
+                    security=True,
                 )
             )
     return violations

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inventory.model import Inventory
 from ..pods.gpus import GPUUse
 from ..pods.objects import Key, PodShape, dig
 from ..policy.model import Policy
@@ -24,6 +25,13 @@ class Violation:
     refused_by_apiserver: bool = False
     #: Never denies, whatever the mode: a warning (an audit annotation in audit mode).
     advisory: bool = False
+    #: Enforced whatever the mode: a way to reach GPUs the pod did not request or to rewrite attribution.
+    #: Only a policy field of the check's own (``nonGPUPods``, ``security``) makes an exception.
+    security: bool = False
+
+    @property
+    def enforced_in_every_mode(self) -> bool:
+        return self.refused_by_apiserver or self.security
 
     def message(self) -> str:
         head = f"{self.path}: {self.subject}: {self.text}" if self.subject else f"{self.path}: {self.text}"
@@ -80,15 +88,16 @@ class Touch:
 
 
 def map_changes(
-    name: str, word: str, before: Any, after: Any, *, skip: frozenset[str] = frozenset()
+    name: str, word: str, before: Any, after: Any, *, skip: frozenset[str] = frozenset(), previous: bool = True
 ) -> list[PodChange]:
-    """The entries ``after`` adds to or changes in the map ``before``, as "<word> key=value (was old)"."""
+    """The entries ``after`` adds to or changes in the map ``before``, as "<word> key=value" (with "(was old)"
+    for a changed one when ``previous``)."""
     old = before if isinstance(before, Mapping) else {}
     out = []
     for key, value in (after if isinstance(after, Mapping) else {}).items():
         if old.get(key) == value or key in skip:
             continue
-        text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
+        text = f"{word} {key}={value}" if key not in old or not previous else f"{word} {key}={value} (was {old[key]})"
         out.append(PodChange(name, text, action="add" if key not in old else "replace", key=key, value=str(value)))
     return out
 
@@ -130,6 +139,16 @@ class PodContext:
     #: Whether gpugate's mutating webhook could have changed this object (pods on CREATE; templates only
     #: with ``mutateTemplates``): if not, what it would inject is reported, not required.
     mutable: bool = True
+    #: The cluster's inventory once it has synced (None: unknown, so no rule judges against it).
+    fleet: Inventory | None = None
+
+    @property
+    def counts_as_gpu(self) -> Callable[[str], bool]:
+        """Whether a resource is a GPU count resource of this pod: the policy's, or a DRA-backed one (KEP-5004).
+        The policy's own (cached) predicate when the pod has no DRA-backed resource: rules call it per resource."""
+        if self.gpu.dra is None or not self.gpu.dra.resources:
+            return self.policy.counts_as_gpu
+        return lambda resource: self.gpu.counts(resource, self.policy)
 
     def spec_field(self, rest: str) -> str:
         return f"{self.shape.spec_path}.{rest}"

@@ -42,7 +42,7 @@ def require_sensible_gpu_shapes(pod: PodView, ctx: PodContext) -> list[Violation
     for fld, index, container in containers(spec):
         if fld == "ephemeralContainers":
             continue
-        for resource, amount in gpu_amounts(container, ctx.policy.counts_as_gpu).items():
+        for resource, amount in gpu_amounts(container, ctx.counts_as_gpu).items():
             if amount == 0:
                 violations.append(
                     Violation(

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..policy.classes import ModelClass, Models
 from ..policy.keys import MODEL_LABEL
-from ..policy.model import Device, ModelClass, Models
-from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
+from ..policy.model import Device
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
 from .registry import rule
 
 RULE = "model-selection"
@@ -61,18 +62,7 @@ def _affinity_changes(before: Any, after: Any) -> list[PodChange]:
 
 
 def _selector_changes(before: Any, after: Any) -> list[PodChange]:
-    old = before if isinstance(before, Mapping) else {}
-    return [
-        PodChange(
-            "nodeSelector",
-            f"nodeSelector {key}={value}",
-            action="replace" if key in old else "add",
-            key=key,
-            value=str(value),
-        )
-        for key, value in (after if isinstance(after, Mapping) else {}).items()
-        if old.get(key) != value
-    ]
+    return map_changes("nodeSelector", "nodeSelector", before, after, previous=False)
 
 
 NODE_SELECTOR = Touch("nodeSelector", "spec.nodeSelector", in_place=False, describe=_selector_changes)
@@ -105,9 +95,11 @@ class Choice:
     """The class a pod lands in, as far as the policy can tell, and what is wrong with its choice."""
 
     model_class: ModelClass | None = None
-    #: The pod chose its hardware itself (selector, affinity or annotation): gpugate adds nothing.
+    #: The pod chose its hardware itself (selector, affinity or annotation): gpugate adds nothing...
     own: bool = False
     violations: list[Violation] = field(default_factory=list)
+    #: ...except the chosen class's own constraint, when the choice alone also reaches another pool.
+    constrain: bool = False
 
 
 def _names(classes: list[ModelClass]) -> str:
@@ -126,8 +118,10 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
         if key in selector:
             found.append((key, f"nodeSelector[{key}]", [str(selector[key])]))
             continue
+        if not terms:
+            continue
         per_term = [[e for e in _model_expressions(t, key) if e.get("operator") == "In"] for t in terms]
-        if terms and all(per_term):
+        if all(per_term):
             for t, exprs in enumerate(per_term):
                 e = next(i for i, x in enumerate(terms[t].get("matchExpressions") or []) if x is exprs[0])
                 found.append(
@@ -137,9 +131,10 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
                         [str(v) for v in exprs[0].get("values") or []],
                     )
                 )
+    annotations = pod.annotations if device.choice_annotations else {}
     for key in device.choice_annotations:
-        if key in pod.annotations:
-            values = [v.strip() for v in str(pod.annotations[key]).split(",") if v.strip()]
+        if key in annotations:
+            values = [v.strip() for v in str(annotations[key]).split(",") if v.strip()]
             found.append((key, f"metadata.annotations[{key}]", values))
     return found
 
@@ -153,12 +148,13 @@ def _class_of(models: Models, device: Device, key: str, value: str) -> ModelClas
     return None
 
 
+# Over 60 lines: the choice order of the module docstring, one branch per source of a choice.
 def resolve(pod: PodView, ctx: PodContext) -> Choice:
     """Which class the pod lands in; shared by the mutator (what to add) and the validator (what is wrong)."""
     models, device = ctx.policy.models, ctx.gpu.device
-    if models is None or device is None or not ctx.gpu.resources:
-        return Choice()
-    requested = sorted(ctx.gpu.resources)
+    if models is None or device is None or not ctx.gpu.device_plugin_resources:
+        return Choice()  # no GPU resource, or only DRA-served ones: the DeviceClass chooses the hardware
+    requested = sorted(ctx.gpu.device_plugin_resources)
     wanted = ", ".join(requested)
     able = models.offering(device.name, requested)
     able_fix = f"use one of: {_names(able)}" if able else f'no class of policy "{ctx.policy.name}" offers {wanted}'
@@ -236,7 +232,9 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                         advisory=True,
                     )
                 )
-        return Choice(own=True, violations=violations)
+        if violations:
+            return Choice(own=True, violations=violations)
+        return _own_class(ctx, models, device, choices, able)
     default = models.default_for(device.name, requested)
     if default is None:
         text = (
@@ -256,6 +254,48 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
         )
         return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
     return Choice(default, violations=_outside_class(pod, ctx, default, device))
+
+
+def _own_class(
+    ctx: PodContext, models: Models, device: Device, choices: list[tuple[str, str, list[str]]], able: list[ModelClass]
+) -> Choice:
+    """The pod's own choice, with the one class it maps to when that choice alone also reaches another pool
+    (an instance type can carry whole GPUs or MIG slices: p5.48xlarge in the reference fleet). gpugate then
+    adds that class's own constraint, which narrows the choice and never contradicts it."""
+    if any(key == device.model_label for key, _, _ in choices):
+        return Choice(own=True)  # a choice on the model label itself is never narrowed
+    mapped = [
+        c
+        for c in models.classes.values()
+        if c.device == device.name
+        and any(
+            v in c.aliases.get(key, ()) or (key == device.model_label and v in c.values)
+            for key, _, vs in choices
+            for v in vs
+        )
+    ]
+    serving = [c for c in mapped if c in able]
+    if not serving:
+        return Choice(own=True)
+    # Several classes share the choice (one instance type, whole GPUs or MIG slices): the first default
+    # among them, else the first the policy lists.
+    chosen = next((c for name in models.defaults for c in serving if c.name == name), serving[0])
+    shared = len(mapped) > 1
+    if not shared and ctx.fleet is not None:
+        shared = _reaches_other_pools(ctx, device, chosen, choices)
+    return Choice(chosen, own=True, constrain=shared)
+
+
+def _reaches_other_pools(
+    ctx: PodContext, device: Device, chosen: ModelClass, choices: list[tuple[str, str, list[str]]]
+) -> bool:
+    """Some node the choice selects is outside the chosen class (another model label value, or none)."""
+    label = device.model_label or ""
+    for node in ctx.fleet.nodes if ctx.fleet is not None else ():
+        selected = all(node.labels.get(k) in vs for k, path, vs in choices if not path.startswith("metadata."))
+        if selected and chosen.values and node.labels.get(label) not in chosen.values:
+            return True
+    return False
 
 
 def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: Device) -> list[Violation]:
@@ -304,11 +344,28 @@ def require_allowed_model(pod: PodView, ctx: PodContext) -> list[Violation]:
 def select_model(editor: PodEditor, ctx: PodContext) -> list[Change]:
     choice = resolve(PodView(editor.metadata, editor.spec), ctx)
     device = ctx.gpu.device
-    if choice.model_class is None or choice.own or choice.violations or device is None or not device.model_label:
+    if choice.model_class is None or (choice.own and not choice.constrain) or choice.violations or device is None:
         return []  # nothing to add, the pod's own choice, or a violation that the validating endpoint reports
+    changes = _add_pool_labels(editor, choice.model_class)
+    if not device.model_label or not choice.model_class.values:
+        return changes  # a DRA pool: no model label to select (its DeviceClass picks the devices)
+    return changes + _add_model_values(editor, choice.model_class, device.model_label)
+
+
+def _add_pool_labels(editor: PodEditor, chosen: ModelClass) -> list[Change]:
+    """The class's ``nodeSelector`` entries the pod lacks (a key it already selects stays the pod's)."""
+    selector = editor.spec.get("nodeSelector") or {}
+    changes = []
+    for key, value in chosen.node_selector.items():
+        if key not in selector:
+            editor.set_node_selector(key, value)
+            changes.append(Change("nodeSelector", f"nodeSelector {key}={value}"))
+    return changes
+
+
+def _add_model_values(editor: PodEditor, chosen: ModelClass, label: str) -> list[Change]:
     spec = editor.spec
-    values = choice.model_class.values
-    label = device.model_label
+    values = chosen.values
     if label in (spec.get("nodeSelector") or {}):
         return []
     terms = _required_terms(spec)

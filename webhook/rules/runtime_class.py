@@ -2,7 +2,9 @@
 
 Guards ``spec.runtimeClassName`` of pods that request GPUs. Without the NVIDIA runtime class the driver
 never reaches the container; the mutator sets it when absent, and a different value is a violation (the
-user chose it on purpose, so gpugate does not overwrite it). A pod that requests no GPU must not run
+user chose it on purpose, so gpugate does not overwrite it). Only the stacks that need it get it (the device
+profile's ``runtimeClassPods``: device-plugin pods, fractional holds; never DRA-served pods), and with a
+synced inventory only when the RuntimeClass exists. A pod that requests no GPU must not run
 under the policy's GPU runtime class (``nonGPUPods.gpuRuntimeClass: deny``): CUDA images set
 ``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime such a pod sees every GPU of its
 node unless the container toolkit refuses that variable from unprivileged pods.
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..policy.classes import ModelClass
+from ..policy.keys import MODEL_LABEL
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 
@@ -23,20 +28,96 @@ def _describe(before: Any, after: Any) -> list[PodChange]:
 
 
 RUNTIME_CLASS = Touch("runtimeClassName", "spec.runtimeClassName", in_place=False, describe=_describe)
-record = rule(RULE, order=50, reads={"spec.runtimeClassName": str}, touches=[RUNTIME_CLASS], module=__name__)
+record = rule(
+    RULE,
+    order=50,
+    reads={
+        "spec.runtimeClassName": str,
+        # which class the pod lands in, to keep the runtime class off DRA pools
+        "metadata.labels": STRINGS,
+        "metadata.annotations": STRINGS,
+        "spec.nodeSelector": STRINGS,
+        "spec.affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]}
+            }
+        },
+    },
+    touches=[RUNTIME_CLASS],
+    module=__name__,
+)
 
 
-def _wanted(ctx: PodContext) -> str | None:
-    """The runtime class of the vendor whose GPUs the pod requests (none for DRA or fractional holds)."""
+def _wanted(pod: PodView | PodEditor, ctx: PodContext) -> str | None:
+    """The runtime class of the vendor whose GPUs the pod requests, when its stack needs one: device-plugin
+    pods and fractional holds, as the profile's ``runtimeClassPods`` says; never DRA-served pods (the driver
+    injects devices through CDI). With a synced inventory, only a RuntimeClass that exists: the apiserver's
+    RuntimeClass admission plugin refuses a pod naming a missing one."""
+    gpu = ctx.gpu
+    device = gpu.device
+    if device is None or device.runtime_class_name is None:
+        return None
+    if ctx.fleet is not None and device.runtime_class_name not in ctx.fleet.runtime_classes:
+        return None
+    if "fractional" in device.runtime_class_pods and gpu.fractional:
+        return device.runtime_class_name
+    if "device-plugin" not in device.runtime_class_pods or not gpu.device_plugin_resources:
+        return None
+    if _dra_pool(pod, ctx):
+        return None  # plain nvidia.com/gpu bound for a DRA class's pool: DRA serves it (KEP-5004)
+    return device.runtime_class_name
+
+
+def _dra_pool(pod: PodView | PodEditor, ctx: PodContext) -> bool:
+    """The pod lands in a model class whose pools are DRA only (DeviceClasses, no model label values)."""
+    models = ctx.policy.models
+    if models is None or not models.has_dra_classes:
+        return False
+    named = pod.labels.get(MODEL_LABEL)
+    if named:
+        return _is_dra(models.classes.get(named))
     device = ctx.gpu.device
-    return device.runtime_class_name if device is not None else None
+    if device is None:
+        return False
+    spec = pod.spec
+    annotated = bool(device.choice_annotations) and any(a in pod.annotations for a in device.choice_annotations)
+    if not spec.get("nodeSelector") and not spec.get("affinity") and not annotated:
+        return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # the common case
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+        or {}
+    ).get("nodeSelectorTerms") or []
+    chosen = {*(spec.get("nodeSelector") or {}), *(a for a in device.choice_annotations if a in pod.annotations)}
+    chosen |= {
+        e.get("key")
+        for t in terms
+        if isinstance(t, dict)
+        for e in t.get("matchExpressions") or []
+        if isinstance(e, dict)
+    }
+    if not chosen & {device.model_label, *device.model_aliases, *device.choice_annotations}:
+        return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # no own choice
+    if not chosen & models.dra_choice_keys:
+        return False  # an own choice, on keys no DRA-only class is chosen by
+    # Imported here: importing model_selection first would register its mutator before this module's.
+    from .model_selection import resolve
+
+    view = pod if isinstance(pod, PodView) else PodView(pod.metadata, pod.spec)
+    return _is_dra(resolve(view, ctx).model_class)
+
+
+def _is_dra(chosen: ModelClass | None) -> bool:
+    return chosen is not None and bool(chosen.device_classes) and not chosen.values
 
 
 @record.validator(pods="gpu")
 def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
-    wanted = _wanted(ctx)
     actual = pod.spec.get("runtimeClassName")
-    if wanted is None or actual in (None, "", wanted):
+    device = ctx.gpu.device
+    if actual in (None, "") or device is None or actual == device.runtime_class_name:
+        return []  # absent (the mutator's to add), or the one gpugate would set: never a wrong choice
+    wanted = _wanted(pod, ctx)
+    if wanted is None:
         return []
     return [
         Violation(
@@ -51,8 +132,10 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
 
 @record.mutator(pods="gpu")
 def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    wanted = _wanted(ctx)
-    if wanted is None or editor.spec.get("runtimeClassName"):
+    if editor.spec.get("runtimeClassName"):
+        return []
+    wanted = _wanted(editor, ctx)
+    if wanted is None:
         return []
     editor.set_spec("runtimeClassName", wanted)
     return [Change("runtimeClassName", f"runtimeClassName={wanted}")]
@@ -70,5 +153,6 @@ def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Viola
             "pod",
             f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the node\'s GPUs to it',
             "remove runtimeClassName, or request a GPU in resources.limits",
+            security=True,
         )
     ]

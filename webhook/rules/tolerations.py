@@ -5,7 +5,8 @@ resource name as key as ExtendedResourceToleration expects) that keeps other wor
 appends each policy toleration unless an equal one is present, never reordering or replacing the user's
 (Kubernetes "Admission Webhook Good Practices": treat unkeyed arrays as sets). A pod that requests no GPU
 but tolerates a GPU taint squats on GPU nodes: ``nonGPUPods.gpuTolerations`` denies it, strips the
-tolerations, or allows it.
+tolerations, or allows it. A pod whose claims are admin-access claims on GPUs (DCGM, dcgm-exporter under
+the GPU Operator's DRA stack) observes GPUs without holding one: it may tolerate their taints.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ record = rule(RULE, order=60, reads={"spec.tolerations": [TOLERATION]}, touches=
 
 @record.mutator(pods="gpu")
 def add_gpu_tolerations(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    """The tolerations of the vendor whose GPUs the pod requests (none for DRA or fractional holds, whose
-    drivers and schedulers decide placement themselves)."""
+    """The tolerations of the vendor whose GPUs the pod requests, through a device plugin, DRA claims on its
+    DeviceClasses, or a GPU-sharing scheduler's annotation (its GPU nodes carry the same taint)."""
     device = ctx.gpu.device
     if device is None:
         return []
@@ -106,8 +107,8 @@ def gpu_taint_tolerations(spec: Mapping[str, Any], ctx: PodContext) -> list[int]
 
 @record.validator(pods="non-gpu")
 def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
-    if ctx.policy.non_gpu_tolerations != "deny":
-        return []
+    if ctx.policy.non_gpu_tolerations != "deny" or ctx.gpu.observer:
+        return []  # admin-access claims (the GPU stack's monitoring) observe GPUs and must reach their nodes
     spec = pod.spec
     tolerations = spec.get("tolerations") or []
     return [
@@ -116,8 +117,9 @@ def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[V
             ctx.spec_field(f"tolerations[{i}]"),
             "pod",
             f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
-            "remove the toleration, or request a GPU in resources.limits (or hold one through "
-            "spec.resourceClaims or a GPU-sharing scheduler's annotation)",
+            "remove the toleration, or request a GPU in resources.limits (or hold one through a "
+            "resource claim on a GPU DeviceClass or a GPU-sharing scheduler's annotation)",
+            security=True,
         )
         for i in gpu_taint_tolerations(spec, ctx)
     ]
@@ -125,7 +127,7 @@ def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[V
 
 @record.mutator(pods="non-gpu")
 def strip_gpu_tolerations_without_gpus(editor: PodEditor, ctx: PodContext) -> list[Change]:
-    if ctx.policy.non_gpu_tolerations != "strip":
+    if ctx.policy.non_gpu_tolerations != "strip" or ctx.gpu.observer:
         return []
     drop = set(gpu_taint_tolerations(editor.spec, ctx))
     if not drop:

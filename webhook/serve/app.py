@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +31,16 @@ MAX_BODY = 7 * 1024 * 1024
 # sending when the server closes gets a TCP reset (an SSLEOFError) instead of the answer. Beyond this the
 # connection is closed after the 413 -- reading gigabytes to be polite would be the attack.
 DRAIN_LIMIT = 4 * MAX_BODY
+# Memory: json.loads turns a body of many tiny values ({} or [] three bytes apart) into 25 times its size
+# in Python objects (a 7 MiB body of "{}," grew a process by 175 MiB), and every thread of every worker may
+# hold one. So a body over LARGE_BODY must hold at most MAX_VALUES JSON values (counted as "{", "[" and
+# "," bytes, strings included: an over-estimate) and is parsed and decided one at a time per worker;
+# ordinary pods (5-25 KiB) never wait. tests/serve/test_memory.py holds the chart's limit against it.
+LARGE_BODY = 256 * 1024
+MAX_VALUES = 200_000
+# How long a large body waits for the one before it; beyond, 429 (no Retry-After: the apiserver does not
+# retry, the webhook's failurePolicy decides).
+LARGE_WAIT = 5.0
 KNOWN_KINDS = frozenset(workload.kind for workload in BUILTIN_WORKLOADS)
 
 Decide = Callable[[Mapping[str, Any], Environment], Decision]
@@ -42,7 +53,13 @@ def _json(body: Any, status: int = 200) -> Response:
 
 def _status(code: int, message: str) -> Response:
     """A metav1.Status body, for requests that are not AdmissionReviews (no uid to answer with)."""
-    reason = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge"}
+    reason = {
+        400: "BadRequest",
+        404: "NotFound",
+        405: "MethodNotAllowed",
+        413: "RequestEntityTooLarge",
+        429: "TooManyRequests",
+    }
     return _json(
         {
             "kind": "Status",
@@ -56,6 +73,7 @@ def _status(code: int, message: str) -> Response:
     )
 
 
+# Over 60 lines: the routes are closures over one app's store, namespace cache and error counters.
 def create_app(
     *,
     policies: PolicyStore,
@@ -94,12 +112,34 @@ def create_app(
         # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
         return Environment(policies=policies.current(), namespace_labels=labels_of)
 
+    large = threading.BoundedSemaphore(1)
+
     def answer(endpoint: str, decide: Decide) -> Response:
         started = time.perf_counter()
+        body = _body()
+        if len(body) <= LARGE_BODY:
+            return answer_body(endpoint, decide, body, started)
+        values = body.count(b",") + body.count(b"{") + body.count(b"[")
+        if values > MAX_VALUES:
+            metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
+            return _status(
+                413,
+                f"gpugate {endpoint}: request body holds about {values} JSON values, more than the {MAX_VALUES} "
+                f"gpugate reads in a body over {LARGE_BODY} bytes (no Pod or workload holds this many)",
+            )
+        if not large.acquire(timeout=LARGE_WAIT):
+            metrics.REQUESTS.labels(endpoint, "", "", "busy").inc()
+            return _status(429, f"gpugate {endpoint}: another large request is being decided; try again")
+        try:
+            return answer_body(endpoint, decide, body, started)
+        finally:
+            large.release()
+
+    def answer_body(endpoint: str, decide: Decide, body: bytes, started: float) -> Response:
         env = environment()
         try:
             # The type guard reads every kind the decision will read, the policies' own kinds included.
-            review = parse_review(_body(), workloads=workload_kinds(env.policies.workloads))
+            review = parse_review(body, workloads=workload_kinds(env.policies.workloads))
         except RecursionError:
             # json.loads recurses once per nesting level; no Pod or workload nests anywhere near this deep.
             metrics.REQUESTS.labels(endpoint, "", "", "bad-request").inc()
@@ -128,9 +168,9 @@ def create_app(
                 "the cause is in gpugate's logs. Please report it to the platform team."
             )
         _record(endpoint, req, decision)
-        body = _json(response_review(decision, uid=req["uid"], api_version=review["apiVersion"]))
+        answered = _json(response_review(decision, uid=req["uid"], api_version=review["apiVersion"]))
         metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
-        return body
+        return answered
 
     @app.post("/mutate")
     def mutate_endpoint() -> Response:

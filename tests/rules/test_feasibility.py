@@ -1,0 +1,158 @@
+"""Feasibility against the reference fleet snapshot: refused with what exists, never without an inventory."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from tests.support import REPO, apply, container, pod, request
+from webhook.admission import Environment, mutate, validate
+from webhook.inventory.model import Inventory
+from webhook.inventory.snapshot import load_snapshot
+from webhook.policy.files import load_policies
+
+FLEET = load_policies(REPO / "policies")
+SNAPSHOT = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+NVIDIA_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def decide(obj, fleet: Inventory | None = SNAPSHOT):
+    env = Environment(policies=FLEET, fleet=lambda: fleet)
+    decision = mutate(request(obj), env)
+    if not decision.allowed:
+        return obj, decision
+    result = apply(obj, decision.patch)
+    return result, validate(request(result), env)
+
+
+def feasibility(decision):
+    return [v.message() for v in decision.violations if v.rule == "feasibility"]
+
+
+def test_more_gpus_than_the_class_s_largest_node_names_it():
+    _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})))
+    assert not verdict.allowed
+    [message] = feasibility(verdict)
+    assert "largest: 4 × nvidia.com/gpu on NVIDIA-L4 nodes" in message
+    assert message.startswith("spec.containers[0].resources.limits[nvidia.com/gpu]: pod: requests 8 × nvidia.com/gpu")
+
+
+def test_the_same_pod_on_a_class_whose_nodes_hold_eight_is_fine():
+    obj = pod(container(limits={"nvidia.com/gpu": 8}), labels={"gpugate.io/model": "h100"})
+    result, verdict = decide(obj)
+    assert verdict.allowed, verdict.message
+    assert result["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def test_no_inventory_no_verdict():
+    _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})), fleet=None)
+    assert verdict.allowed and not feasibility(verdict)
+
+
+def test_sidecars_add_up_init_containers_do_not():
+    init = container("init", limits={"nvidia.com/gpu": 4})
+    sidecar = {**container("side", limits={"nvidia.com/gpu": 1}), "restartPolicy": "Always"}
+    ok = pod(container(limits={"nvidia.com/gpu": 3}), initContainers=[init, sidecar])
+    assert decide(ok)[1].allowed
+    too_many = pod(container(limits={"nvidia.com/gpu": 4}), initContainers=[sidecar])
+    assert "requests 5 × nvidia.com/gpu on one node" in feasibility(decide(too_many)[1])[0]
+
+
+def test_a_resource_no_node_offers_names_what_nodes_offer():
+    obj = pod(container(limits={"amd.com/cpx_nps4": 1}), tolerations=[{"key": "amd.com/gpu", "operator": "Exists"}])
+    [message] = feasibility(decide(obj)[1])
+    assert "requests amd.com/cpx_nps4, which no node of the cluster offers (nodes offer amd.com/gpu)" in message
+
+
+def test_a_selector_value_no_node_carries():
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"})
+    obj["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] = "mars-1a"
+    [message] = feasibility(decide(obj)[1])
+    assert "no node carries topology.kubernetes.io/zone=mars-1a" in message
+    assert "nodes offering it: NVIDIA-L4 (1 node), Tesla-T4-SHARED (1 node)" in message
+
+
+def test_untolerated_taints_keep_a_pod_off_every_node():
+    # Bound to an H100 node by name: the AMD GPUs it requests are on nodes its name excludes.
+    obj = pod(container(limits={"amd.com/gpu": 1}), nodeName="h100-0")
+    assert "no node its selector, affinity and tolerations admit offers it" in feasibility(decide(obj)[1])[0]
+
+
+def test_a_missing_runtime_class_is_named():
+    fleet = Inventory(SNAPSHOT.nodes, frozenset({"runc"}), SNAPSHOT.device_classes, SNAPSHOT.slices)
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), runtimeClassName="nvidia")
+    [message] = feasibility(decide(obj, fleet)[1])
+    assert 'RuntimeClass "nvidia" does not exist in the cluster (there are: runc)' in message
+
+
+def test_gpugate_injects_no_runtime_class_that_does_not_exist():
+    fleet = Inventory(SNAPSHOT.nodes, frozenset(), SNAPSHOT.device_classes, SNAPSHOT.slices)
+    result, verdict = decide(pod(container(limits={"nvidia.com/gpu": 1})), fleet)
+    assert verdict.allowed, verdict.message
+    assert "runtimeClassName" not in result["spec"]
+    assert decide(pod(container(limits={"nvidia.com/gpu": 1})))[0]["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_dra_backed_requests_count_the_node_s_devices():
+    ok = pod(
+        container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8}), tolerations=[NVIDIA_TOLERATION]
+    )
+    assert decide(ok)[1].allowed
+    half = tuple(dataclasses.replace(s, devices=4) if s.driver == "gpu.nvidia.com" else s for s in SNAPSHOT.slices)
+    fleet = Inventory(SNAPSHOT.nodes, SNAPSHOT.runtime_classes, SNAPSHOT.device_classes, half)
+    assert (
+        "largest: 4 × deviceclass.resource.kubernetes.io/gpu.nvidia.com on NVIDIA H200 nodes"
+        in (feasibility(decide(copy.deepcopy(ok), fleet)[1])[0])
+    )
+
+
+def test_an_implicit_name_of_a_missing_device_class():
+    obj = pod(container(limits={"deviceclass.resource.kubernetes.io/mig.nvidia.com": 1}))
+    [message] = feasibility(decide(obj)[1])
+    assert 'DeviceClass "mig.nvidia.com" does not exist (there are: dra.cpu, gpu.nvidia.com)' in message
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_other_modes_only_report(mode, tmp_path):
+    text = (REPO / "policies" / "00-default.yaml").read_text().replace("mode: enforce", f"mode: {mode}")
+    (tmp_path / "00-default.yaml").write_text(text)
+    env = Environment(policies=load_policies(tmp_path), fleet=lambda: SNAPSHOT)
+    obj = pod(container(limits={"nvidia.com/gpu": 8}))
+    result = apply(obj, mutate(request(obj), env).patch)
+    verdict = validate(request(result), env)
+    assert verdict.allowed
+    shown = verdict.warnings if mode == "warn" else [verdict.audit_annotations.get("violations", "")]
+    assert any("more than any node it can land on has" in w for w in shown)
+
+
+def claiming(template: str, requests: list[dict], **kw):
+    obj = pod(container(), resourceClaims=[{"name": "c", "resourceClaimTemplateName": template}], **kw)
+    claim = {
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+    return obj, SNAPSHOT.with_claims([claim])
+
+
+def test_a_claim_on_more_devices_than_any_node_publishes():
+    obj, fleet = claiming("nine", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}])
+    [message] = feasibility(decide(obj, fleet)[1])
+    assert message.startswith('spec.resourceClaims[0]: pod: claims 9 device(s) of DeviceClass "gpu.nvidia.com"')
+    assert "(largest: 8 on one node)" in message
+    obj, fleet = claiming("eight", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}])
+    assert decide(obj, fleet)[1].allowed
+
+
+def test_a_claim_on_a_device_class_that_does_not_exist():
+    obj, fleet = claiming(
+        "two",
+        [
+            {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+            {"name": "n", "exactly": {"deviceClassName": "sriov.example.com"}},
+        ],
+    )
+    [message] = feasibility(decide(obj, fleet)[1])
+    assert 'claims devices of DeviceClass "sriov.example.com", which does not exist' in message

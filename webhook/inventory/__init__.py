@@ -1,0 +1,1 @@
+"""The cluster's GPU inventory (nodes, RuntimeClasses, DeviceClasses, ResourceSlices, claims): pure records."""

@@ -1,0 +1,323 @@
+"""Feasibility: a GPU pod that no node of the cluster could ever host is refused at apply time, not left Pending.
+
+Guards what the final pod asks the scheduler for: its GPU resources and their amounts, ``spec.nodeSelector``,
+required node affinity, ``spec.tolerations`` against node taints, ``spec.runtimeClassName`` and the
+DeviceClasses of its claims and DRA-backed extended resources. Judged against the inventory (``ctx.fleet``)
+only once it has synced; with no inventory there is no verdict, so gpugate never refuses on missing data.
+"Could ever host" ignores what is in use: a node offers what its allocatable (device plugin) or its
+ResourceSlices (DRA) say, so a pod refused here would stay Pending on an empty cluster too. The message
+names what exists: the nodes that offer the resource, the largest amount one node has, the values nodes
+carry, the RuntimeClasses and DeviceClasses there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from ..inventory.model import Inventory, Node
+from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
+from ..pods.gpus import gpu_amounts
+from ..pods.objects import containers, is_sidecar
+from ..pods.quantity import QuantityError, parse_quantity
+from ..policy.vendors import IMPLICIT_DRA_PREFIX
+from .base import PodContext, PodView, Violation
+from .registry import rule
+
+RULE = "feasibility"
+record = rule(
+    RULE,
+    order=100,
+    reads={
+        "container.resources": RESOURCES,
+        "container.restartPolicy": str,
+        "spec.nodeName": str,
+        "spec.nodeSelector": STRINGS,
+        "spec.affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_SELECTOR_TERM]}
+            }
+        },
+        "spec.tolerations": [TOLERATION],
+        "spec.runtimeClassName": str,
+    },
+    module=__name__,
+)
+_SHOWN = 6  # pools named in a message before "and N more"
+
+
+def _amounts(spec: Mapping[str, Any], ctx: PodContext) -> dict[str, Fraction]:
+    """GPU resource -> what one node must hold for the pod, as the scheduler sums it (KEP-753): app
+    containers plus sidecars, or one init container plus the sidecars, whichever is more."""
+    apps: dict[str, Fraction] = {}
+    inits: dict[str, Fraction] = {}
+    for fld, _, container in containers(spec):
+        if fld == "ephemeralContainers":
+            continue
+        for resource, amount in _container_gpus(container, ctx).items():
+            if fld == "containers" or is_sidecar(container):
+                apps[resource] = apps.get(resource, Fraction(0)) + amount
+            else:
+                inits[resource] = max(inits.get(resource, Fraction(0)), amount)
+    return {r: max(apps.get(r, Fraction(0)), inits.get(r, Fraction(0))) for r in {*apps, *inits}}
+
+
+def _container_gpus(container: Mapping[str, Any], ctx: PodContext) -> dict[str, Fraction]:
+    return {r: a for r, a in gpu_amounts(container, ctx.counts_as_gpu).items() if a > 0}
+
+
+def _matches(expr: Mapping[str, Any], labels: Mapping[str, str], node: Node) -> bool | None:
+    """One NodeSelectorRequirement on a node; None when the node's labels were truncated and lack the key."""
+    key = str(expr.get("key") or "")
+    operator = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    if key not in labels and node.truncated:
+        return None
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and values:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if operator == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
+    for expr in term.get("matchExpressions") or []:
+        if isinstance(expr, Mapping) and _matches(expr, node.labels, node) is False:
+            return False
+    for expr in term.get("matchFields") or []:
+        field_ok = _matches({**expr, "key": "name"}, {"name": node.name}, node) if isinstance(expr, Mapping) else True
+        if isinstance(expr, Mapping) and expr.get("key") == "metadata.name" and field_ok is False:
+            return False
+    return True
+
+
+def selects(spec: Mapping[str, Any], node: Node) -> bool:
+    """The pod's nodeName, nodeSelector and required node affinity admit the node."""
+    if spec.get("nodeName") and spec["nodeName"] != node.name:
+        return False
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != value and not (node.truncated and key not in node.labels):
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    return not terms or any(_term_matches(t, node) for t in terms)
+
+
+def tolerates(spec: Mapping[str, Any], node: Node) -> bool:
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    return all(t.tolerated_by(tolerations) for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
+
+
+_AMOUNTS: dict[str, Fraction] = {}
+
+
+def _amount(raw: str) -> Fraction:
+    """A node's allocatable quantity; nodes of a fleet report a handful of distinct strings, so remember them."""
+    found = _AMOUNTS.get(raw)
+    if found is None:
+        try:
+            found = parse_quantity(raw)
+        except QuantityError:
+            found = Fraction(0)
+        if len(_AMOUNTS) < 1024:
+            _AMOUNTS[raw] = found
+    return found
+
+
+def capacity(fleet: Inventory, node: Node, resource: str) -> Fraction:
+    """What a node could ever give of a resource: its allocatable, else the devices its ResourceSlices publish
+    for the DeviceClass that serves the resource (KEP-5004: a node without the resource in its allocatable
+    gets it from DRA)."""
+    if resource in node.allocatable:
+        return _amount(node.allocatable[resource])
+    served = fleet.class_for_resource(resource)
+    if served is None or not served.drivers:
+        return Fraction(0)
+    return Fraction(fleet.devices_on(node.name, served.drivers))
+
+
+def pool_of(node: Node, fleet: Inventory, model_label: str | None) -> str:
+    """How a message names a node's pool: its model label value, its DRA product, its instance type."""
+    if model_label and node.labels.get(model_label):
+        return node.labels[model_label]
+    products = [p for s in fleet.slices_on(node.name) for p in s.products]
+    if products:
+        return products[0]
+    return node.labels.get("node.kubernetes.io/instance-type") or node.name
+
+
+def _pools(nodes: Iterable[Node], fleet: Inventory, model_label: str | None) -> str:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        name = pool_of(node, fleet, model_label)
+        counts[name] = counts.get(name, 0) + 1
+    shown = [f"{name} ({n} node{'s' if n != 1 else ''})" for name, n in list(counts.items())[:_SHOWN]]
+    more = len(counts) - _SHOWN
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _offered(fleet: Inventory, prefix: str) -> list[str]:
+    """The resources of a vendor's domain some node offers (to say what exists instead of a MIG profile)."""
+    found = {r for n in fleet.nodes for r, a in n.allocatable.items() if r.startswith(prefix) and _amount(a) > 0}
+    return sorted(found)
+
+
+def _fmt(amount: Fraction) -> str:
+    return str(amount.numerator) if amount.denominator == 1 else str(float(amount))
+
+
+def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
+    spec = pod.spec
+    label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
+    reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
+    violations = []
+    for resource, amount in sorted(_amounts(spec, ctx).items()):
+        where = _field_of(spec, ctx, resource)
+        offering = [n for n in fleet.nodes if capacity(fleet, n, resource) > 0]
+        if not offering:
+            domain = resource.partition("/")[0] + "/"
+            others = [r for r in _offered(fleet, domain) if r != resource]
+            exists = f"nodes offer {', '.join(others)}" if others else f"no node offers any {domain} resource"
+            if resource.startswith(IMPLICIT_DRA_PREFIX):
+                exists = "no ResourceSlice publishes devices for its DeviceClass"
+            violations.append(
+                Violation(
+                    RULE,
+                    where,
+                    "pod",
+                    f"requests {resource}, which no node of the cluster offers ({exists})",
+                    "request a resource a node offers, or add nodes that offer it",
+                )
+            )
+            continue
+        able = [n for n in offering if n in reachable]
+        if not able:
+            violations.append(
+                Violation(
+                    RULE,
+                    where,
+                    "pod",
+                    f"requests {resource}, but no node its selector, affinity and tolerations admit offers it"
+                    f"{_selector_note(spec, fleet)}; nodes offering it: {_pools(offering, fleet, label)}",
+                    "choose a class whose nodes offer it (label gpugate.io/model) or drop the selector",
+                )
+            )
+            continue
+        largest = max(able, key=lambda n: capacity(fleet, n, resource))
+        most = capacity(fleet, largest, resource)
+        if amount > most:
+            holders = [n for n in able if capacity(fleet, n, resource) == most]
+            violations.append(
+                Violation(
+                    RULE,
+                    where,
+                    "pod",
+                    f"requests {_fmt(amount)} × {resource} on one node, more than any node it can land on has "
+                    f"(largest: {_fmt(most)} × {resource} on {_pools(holders, fleet, label).split(' (')[0]} nodes)",
+                    f"request at most {_fmt(most)}, or split the work across pods",
+                )
+            )
+    return violations
+
+
+def _field_of(spec: Mapping[str, Any], ctx: PodContext, resource: str) -> str:
+    """The first container limit (or request) of the resource."""
+    for fld, index, container in containers(spec):
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            if resource in (resources.get(section) or {}):
+                return ctx.spec_field(f"{fld}[{index}].resources.{section}[{resource}]")
+    return ctx.spec_field("containers")
+
+
+def _selector_note(spec: Mapping[str, Any], fleet: Inventory) -> str:
+    """The selector entries no node carries at all (a class value that matches nothing)."""
+    missing = [
+        f"{k}={v}"
+        for k, v in (spec.get("nodeSelector") or {}).items()
+        if not any(n.labels.get(k) == v or (n.truncated and k not in n.labels) for n in fleet.nodes)
+    ]
+    return f" (no node carries {', '.join(missing)})" if missing else ""
+
+
+@record.validator(pods="gpu")
+def require_a_node_that_can_host(pod: PodView, ctx: PodContext) -> list[Violation]:
+    fleet = ctx.fleet
+    if fleet is None:
+        return []  # not synced, no cluster access, no --fleet: no verdict
+    violations = []
+    runtime_class = pod.spec.get("runtimeClassName")
+    if isinstance(runtime_class, str) and runtime_class and runtime_class not in fleet.runtime_classes:
+        there = ", ".join(sorted(fleet.runtime_classes)) or "none"
+        violations.append(
+            Violation(
+                RULE,
+                ctx.spec_field("runtimeClassName"),
+                "pod",
+                f'RuntimeClass "{runtime_class}" does not exist in the cluster (there are: {there})',
+                "remove runtimeClassName or create the RuntimeClass",
+            )
+        )
+    for path, device_class in ctx.gpu.missing_classes:
+        there = ", ".join(sorted(fleet.device_classes)) or "none"
+        violations.append(
+            Violation(
+                RULE,
+                ctx.spec_field(path.removeprefix("spec.")),
+                "pod",
+                f'claims devices of DeviceClass "{device_class}", which does not exist (there are: {there})',
+                "name an existing DeviceClass in the claim",
+            )
+        )
+    for resource in sorted(r for r in ctx.gpu.resources if r.startswith(IMPLICIT_DRA_PREFIX)):
+        name = resource[len(IMPLICIT_DRA_PREFIX) :]
+        if name not in fleet.device_classes:
+            there = ", ".join(sorted(fleet.device_classes)) or "none"
+            violations.append(
+                Violation(
+                    RULE,
+                    _field_of(pod.spec, ctx, resource),
+                    "pod",
+                    f'requests {resource}, but DeviceClass "{name}" does not exist (there are: {there})',
+                    "request an existing DeviceClass",
+                )
+            )
+            return violations
+    violations += _resource_violations(pod, ctx, fleet)
+    violations += _claim_violations(pod, ctx, fleet)
+    return violations
+
+
+def _claim_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
+    out = []
+    reachable = [n for n in fleet.nodes if selects(pod.spec, n) and tolerates(pod.spec, n)]
+    for path, (device_class, count) in ctx.gpu.claim_wants.items():
+        found = fleet.device_classes.get(device_class)
+        if found is None or not found.drivers:
+            continue
+        most = max((fleet.devices_on(n.name, found.drivers) for n in reachable), default=0)
+        if most == 0 or (count is not None and count > most):
+            everywhere = max((fleet.devices_on(n.name, found.drivers) for n in fleet.nodes), default=0)
+            text = (
+                f'claims {count if count is not None else "all"} device(s) of DeviceClass "{device_class}", '
+                f"but no node the pod can land on publishes {'enough ' if most else ''}devices of driver "
+                f"{', '.join(found.drivers)}"
+                + (f" (largest: {most} on one node)" if most else "")
+                + (f"; {everywhere} on the largest node of the cluster" if everywhere and not most else "")
+            )
+            out.append(Violation(RULE, ctx.spec_field(path.removeprefix("spec.")), "pod", text, "claim fewer devices"))
+    return out
