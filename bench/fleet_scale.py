@@ -18,8 +18,8 @@ POST pods, i.e. what the controllers wait for) and, with gpugate, the webhooks' 
 and workers, /proc/<pid>/stat); gpugate's peak RSS; wrong placements (a pod on a pool its class does not name:
 must be 0); and `gpugate audit` over the result (its wall time and what it found).
 
-    .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000          # the published run
-    .venv/bin/python bench/fleet_scale.py --nodes 40 --pods 400 --json       # what tests/test_fleet_scale.py runs
+    .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000 --write  # the full run, into the docs
+    .venv/bin/python bench/fleet_scale.py --nodes 20 --pods 200 --json       # what the make-check test runs
 
 Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make check` (a small run is).
 """

@@ -1,4 +1,4 @@
-"""bench/fleet_scale.py on a small scale (40 kwok nodes, 400 GPU pods through Deployments and Jobs), in both of
+"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs), in both of
 its modes: every pod placed on a pool of its class, with gpugate registered (gpugate injecting what the
 templates leave out) and without it (the templates carrying it), the figures the published run reports
 measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the full run's numbers are in
@@ -41,10 +41,10 @@ def test_class_pods_fill_the_classes_within_their_pools() -> None:
 
 @pytest.mark.parametrize("mode", ["gpugate", "none"])
 def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tmp_path: Path) -> None:
-    result = fleet_scale.run(mode, nodes=40, pods=400, workdir=tmp_path, timeout=300)
+    result = fleet_scale.run(mode, nodes=20, pods=200, workdir=tmp_path, timeout=300)
 
-    assert result.pods_wanted == 400
-    assert (result.pods_placed, result.wrong_placements) == (400, 0), result.wrong_examples
+    assert result.pods_wanted == 200
+    assert (result.pods_placed, result.wrong_placements) == (200, 0), result.wrong_examples
     assert result.pod_create_p50_ms is not None and result.apiserver_cpu_ms_per_pod > 0
     if mode == "gpugate":
         assert result.webhook_p50_ms is not None and result.gpugate_p50_ms is not None
