@@ -1,6 +1,7 @@
 """How long ``gpugate report`` takes over a week of data for 1,000 GPUs, against a real Prometheus.
 
-Run: .venv/bin/python bench/report_scale.py [--gpus 1000] [--keep DIR]
+Run: .venv/bin/python bench/report_scale.py [--gpus 1000] [--hours 168] [--step 5m] [--outputs table,json,html]
+     [--keep DIR]
 Generates the week (dcgm-exporter every 60 s, kube-state-metrics every 60 s: 125 nodes of 8 GPUs, on
 each a 4-GPU and a 2-GPU pod that run all week and two 1-GPU jobs recreated every day, 20 teams),
 backfills it with promtool half a day at a time (promtool 2.42 reads its whole input into memory), starts
@@ -90,13 +91,14 @@ def fleet(gpus: int) -> Fleet:
     return fleet
 
 
-def backfill(gpus: int, directory: Path) -> tuple[int, float, float]:
+def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, float, float]:
     """Half a day per promtool run, 12-hour blocks: bounded memory, no overlapping blocks."""
     promtool = find_tool("promtool")
     tsdb = directory / "tsdb"
     description = fleet(gpus)
     samples, generate, load = 0, 0.0, 0.0
-    for part in range(14):
+    parts = -(-hours // 12)
+    for part in range(parts):
         openmetrics = directory / "part.om"
         started = time.monotonic()
         with openmetrics.open("w") as stream:
@@ -118,7 +120,7 @@ def backfill(gpus: int, directory: Path) -> tuple[int, float, float]:
         )
         load += time.monotonic() - started
         openmetrics.unlink()
-        print(f"  backfilled {part + 1}/14 half-days, {samples:,} samples", file=sys.stderr)
+        print(f"  backfilled {part + 1}/{parts} half-days, {samples:,} samples", file=sys.stderr)
     return samples, generate, load
 
 
@@ -139,16 +141,17 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--keep", type=Path, help="directory for the TSDB, reused when it exists")
     parser.add_argument("--step", default="5m")
+    parser.add_argument("--hours", type=int, default=168, help="length of the data and of the window (default 168)")
     parser.add_argument("--outputs", default="table,json,html", help="comma-separated output formats to time")
     args = parser.parse_args()
     directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "tsdb").exists():
-        samples, generate, load = backfill(args.gpus, directory)
+        samples, generate, load = backfill(args.gpus, directory, hours=args.hours)
         print(f"data: {args.gpus} GPUs, {samples:,} samples; generated in {generate:.0f} s, backfilled in {load:.0f} s")
     prometheus = start_prometheus(directory / "tsdb", directory)
     try:
-        end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END))
+        end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END - WEEK + args.hours * HOUR))
         for output in args.outputs.split(","):
             command = [
                 str(Path(sys.executable).with_name("gpugate")),
@@ -158,7 +161,7 @@ def main() -> None:
                 "--end",
                 end,
                 "--window",
-                "7d",
+                f"{args.hours}h",
                 "--step",
                 args.step,
                 "-o",
@@ -179,7 +182,7 @@ def main() -> None:
                 )
             print(
                 f"-o {output}: {elapsed:.1f} s, max RSS {rss_kib / 1024:,.0f} MiB, {len(result.stdout):,} bytes "
-                f"(gpugate report --window 7d --step {args.step} over {args.gpus} GPUs)",
+                f"(gpugate report --window {args.hours}h --step {args.step} over {args.gpus} GPUs)",
                 flush=True,
             )
     finally:

@@ -254,3 +254,13 @@ def test_a_large_body_within_the_value_budget_gets_its_answer(client):
     body["request"]["object"]["metadata"]["annotations"] = {"big": "x" * 1_000_000}
     out = post(client, json.dumps(body).encode()).get_json()["response"]
     assert out["uid"] == "0b1c-uid" and out["allowed"] is True
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_null_containers_are_read_as_empty_ones_not_a_crash(client, endpoint):
+    """Found by tests/fuzz: a JSON null in initContainers reached the GPU count as None (a 500-coded review)."""
+    body = review(gpu_pod(1))
+    body["request"]["object"]["spec"]["initContainers"] = [None]
+    out = post(client, body, path=endpoint).get_json()["response"]
+    assert "failed to evaluate" not in (out.get("status") or {}).get("message", "")
+    assert (out.get("status") or {}).get("code", 200) < 500

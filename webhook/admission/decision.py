@@ -115,11 +115,12 @@ def verdict(
     patch: list[Operation] | None = None,
 ) -> Decision:
     """Apply each policy's mode: enforce denies, warn warns, audit records; a violation the apiserver would
-    refuse anyway always denies, an advisory one never does."""
+    refuse anyway and a security one (webhook.rules.base.Violation.security) always deny, an advisory one
+    never does."""
     policy = subjects[0].policy
-    enforced = [(s, v) for s, v in found if v.refused_by_apiserver or (s.policy.mode == "enforce" and not v.advisory)]
+    enforced = [(s, v) for s, v in found if v.enforced_in_every_mode or (s.policy.mode == "enforce" and not v.advisory)]
     others = [
-        (s, v) for s, v in found if not (v.refused_by_apiserver or (s.policy.mode == "enforce" and not v.advisory))
+        (s, v) for s, v in found if not (v.enforced_in_every_mode or (s.policy.mode == "enforce" and not v.advisory))
     ]
     violations = [v for _, v in found]
     common: dict[str, Any] = {"violations": violations, "policy": policy.name, "mode": policy.mode}

@@ -101,8 +101,8 @@ def load_all(stream: str | bytes) -> list[Any]:
     except DocumentTooLarge:
         raise
     except yaml.YAMLError as err:
-        if FAST_LOADER is yaml.SafeLoader:
-            raise
+        if FAST_LOADER is yaml.SafeLoader or "nesting depth" in str(getattr(err, "problem", "")):
+            raise  # libyaml's own depth limit (1000): the pure-Python composer would recurse that deep, slowly
         try:  # the pure-Python parser words and places mistakes better (policy/files.py _yaml_error)
             return _load(stream, yaml.SafeLoader)
         except RecursionError:  # its composer recurses per level; libyaml stops at 1000 levels

@@ -462,6 +462,7 @@ _SPEC_FIELDS = (
     "gpuHolders",
     "attribution",
     "nonGPUPods",
+    "security",
     "initOnlyGPUs",
     "mutateTemplates",
     # the 0.1 format, still read: one device's fields at the top (policies/README.md, "Migrating")
@@ -556,6 +557,13 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
     non_gpu_tolerations = doc.choice(
         non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
     )
+    security = doc.mapping(spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits"))
+    visible_devices = doc.choice(
+        security.get("visibleDevicesOverride"), "spec.security.visibleDevicesOverride", ("deny", "allow"), "deny"
+    )
+    attribution_edits = doc.choice(
+        security.get("attributionEdits"), "spec.security.attributionEdits", ("deny", "allow"), "deny"
+    )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
     if not isinstance(mutate_templates, bool):
@@ -578,6 +586,8 @@ def parse_policy(document: Any, *, file: str, index: int, issues: list[PolicyIss
         mutate_templates=mutate_templates,
         non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
         init_only_gpus=init_only,  # type: ignore[arg-type]
+        visible_devices_override=visible_devices,  # type: ignore[arg-type]
+        attribution_edits=attribution_edits,  # type: ignore[arg-type]
     )
 
 

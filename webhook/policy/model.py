@@ -325,6 +325,9 @@ class Policy:
     attribution: tuple[AttributionLabel, ...] = ()
     non_gpu_tolerations: NonGPUTolerations = "deny"
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
+    #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
+    visible_devices_override: Literal["deny", "allow"] = "deny"
+    attribution_edits: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

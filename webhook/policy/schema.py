@@ -165,6 +165,12 @@ def policy_schema() -> dict[str, Any]:
                         "gpuRuntimeClass": {"enum": ["deny", "allow"]},
                     }
                 ),
+                "security": _object(
+                    {
+                        "visibleDevicesOverride": {"enum": ["deny", "allow"]},
+                        "attributionEdits": {"enum": ["deny", "allow"]},
+                    }
+                ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
                 "mutateTemplates": {"type": "boolean"},
                 "gpuResources": {

@@ -150,24 +150,27 @@ class Row:
 
 
 class Histogram:
-    """GPU-hours per 0.1 % of utilisation: a weighted percentile in bounded memory."""
+    """GPU-hours per 0.1 % of utilisation, sparse: a weighted percentile in memory bounded by the bins used
+    (a workload at one utilisation holds one bin, not 1,001)."""
 
     def __init__(self) -> None:
-        self.bins = [0.0] * 1001
+        self.bins: dict[int, float] = {}
 
     def add(self, utilisation: float, hours: float) -> None:
-        self.bins[round(utilisation * 10)] += hours
+        key = round(utilisation * 10)
+        self.bins[key] = self.bins.get(key, 0.0) + hours
 
     def merge(self, other: Histogram) -> None:
-        self.bins = [a + b for a, b in zip(self.bins, other.bins, strict=True)]
+        for key, hours in other.bins.items():
+            self.bins[key] = self.bins.get(key, 0.0) + hours
 
     def percentile(self, quantile: float) -> float:
-        total = sum(self.bins)
+        total = sum(self.bins.values())
         running = 0.0
-        for index, weight in enumerate(self.bins):
-            running += weight
+        for key in sorted(self.bins):
+            running += self.bins[key]
             if running >= quantile * total - 1e-12:
-                return index / 10
+                return key / 10
         return 100.0
 
 

@@ -348,6 +348,8 @@ class Integrator:
 
     def add(self, inputs: Inputs) -> None:
         chunk = _Chunk.of(inputs)
+        # The owner cache is keyed by the ids of this chunk's label dicts; a freed dict's id can be reused.
+        self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
         # A device is time-sliced for the whole window once any of its series says so, so that a step in
         # which one replica is idle or missing is not mistaken for a whole GPU handed from pod to pod.
@@ -394,9 +396,6 @@ class Integrator:
             group = {"team": team, "cost-center": cost_center, "namespace": pod[0], "workload": key}[self.group_by]
             if group not in self.groups:
                 self.groups[group] = Accumulator(group)
-            # Keep the cache from outgrowing the pods of a chunk: ids of freed label dicts could be reused.
-            if len(self.owners) > 100_000:
-                self.owners.clear()
             found = self.owners[cache_key] = (self.groups[group], workload)
         return found
 

@@ -139,7 +139,7 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
 @record.validator(pods="any", on_update="all")
 def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
     """On UPDATE: gpugate's attribution labels keep the values they were created with."""
-    if ctx.old is None or not ctx.mutable:
+    if ctx.old is None or not ctx.mutable or ctx.policy.attribution_edits == "allow":
         return []
     old = ctx.old.labels
     new = pod.labels
@@ -154,6 +154,7 @@ def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
                     "pod",
                     f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})",
                     "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace",
+                    security=True,
                 )
             )
     return violations

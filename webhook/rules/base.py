@@ -25,6 +25,13 @@ class Violation:
     refused_by_apiserver: bool = False
     #: Never denies, whatever the mode: a warning (an audit annotation in audit mode).
     advisory: bool = False
+    #: Enforced whatever the mode: a way to reach GPUs the pod did not request or to rewrite attribution.
+    #: Only a policy field of the check's own (``nonGPUPods``, ``security``) makes an exception.
+    security: bool = False
+
+    @property
+    def enforced_in_every_mode(self) -> bool:
+        return self.refused_by_apiserver or self.security
 
     def message(self) -> str:
         head = f"{self.path}: {self.subject}: {self.text}" if self.subject else f"{self.path}: {self.text}"

@@ -28,6 +28,8 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     sidecars = Fraction(0)
     init_peak = Fraction(0)
     for container in spec.get("initContainers") or []:
+        if not isinstance(container, Mapping):
+            continue  # JSON null: the apiserver reads it as an empty container
         amount = sum(gpu_amounts(container, ctx.counts_as_gpu).values(), Fraction(0))
         if is_sidecar(container):
             sidecars += amount
@@ -35,7 +37,11 @@ def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
         else:
             init_peak = max(init_peak, sidecars + amount)
     app = sum(
-        (sum(gpu_amounts(c, ctx.counts_as_gpu).values(), Fraction(0)) for c in spec.get("containers") or []),
+        (
+            sum(gpu_amounts(c, ctx.counts_as_gpu).values(), Fraction(0))
+            for c in spec.get("containers") or []
+            if isinstance(c, Mapping)
+        ),
         Fraction(0),
     )
     return max(app + sidecars, init_peak)

@@ -153,5 +153,6 @@ def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Viola
             "pod",
             f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the node\'s GPUs to it',
             "remove runtimeClassName, or request a GPU in resources.limits",
+            security=True,
         )
     ]

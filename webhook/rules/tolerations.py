@@ -119,6 +119,7 @@ def forbid_gpu_tolerations_without_gpus(pod: PodView, ctx: PodContext) -> list[V
             f"requests no GPU but tolerates the GPU node taint ({_describe(tolerations[i])})",
             "remove the toleration, or request a GPU in resources.limits (or hold one through a "
             "resource claim on a GPU DeviceClass or a GPU-sharing scheduler's annotation)",
+            security=True,
         )
         for i in gpu_taint_tolerations(spec, ctx)
     ]

@@ -34,10 +34,12 @@ record = rule(
 )
 
 
-# Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Its violations
-# still follow a governing policy's mode (warn, audit).
+# Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Enforced in
+# every mode; only the policy's spec.security.visibleDevicesOverride: allow makes an exception.
 @record.validator(pods="any", needs_policy=False)
 def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Violation]:
+    if ctx.policy.visible_devices_override == "allow":
+        return []
     violations = []
     for fld, index, container in containers(pod.spec):
         for e, env in enumerate(container.get("env") or []):
@@ -55,6 +57,7 @@ def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Viola
                     container_label(fld, container),
                     f"sets {VARIABLE}={shown}, which would expose GPUs the pod did not request",
                     f"remove {VARIABLE}; request GPUs with resources.limits and the device plugin sets it",
+                    security=True,
                 )
             )
     return violations

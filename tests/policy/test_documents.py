@@ -1,6 +1,7 @@
-"""YAML read in bounded work by `gpugate check` (and the policy loader, tests/test_lastgood.py): aliases that
-expand a manifest a million-fold, recursive anchors, deep nesting and endless integers are one-line input
-errors (exit 2) within a CPU budget, never a hang, a traceback or gigabytes of memory."""
+"""YAML read in bounded work (webhook/policy/documents.py), by `gpugate check` and by the policy loader
+(tests/policy/test_lastgood.py): aliases that expand a manifest a million-fold, recursive anchors, deep nesting
+and endless integers are one-line input errors (exit 2) within a CPU budget, never a hang, a traceback or
+gigabytes of memory."""
 
 from __future__ import annotations
 

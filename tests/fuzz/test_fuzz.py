@@ -1,0 +1,200 @@
+"""Fuzzing, bounded in time: generated AdmissionReviews through the Flask app and generated policy files
+through the loader and the store. Every input gets an answer within a CPU budget, a 2xx or 4xx (never a
+5xx, never "failed to evaluate"), no exception escapes, and the worker answers /healthz and an ordinary
+pod correctly afterwards. Examples are fixed per run (derandomized) so a failure reproduces."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support import REPO, container, gpu_pod, pod, review
+from webhook.policy.files import load_policies
+from webhook.policy.loader import PolicyError
+from webhook.policy.store import PolicyStore
+from webhook.serve.app import create_app
+
+CPU_BUDGET = 2.0  # seconds of CPU for one input; an ordinary review takes well under a millisecond
+FUZZ = settings(
+    max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None
+)
+POLICY = (REPO / "policies" / "00-default.yaml").read_text()
+pytestmark = pytest.mark.fuzzer_fixture  # generated objects are not schema-valid; answers are checked instead
+
+QUANTITIES = st.one_of(
+    st.sampled_from(["1", "0", "-1", "500m", "1e3", "100e4998", "1e999999999", "1e-999999999", "8Ei", "1e4294967296"]),
+    st.from_regex(r"\A[+-]?[0-9]{0,30}(\.[0-9]{0,30})?([eE][+-]?[0-9]{1,12}|Ki|Mi|Ei|m|k|E)?\Z", fullmatch=True),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20), QUANTITIES)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+PATHS = [
+    ("metadata",),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("metadata", "ownerReferences"),
+    ("spec",),
+    ("spec", "containers"),
+    ("spec", "containers", 0),
+    ("spec", "containers", 0, "env"),
+    ("spec", "containers", 0, "envFrom"),
+    ("spec", "containers", 0, "resources"),
+    ("spec", "containers", 0, "resources", "limits"),
+    ("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"),
+    ("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"),
+    ("spec", "initContainers"),
+    ("spec", "ephemeralContainers"),
+    ("spec", "tolerations"),
+    ("spec", "nodeSelector"),
+    ("spec", "affinity"),
+    ("spec", "runtimeClassName"),
+    ("spec", "resourceClaims"),
+    ("spec", "schedulerName"),
+]
+
+
+def _set(obj: Any, path: tuple[Any, ...], value: Any) -> None:
+    node = obj
+    for key in path[:-1]:
+        if isinstance(node, dict):
+            node = node.setdefault(key, {})
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return
+    if isinstance(node, dict) or (isinstance(node, list) and isinstance(path[-1], int) and path[-1] < len(node)):
+        node[path[-1]] = value
+
+
+@st.composite
+def reviews(draw: Any) -> bytes:
+    base = draw(st.sampled_from([gpu_pod(1), gpu_pod(2, labels={"gpugate.io/team": "x"}), pod(container())]))
+    body = review(base, operation=draw(st.sampled_from(["CREATE", "UPDATE"])), old=copy.deepcopy(base))
+    for _ in range(draw(st.integers(1, 4))):
+        path = draw(st.sampled_from(PATHS))
+        value = draw(QUANTITIES if path[-1] == "nvidia.com/gpu" else VALUES)
+        _set(body["request"]["object"], path, value)
+    if draw(st.booleans()):
+        body["request"]["subResource"] = draw(st.sampled_from(["status", "ephemeralcontainers", "binding", "x"]))
+    raw = json.dumps(body, allow_nan=True).encode()
+    cut = draw(st.one_of(st.none(), st.integers(0, len(raw))))
+    return raw if cut is None else raw[:cut]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    directory = tmp_path_factory.mktemp("policies")
+    (directory / "default.yaml").write_text(POLICY)
+    app = create_app(policies=PolicyStore(directory, interval=0), namespace_labels=lambda ns: {"team": "vision"})
+    return app.test_client()
+
+
+def _healthy(client: Any) -> None:
+    assert client.get("/healthz").status_code == 200
+    out = client.post("/mutate", data=json.dumps(review(gpu_pod(1))), content_type="application/json").get_json()
+    assert out["response"]["allowed"] is True and out["response"].get("patch")
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_every_generated_review_gets_a_2xx_or_4xx_within_the_cpu_budget(client: Any, endpoint: str) -> None:
+    @FUZZ
+    @given(body=reviews())
+    def answer(body: bytes) -> None:
+        started = time.process_time()
+        resp = client.post(endpoint, data=body, content_type="application/json")
+        spent = time.process_time() - started
+        assert resp.status_code < 500, resp.get_data()[:500]
+        assert spent < CPU_BUDGET, f"{spent:.2f} s of CPU for one review"
+        answer_ = resp.get_json()
+        if resp.status_code == 200:
+            status = answer_["response"].get("status") or {}
+            assert status.get("code", 200) < 500 and "failed to evaluate" not in status.get("message", ""), status
+
+    answer()
+    _healthy(client)
+
+
+YAML_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "[" * 2000 + "]" * 2000,
+            "&a [*a]",
+            "9" * 5000,
+            "!!python/object:os.system x",
+            "{a: &x [1, 2], b: *x, c: *x}",
+            "[*undefined]",
+            "'unterminated",
+            "1e999999999",
+            "-.inf",
+            ".nan",
+        ]
+    ),
+    st.text(max_size=40).map(json.dumps),
+    st.integers().map(str),
+)
+FIELDS = [
+    "mode",
+    "priority",
+    "match",
+    "devices",
+    "limits",
+    "limits.maxPerContainer",
+    "models",
+    "models.default",
+    "gpuHolders",
+    "attribution",
+    "attribution.labels",
+    "nonGPUPods",
+    "security",
+    "initOnlyGPUs",
+    "mutateTemplates",
+    "unknownField",
+]
+
+
+@st.composite
+def policy_files(draw: Any) -> str:
+    field = draw(st.sampled_from(FIELDS))
+    value = draw(YAML_VALUES)
+    head, _, leaf = field.rpartition(".")
+    snippet = f"  {head}:\n    {leaf}: {value}\n" if head else f"  {leaf}: {value}\n"
+    text = f"apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {{name: fuzz}}\nspec:\n  priority: 5\n{snippet}"
+    if draw(st.booleans()):
+        text = text[: draw(st.integers(0, len(text)))]
+    return text
+
+
+def test_every_generated_policy_file_is_loaded_or_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "00-default.yaml").write_text(POLICY)
+    store = PolicyStore(tmp_path, interval=0)
+    good = store.current().digest
+
+    @FUZZ
+    @given(text=policy_files())
+    def load(text: str) -> None:
+        (tmp_path / "50-fuzz.yaml").write_text(text)
+        started = time.process_time()
+        try:
+            load_policies(tmp_path)
+        except PolicyError as err:
+            assert all(issue.file in ("50-fuzz.yaml", "00-default.yaml") for issue in err.issues)
+            assert any(issue.file == "50-fuzz.yaml" for issue in err.issues), str(err)
+        current = store.current()  # the store notices the edit: a broken one keeps the good set
+        assert store.last_error is None or current.digest == good or "50-fuzz.yaml" in store.last_error
+        assert time.process_time() - started < CPU_BUDGET
+
+    load()
+    (tmp_path / "50-fuzz.yaml").unlink()
+    assert store.current().digest == good and store.last_error is None

@@ -1,0 +1,70 @@
+"""Security checks are not demoted by a policy's mode: ``warn`` and ``audit`` govern placement and limits,
+while attribution edits, NVIDIA_VISIBLE_DEVICES overrides, the GPU runtime class and GPU tolerations on
+pods without GPUs stay denied unless the policy names the exception in a field of its own."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.support import container, gpu_pod, mutated, pod, standard, validated
+
+TEAM = {"default": {"team": "vision"}}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _visible_devices(policy):
+    obj = pod(container(limits={"nvidia.com/gpu": 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    result, _ = mutated(obj, policy, labels=TEAM, check_schema=False)
+    return validated(result, policy, labels=TEAM)
+
+
+def _attribution_edit(policy):
+    created, _ = mutated(gpu_pod(1), policy, labels=TEAM)
+    updated = copy.deepcopy(created)
+    updated["metadata"]["labels"]["gpugate.io/team"] = "someone-else"
+    return validated(updated, policy, labels=TEAM, operation="UPDATE", old=created)
+
+
+def _runtime_without_gpu(policy):
+    return validated(pod(container(), runtimeClassName="nvidia"), policy, labels=TEAM)
+
+
+def _toleration_without_gpu(policy):
+    return validated(pod(container(), tolerations=[GPU_TOLERATION]), policy, labels=TEAM)
+
+
+CASES = {
+    "visible-devices override": (_visible_devices, {"security": {"visibleDevicesOverride": "allow"}}),
+    "attribution edit": (_attribution_edit, {"security": {"attributionEdits": "allow"}}),
+    "GPU runtime without a GPU": (_runtime_without_gpu, {"nonGPUPods": {"gpuRuntimeClass": "allow"}}),
+    "GPU toleration without a GPU": (_toleration_without_gpu, {"nonGPUPods": {"gpuTolerations": "allow"}}),
+}
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn", "audit"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_security_checks_deny_in_every_mode(case, mode):
+    decide, _ = CASES[case]
+    decision = decide(standard(mode=mode))
+    assert not decision.allowed, (case, mode, decision.warnings)
+    assert decision.code == 403
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_only_the_checks_own_field_makes_an_exception(case, mode):
+    decide, exception = CASES[case]
+    assert decide(standard(mode=mode, **exception)).allowed
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_mode_still_governs_limits(mode):
+    result, _ = mutated(gpu_pod(5), standard(mode=mode), labels=TEAM)
+    decision = validated(result, standard(mode=mode), labels=TEAM)
+    assert decision.allowed
+    if mode == "warn":
+        assert any("more than the 4 per container" in w for w in decision.warnings)
+    else:
+        assert "more than the 4 per container" in decision.audit_annotations["violations"]
