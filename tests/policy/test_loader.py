@@ -183,7 +183,7 @@ def test_all_errors_are_reported_at_once(tmp_path):
     text = str(err.value)
     assert "spec.mode" in text and "spec.priority" in text
     assert "b.yml: is not valid YAML (line 1" in text
-    assert "c.yaml: document 0: apiVersion: must be gpugate.io/v1" in text
+    assert "c.yaml: document 0: apiVersion: must be gpugate.io/v2 (or the deprecated gpugate.io/v1)" in text
     assert text.startswith("invalid policy (5 errors):")
 
 

@@ -9,14 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.policy.labels import LabelSelector, Requirement
 from webhook.policy.model import (
     BUILTIN,
-    LabelSelector,
     Match,
     NamespaceLabelsUnavailable,
     Policy,
     PolicySet,
-    Requirement,
     _scan,
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..pods.fields import STRINGS
 from ..pods.objects import container_label, containers
-from ..policy.model import KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import PodContext, PodView, Violation
 from .registry import rule
 
