@@ -169,6 +169,7 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
+                        "sharedGPUContainers": _STRINGS,
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
