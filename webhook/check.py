@@ -10,13 +10,12 @@ from typing import Any
 
 import yaml
 
-from .admission.offline import check_objects
+from .admission.offline import Result, check_objects
 from .inventory.snapshot import SnapshotError, load_snapshot
 from .policy.documents import load_all
 from .policy.files import load_policies
 from .policy.loader import PolicyError
-
-EXIT_ALLOWED, EXIT_DENIED, EXIT_BAD_INPUT = 0, 1, 2
+from .terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 
 
 class ManifestError(ValueError):
@@ -115,39 +114,49 @@ def run(args: argparse.Namespace) -> int:
     results = check_objects(
         objects, policies=policies, namespace_labels=namespace_labels, namespace=args.namespace, fleet=fleet
     )
-    outputs: list[Any] = []
     for result in results:
-        decision = result.decision
-        policy = f' (policy "{decision.policy}")' if decision.policy else ""
-        if result.skipped:
-            print(
-                f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
-                "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
-                file=sys.stderr,
-            )
-        elif result.allowed:
-            print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
-        else:
-            print(
-                f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
-                file=sys.stderr,
-            )
-        for warning in result.warnings:
-            print(f"  Warning: {warning}", file=sys.stderr)
-        for key, value in decision.audit_annotations.items():
-            print(f"  audit {key}: {value}", file=sys.stderr)
-        if args.output == "patch":
-            outputs.append(result.patch)
-        elif result.allowed:  # a refused object never reaches stdout, so `| kubectl apply -f -` cannot apply it
-            outputs.append(result.mutated)
-    if outputs and args.output == "json":
+        _report(result)
+    _print_objects(results, args.output)
+    return EXIT_OK if all(r.allowed for r in results) else EXIT_FOUND
+
+
+def _report(result: Result) -> None:
+    """One object's verdict, warnings and audit annotations on stderr."""
+    decision = result.decision
+    policy = f' (policy "{decision.policy}")' if decision.policy else ""
+    if result.skipped:
+        print(
+            f"{result.describe()}: skipped: {result.obj.get('kind')} ({result.obj.get('apiVersion')}) is not a "
+            "kind gpugate reads (add a GPUWorkloadKind to the policy directory if it has pod templates)",
+            file=sys.stderr,
+        )
+    elif result.allowed:
+        print(f"{result.describe()}: allowed{policy}", file=sys.stderr)
+    else:
+        print(
+            f"{result.describe()}: DENIED{policy}\n  {decision.message.replace(chr(10), chr(10) + '  ')}",
+            file=sys.stderr,
+        )
+    for warning in result.warnings:
+        print(f"  Warning: {warning}", file=sys.stderr)
+    for key, value in decision.audit_annotations.items():
+        print(f"  audit {key}: {value}", file=sys.stderr)
+
+
+def _print_objects(results: list[Result], output: str) -> None:
+    """The objects as they would be stored (or their patches) on stdout. A refused object never reaches
+    stdout, so `| kubectl apply -f -` cannot apply it."""
+    if output == "patch":
+        outputs: list[Any] = [r.patch for r in results]
+    else:
+        outputs = [r.mutated for r in results if r.allowed]
+    if outputs and output == "json":
         print(
             json.dumps(
                 outputs[0] if len(outputs) == 1 else {"apiVersion": "v1", "kind": "List", "items": outputs}, indent=2
             )
         )
-    elif outputs and args.output == "patch":
+    elif outputs and output == "patch":
         print(json.dumps(outputs[0] if len(outputs) == 1 else outputs, indent=2))
-    elif outputs and args.output == "yaml":
+    elif outputs and output == "yaml":
         print(yaml.safe_dump_all(outputs, sort_keys=False), end="")
-    return EXIT_ALLOWED if all(r.allowed for r in results) else EXIT_DENIED

@@ -15,7 +15,7 @@ from webhook.policy.store import PolicyStore
 from webhook.serve.app import create_app
 
 TRAIN_JOB_KIND = """\
-apiVersion: gpugate.io/v1
+apiVersion: gpugate.io/v2
 kind: GPUWorkloadKind
 metadata:
   name: trainjobs

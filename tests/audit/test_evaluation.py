@@ -16,6 +16,7 @@ import yaml
 from tests.support import STANDARD, policy_yaml
 from webhook.admission import Environment, mutate
 from webhook.audit import evaluation, policyreports, render, tally
+from webhook.pods.gpus import scheduled_gpus
 from webhook.policy.files import load_policies
 from webhook.policy.model import PolicySet, WorkloadKind
 
@@ -302,7 +303,7 @@ def test_summaries_per_namespace_and_team(tmp_path: Path) -> None:
     ],
 )
 def test_pod_gpus_counts_as_the_scheduler(spec: dict[str, Any], expected: dict[str, int]) -> None:
-    assert evaluation.pod_gpus(spec, lambda r: r.startswith("nvidia.com/")) == expected
+    assert scheduled_gpus(spec, lambda r: r.startswith("nvidia.com/")) == expected
 
 
 def test_pod_changes_reads_whole_map_adds_and_affinity() -> None:

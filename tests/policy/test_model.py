@@ -9,14 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.policy.labels import LabelSelector, Requirement
 from webhook.policy.model import (
     BUILTIN,
-    LabelSelector,
     Match,
     NamespaceLabelsUnavailable,
     Policy,
     PolicySet,
-    Requirement,
     _scan,
 )
 
@@ -86,7 +85,7 @@ def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any,
     from webhook.policy.files import load_policies
     from webhook.policy.store import PolicyStore
 
-    policy = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
+    policy = "apiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
     (tmp_path / "p.yaml").write_text(policy.format(1))
     store = PolicyStore(tmp_path, interval=0, background=True)
     parsing = threading.Event()

@@ -76,9 +76,10 @@ def _namespaced_claims(objects: list[Mapping[str, Any]], namespace: str) -> list
     ]
 
 
-def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, Any]:
-    api_version = str(obj.get("apiVersion"))
-    group, _, version = api_version.rpartition("/")
+def request(obj: Mapping[str, Any], *, namespace: str = "", uid: str) -> dict[str, Any]:
+    """A CREATE AdmissionRequest for ``obj`` as the apiserver builds it (a dry run); ``namespace`` for an
+    object that names none."""
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
     meta = obj.get("metadata") or {}
     return {
         "uid": uid,
@@ -90,6 +91,18 @@ def _request(obj: Mapping[str, Any], *, namespace: str, uid: str) -> dict[str, A
         "oldObject": None,
         "dryRun": True,
     }
+
+
+def judge(
+    obj: Mapping[str, Any], env: Environment, *, namespace: str = "", uid: str
+) -> tuple[Decision, Decision | None, Mapping[str, Any]]:
+    """Both passes as the apiserver runs them: /mutate, its patch applied, then /validate on the result.
+    Returns both decisions (no validation when /mutate refused) and the object as it would be stored."""
+    mutation = mutate(request(obj, namespace=namespace, uid=uid), env)
+    if not mutation.allowed:
+        return mutation, None, obj
+    mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
+    return mutation, validate(request(mutated, namespace=namespace, uid=uid), env), mutated
 
 
 def check_objects(
@@ -120,13 +133,11 @@ def check_objects(
             nothing = Decision(allowed=True)
             results.append(Result(obj, obj, [], nothing, None, skipped=True))
             continue
-        mutation = mutate(_request(obj, namespace=namespace, uid=f"check-{index}"), env)
-        if not mutation.allowed:
+        mutation, validation, mutated = judge(obj, env, namespace=namespace, uid=f"check-{index}")
+        if validation is None:
             results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
             continue
         patch = mutation.patch or []
-        mutated = jsonpatch.apply_patch(obj, patch) if patch else obj
-        validation = validate(_request(mutated, namespace=namespace, uid=f"check-{index}"), env)
         results.append(
             Result(obj, mutated, patch, mutation, validation, list(mutation.warnings) + list(validation.warnings))
         )

@@ -7,9 +7,8 @@ import datetime
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 
@@ -17,9 +16,9 @@ from ..policy.files import load_policies
 from ..policy.keys import TEAM_LABEL
 from ..policy.loader import PolicyError
 from ..policy.model import PolicySet
+from ..terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK, Progress
 from . import evaluation, policyreports, render, tally
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 #: The namespaces the webhooks in deploy/base never see (their namespaceSelector): nothing there was admitted
 #: by gpugate, so nothing there is judged by it.
 DEFAULT_EXCLUDED = ("kube-system", "gpugate")
@@ -81,27 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--page-size", type=int, default=500, help="objects per list request")
 
 
-class _Progress:
-    """One self-overwriting line on a terminal; silent otherwise."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.last = 0.0
-
-    def show(self, text: str, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.enabled and (force or now - self.last > 0.2):
-            self.last = now
-            self.stream.write(f"\r\033[K{text}")
-            self.stream.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-
-
 def _load(directory: str, what: str) -> PolicySet:
     if not Path(directory).is_dir():
         raise ValueError(f"{what} {directory}: not a directory")
@@ -134,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
+# Over 60 lines: the command's steps in order (policies, cluster reads, judging, reports, output), each short.
 def _run(args: argparse.Namespace) -> int:
     from ..kube import cluster as kube
 
@@ -147,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         source, policies = _installed(client, args)
     else:
         source, policies = args.policies, chosen
-    progress = _Progress(sys.stderr)
+    progress = Progress(sys.stderr)
     progress.show("gpugate audit: listing namespaces", force=True)
     labels = kube.namespace_labels(client)
     if args.namespace and args.namespace not in labels:
@@ -178,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"gpugate audit: {kind}: {listed} objects listed, {run.counts['audited']} audited, "
                 f"{len(run.findings)} findings"
             )
-    progress.done()
+    progress.clear()
     report = run.report(policies_source=source, proposed_source=args.compare_to)
     if args.output == "json":
         sys.stdout.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump makes one per token
@@ -196,4 +175,4 @@ def _run(args: argparse.Namespace) -> int:
             f"gpugate audit: wrote {written} PolicyReports ({policyreports.REPORT_NAME}), deleted {deleted} stale ones",
             file=sys.stderr,
         )
-    return EXIT_FOUND if run.found and not args.exit_zero else EXIT_CLEAN
+    return EXIT_FOUND if run.found and not args.exit_zero else EXIT_OK

@@ -1,8 +1,9 @@
 """Audit: what gpugate would say about objects already stored in a cluster, from plain dicts; no I/O here.
 
 Every object goes through gpugate's own decision code (`admission.mutate` and `admission.validate`) as a
-synthesized CREATE request, exactly as `gpugate check` does offline: the mutating pass first, its patch
-applied, then the validating pass on the result. What that yields for an object that already exists:
+synthesized CREATE request, through the pipeline `gpugate check` uses (`admission.offline.judge`): the
+mutating pass first, its patch applied, then the validating pass on the result. What that yields for an
+object that already exists:
 
 - *refused*: gpugate would refuse to create it today (an `enforce` violation, or a built-in one);
 - *warned*: allowed, but a `warn` or `audit` policy records violations;
@@ -19,17 +20,13 @@ webhook adds it to every pod the controller creates.
 from __future__ import annotations
 
 import copy
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-import jsonpatch
-
-from ..admission import Decision, Environment, mutate, validate
-from ..pods.gpus import gpu_amounts
-from ..pods.objects import PodShape, containers, dig, is_sidecar, shapes_of, workload_kinds
+from ..admission import Decision, Environment
+from ..admission.offline import judge
+from ..pods.objects import PodShape, dig, shapes_of, workload_kinds
 from ..policy.model import PolicySet, WorkloadKind
 from ..rules.base import PodChange
 from ..rules.registry import REGISTRY
@@ -67,22 +64,6 @@ class Evaluation:
         return (self.verdict, frozenset((v[0], v[2]) for v in self.violations), frozenset(c.text for c in self.changes))
 
 
-def _request(obj: Mapping[str, Any], *, uid: str) -> dict[str, Any]:
-    """A CREATE AdmissionReview request for a stored object, as the apiserver would build it."""
-    meta = obj.get("metadata") or {}
-    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-    return {
-        "uid": uid,
-        "operation": "CREATE",
-        "namespace": meta.get("namespace", ""),
-        "name": meta.get("name", ""),
-        "kind": {"group": group, "version": version, "kind": obj.get("kind")},
-        "object": obj,
-        "oldObject": None,
-        "dryRun": True,
-    }
-
-
 def pod_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[PodChange]:
     """What /mutate's patch does to a pod, in words: the patched pod compared with the stored one field by field
     (the patch itself may add a whole map or list at once, so its operations alone do not read well). Each field
@@ -112,15 +93,6 @@ def _violations(*decisions: Decision | None) -> tuple[tuple[str, str, str, bool]
     return tuple((rule, path, message, enforced) for (rule, path, message), enforced in seen.items())
 
 
-def _decide(obj: Mapping[str, Any], env: Environment, *, uid: str) -> tuple[Decision, Decision | None, Any]:
-    """Both passes, as the apiserver runs them: /mutate, its patch applied, then /validate on the result."""
-    mutation = mutate(_request(obj, uid=uid), env)
-    if not mutation.allowed:
-        return mutation, None, obj
-    mutated = jsonpatch.apply_patch(obj, mutation.patch) if mutation.patch else obj
-    return mutation, validate(_request(mutated, uid=uid), env), mutated
-
-
 def _pod_of_template(obj: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
     """The pod a workload's controller would create from its template, owned by the workload."""
     meta = dict(template.get("metadata") or {})
@@ -147,7 +119,7 @@ def _template_changes(
     if not isinstance(template, Mapping):
         return []
     pod = _pod_of_template(obj, template)
-    mutation, _, mutated = _decide(pod, env, uid=uid)
+    mutation, _, mutated = judge(pod, env, uid=uid)
     if not mutation.allowed or not mutation.patch:
         return []
     changes = pod_changes(pod, mutated)
@@ -159,7 +131,7 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
     shapes = shapes_of(obj, workloads=workload_kinds(env.policies.workloads))
     if shapes is None:
         return None
-    mutation, validation, mutated = _decide(obj, env, uid=uid)
+    mutation, validation, mutated = judge(obj, env, uid=uid)
     final = validation or mutation
     if not final.allowed and final.code >= 500:
         return Evaluation("error", final.policy, final.mode, (), (), error=final.message)
@@ -181,29 +153,3 @@ def evaluate(obj: Mapping[str, Any], env: Environment, *, uid: str = "audit") ->
     else:
         verdict = "fine"
     return Evaluation(verdict, final.policy or mutation.policy, final.mode or mutation.mode, violations, tuple(changes))
-
-
-def pod_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
-    """GPUs a pod holds, per resource, counted as the scheduler counts: app containers and sidecars add up;
-    an ordinary init container runs alone, so it counts only when it asks for more (k/k
-    pkg/api/v1/resource/helpers.go PodRequests)."""
-    app: Counter[str] = Counter()
-    init_peak: dict[str, Fraction] = {}
-    running_sidecars: Counter[str] = Counter()
-    for fld, _, container in containers(spec):
-        amounts = gpu_amounts(container, is_gpu)
-        if fld == "containers":
-            app.update(amounts)
-        elif fld == "initContainers":
-            if is_sidecar(container):
-                running_sidecars.update(amounts)
-                app.update(amounts)
-            else:
-                for resource, amount in amounts.items():
-                    # an init container runs beside the sidecars started before it
-                    peak = amount + running_sidecars.get(resource, 0)
-                    init_peak[resource] = max(init_peak.get(resource, Fraction(0)), peak)
-    out = {r: Fraction(v) for r, v in app.items()}
-    for resource, peak in init_peak.items():
-        out[resource] = max(out.get(resource, Fraction(0)), peak)
-    return {r: v for r, v in out.items() if v > 0}

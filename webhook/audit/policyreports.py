@@ -16,6 +16,7 @@ _SEVERITY = {"refused": "high", "warned": "medium", "changed": "medium", "error"
 _RESULT = {"refused": "fail", "warned": "warn", "changed": "fail", "error": "error"}
 
 
+# Over 60 lines: one PolicyReport literal per namespace, field for field as the CRD lays it out.
 def policy_reports(report: Mapping[str, Any], *, now: datetime.datetime) -> list[dict[str, Any]]:
     """One wgpolicyk8s.io/v1alpha2 PolicyReport per audited namespace (the shape Kyverno and Policy Reporter
     read; schema: kubernetes-sigs/wg-policy-prototypes policy-report/crd/v1alpha2/wgpolicyk8s.io_policyreports.yaml).

@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-
-def _columns(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+from ..terminal import columns
 
 
 def _gpus_text(gpus: Mapping[str, str]) -> str:
     return ", ".join(f"{r}: {n}" for r, n in gpus.items()) or "-"
 
 
+# Over 60 lines: the table's sections in the order they print, each a few lines.
 def render_table(report: Mapping[str, Any]) -> str:
     """The report for a person: findings (or differences), then the namespace and team summaries."""
     lines: list[str] = []
@@ -58,7 +56,7 @@ def render_table(report: Mapping[str, Any]) -> str:
                 ]
                 for f in findings
             ]
-            header, *body = _columns(rows)
+            header, *body = columns(rows)
             lines.append(header)
             for finding, row in zip(findings, body, strict=True):
                 lines.append(row)
@@ -94,7 +92,7 @@ def render_table(report: Mapping[str, Any]) -> str:
             ]
             for name, t in table.items()
         ]
-        lines += [*_columns(rows), ""]
+        lines += [*columns(rows), ""]
     listed = ", ".join(f"{n} {k}" for k, n in totals["listed"].items()) or "nothing"
     lines.append(
         f"Listed {listed}; audited {totals['audited']}: {totals['refused']} refused, {totals['warned']} "

@@ -10,7 +10,8 @@ from fractions import Fraction
 from typing import Any
 
 from ..admission import Environment
-from ..pods.objects import group_of
+from ..pods.gpus import scheduled_gpus
+from ..pods.objects import controller_ref, group_of, through_replica_set
 from ..pods.quantity import format_quantity
 from ..policy.keys import AUDIT_API_VERSION, TEAM_LABEL
 from ..policy.model import BUILTIN, Policy, PolicySet
@@ -23,7 +24,6 @@ from .evaluation import (
     Evaluation,
     audited_kinds,
     evaluate,
-    pod_gpus,
 )
 
 
@@ -39,10 +39,9 @@ def describe(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def controller_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return group_of(str(ref.get("apiVersion", ""))), str(ref.get("kind", ""))
-    return None
+    """(group, kind) of the object's controller."""
+    ref = controller_ref(obj.get("metadata") or {})
+    return (group_of(str(ref.get("apiVersion", ""))), str(ref.get("kind", ""))) if ref is not None else None
 
 
 #: Controllers whose pods `kubectl rollout restart` re-creates.
@@ -53,15 +52,11 @@ def _remedy(obj: Mapping[str, Any], changes: Iterable[PodChange]) -> str:
     """How to get what the mutating webhook would have added onto a pod that already runs."""
     fields = {c.field for c in changes}
     meta = obj.get("metadata") or {}
-    refs = meta.get("ownerReferences") or []
-    owner = next((ref for ref in refs if isinstance(ref, Mapping) and ref.get("controller")), None)
+    owner = controller_ref(meta)
     if owner is None:
         recreate = "delete and re-create it"
     else:
-        kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
-        template_hash = (meta.get("labels") or {}).get("pod-template-hash")
-        if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
-            kind, name = "Deployment", name[: -len(template_hash) - 1]  # the ReplicaSet a Deployment made
+        kind, name = through_replica_set(str(owner.get("kind", "")), str(owner.get("name", "")), meta)
         recreate = (
             f"re-create it: kubectl rollout restart {kind.lower()}/{name}"
             if kind in _RESTARTABLE
@@ -169,7 +164,7 @@ class Audit:
         missing = [c.key for c in ev.changes if c.field == "labels" and c.action == "add"]
         if not template:
             policy = self._policy(ev.policy)
-            gpus = pod_gpus(obj.get("spec") or {}, policy.counts_as_gpu)
+            gpus = scheduled_gpus(obj.get("spec") or {}, policy.counts_as_gpu)
             labels = (obj.get("metadata") or {}).get("labels") or {}
             team = labels.get(self.team_label) or _label_value(ev.changes, self.team_label) or "-"
             teams = self.teams[team]

@@ -15,7 +15,7 @@ import kubernetes.client
 import kubernetes.config
 import urllib3
 
-from .namespaces import _labels_of, _read_json
+from .client import configuration, labels_of, pages, read_json
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +38,13 @@ _TIMEOUT = (5.0, 120.0)  # (connect, read) seconds for one request; a page of 50
 def api_client(kubeconfig: str | None, *, context: str | None = None) -> Any:
     """An ApiClient for `kubeconfig` (else $KUBECONFIG or ~/.kube/config, as kubectl), or the in-cluster
     service account when running in a pod and no kubeconfig is given."""
-    configuration = kubernetes.client.Configuration()
     config: Any = kubernetes.config
     try:
-        if not kubeconfig and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
-            )
+        configured = configuration(kubeconfig, context=context)
     except (config.ConfigException, OSError, ValueError, TypeError) as exc:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ClusterError(f"cannot load a kubeconfig from {where}: {exc}") from exc
-    # One attempt per request: an unreachable cluster should say so in seconds, not after urllib3's retries.
-    configuration.retries = urllib3.Retry(total=0, redirect=0, raise_on_redirect=True)
-    return kubernetes.client.ApiClient(configuration)
+    return kubernetes.client.ApiClient(configured)
 
 
 def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -75,7 +67,7 @@ def _call(what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise ClusterError(f"{what}: cannot reach the cluster: {reason}") from exc
-    return _read_json(response)
+    return read_json(response)
 
 
 def served_kinds(
@@ -130,32 +122,28 @@ def list_objects(
     path = f"/api{'s/' + group if group else ''}/{version}{f'/namespaces/{namespace}' if namespace else ''}/{plural}"
     custom: Any = kubernetes.client.CustomObjectsApi(client)
     core: Any = kubernetes.client.CoreV1Api(client)
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": page_size}
-        if token:
-            kwargs["_continue"] = token
-        what = f"list {path}"
-        try:
-            body = _page(what, core, custom, group=group, version=version, plural=plural, namespace=namespace, **kwargs)
-        except _ContinueExpired as expired:
-            if not expired.token:
-                raise
-            # The apiserver hands out a token that continues from the next key in its current state: the
-            # rest of the list is then from a newer snapshot (KEP-365; the `continue` field's API doc).
-            log.warning("%s: continue token expired; the rest of the list is from a newer snapshot", what)
-            token = expired.token
-            continue
-        if body is None:
-            return
+    what = f"list {path}"
+
+    def fetch(paging: dict[str, Any]) -> Any:
+        while True:
+            try:
+                return _page(
+                    what, core, custom, group=group, version=version, plural=plural, namespace=namespace, **paging
+                )
+            except _ContinueExpired as expired:
+                if not expired.token:
+                    raise
+                # The apiserver hands out a token that continues from the next key in its current state: the
+                # rest of the list is then from a newer snapshot (KEP-365; the `continue` field's API doc).
+                log.warning("%s: continue token expired; the rest of the list is from a newer snapshot", what)
+                paging = {**paging, "_continue": expired.token}
+
+    for body in pages(fetch, limit=page_size):
         for item in body.get("items") or []:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
             (item.get("metadata") or {}).pop("managedFields", None)  # large, and never read
             yield item
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return
 
 
 def _page(
@@ -179,16 +167,11 @@ def namespace_labels(client: Any) -> dict[str, dict[str, str]]:
     """Every namespace's labels, from one paged list."""
     core: Any = kubernetes.client.CoreV1Api(client)
     out: dict[str, dict[str, str]] = {}
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": 500, **({"_continue": token} if token else {})}
-        body = _call("list namespaces", core.list_namespace, **kwargs) or {}
+    for body in pages(lambda paging: _call("list namespaces", core.list_namespace, **paging) or {}, limit=500):
         for item in body.get("items") or []:
-            name, labels = _labels_of(item)
+            name, labels = labels_of(item)
             out[name] = dict(labels)
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return out
+    return out
 
 
 def installed_policies(

@@ -3,23 +3,28 @@ seen). Raw JSON through the generated clients with _preload_content=False: plain
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import kubernetes.client
-import kubernetes.config
-import urllib3
+
+from .client import close, configuration, labels_of, pages, read_json
 
 log = logging.getLogger(__name__)
+
+
+class _ContinueExpired(Exception):
+    """HTTP 410 on a list's `continue` token (``error``: the apiserver's answer)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Expired(Exception):
@@ -40,29 +45,6 @@ class _Entry:
     # Entries that came from a live GET before the first list are trusted only for a while: without a
     # watch nobody tells us when they change. Entries from list/watch never expire (expires_at None).
     expires_at: float | None = None
-
-
-def _labels_of(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
-    metadata = obj.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    return str(metadata.get("name", "")), MappingProxyType({str(k): str(v) for k, v in labels.items()})
-
-
-def _close(response: Any) -> None:
-    """Drop a (watch) response and its connection; safe to call from another thread mid-read."""
-    # shutdown() (urllib3 >= 2.3) unblocks a read in progress in another thread; close() then closes the
-    # socket itself. Never release_conn() here: that would hand a half-read stream back to the pool.
-    for method in ("shutdown", "close"):
-        with contextlib.suppress(Exception):  # already closed or half-closed: nothing left to release
-            getattr(response, method, lambda: None)()
-
-
-def _read_json(response: Any) -> Any:
-    """The whole body of a plain (non-watch) response as JSON; the connection goes back to the pool."""
-    try:
-        return json.loads(response.data)
-    finally:
-        response.release_conn()
 
 
 class NamespaceLabelCache:
@@ -149,7 +131,7 @@ class NamespaceLabelCache:
         failed = False
         try:
             response = self._api.read_namespace(name, _preload_content=False, _request_timeout=self._lookup_timeout)
-            _, result = _labels_of(_read_json(response))
+            _, result = labels_of(read_json(response))
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
                 failed = True
@@ -200,7 +182,7 @@ class NamespaceLabelCache:
         self._stop.set()
         response = self._response
         if response is not None:
-            _close(response)
+            close(response)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self._lookup_timeout + 5.0)
@@ -252,39 +234,39 @@ class NamespaceLabelCache:
                 backoff = min(backoff * 2, self._backoff_max)
 
     def _relist(self) -> str:
-        entries: dict[str, _Entry] = {}
-        token: str | None = None
-        restarted = False
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size}
-            if token:
-                kwargs["_continue"] = token
+        for attempt in (1, 2):
+            entries: dict[str, _Entry] = {}
+            metadata: Mapping[str, Any] = {}
             try:
-                response = self._api.list_namespace(
-                    _preload_content=False,
-                    _request_timeout=(self._lookup_timeout, self._list_timeout),
-                    **kwargs,
-                )
-            except kubernetes.client.ApiException as exc:
-                if exc.status == 410 and token and not restarted:
+                for body in pages(self._list_page, limit=self._page_size):
+                    for item in body.get("items") or []:
+                        name, labels = labels_of(item)
+                        entries[name] = _Entry(labels)
+                    metadata = body.get("metadata") or {}
+            except _ContinueExpired as expired:
+                if attempt == 1:
                     # The continue token outlived etcd's compaction window: start the list again (once;
                     # after that the run loop's backoff applies).
-                    entries, token, restarted = {}, None, True
                     continue
-                raise
-            body = _read_json(response)
-            for item in body.get("items") or []:
-                name, labels = _labels_of(item)
-                entries[name] = _Entry(labels)
-            metadata = body.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                with self._lock:
-                    self._entries = entries
-                    self._failed_until.clear()
-                    self._synced = True
-                    self._counts["relists"] += 1
-                return str(metadata.get("resourceVersion", ""))
+                raise expired.error from None
+            with self._lock:
+                self._entries = entries
+                self._failed_until.clear()
+                self._synced = True
+                self._counts["relists"] += 1
+            return str(metadata.get("resourceVersion", ""))
+        raise AssertionError("unreachable")  # the second attempt returns or raises
+
+    def _list_page(self, paging: dict[str, Any]) -> Any:
+        try:
+            response = self._api.list_namespace(
+                _preload_content=False, _request_timeout=(self._lookup_timeout, self._list_timeout), **paging
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 410 and "_continue" in paging:
+                raise _ContinueExpired(exc) from exc
+            raise
+        return read_json(response)
 
     def _watch(self, resource_version: str) -> tuple[str, bool]:
         # Server-side timeout with jitter, as client-go's reflector does, so that replicas don't
@@ -305,7 +287,7 @@ class NamespaceLabelCache:
             raise
         self._response = response
         if self._stop.is_set():  # stop() ran while we were connecting and found nothing to cut
-            _close(response)
+            close(response)
         with self._lock:
             self._counts["watches"] += 1
         saw_events = False
@@ -317,7 +299,7 @@ class NamespaceLabelCache:
                 resource_version = self._apply(event, resource_version)
         finally:
             self._response = None
-            _close(response)
+            close(response)
         return resource_version, saw_events
 
     def _apply(self, event: Mapping[str, Any], resource_version: str) -> str:
@@ -327,7 +309,7 @@ class NamespaceLabelCache:
             if obj.get("code") == 410:
                 raise _Expired()
             raise RuntimeError(f"watch error event: {obj.get('code')} {obj.get('message')}")
-        name, labels = _labels_of(obj)
+        name, labels = labels_of(obj)
         with self._lock:
             if kind in ("ADDED", "MODIFIED"):
                 self._entries[name] = _Entry(labels)
@@ -352,15 +334,7 @@ def _events(response: Any) -> Iterator[Mapping[str, Any]]:
 
 def namespace_cache(kubeconfig: str | None, **options: Any) -> NamespaceLabelCache | None:
     """A cache talking to the cluster in `kubeconfig`, else to the one we run in, else None (offline)."""
-    configuration = kubernetes.client.Configuration()
-    config: Any = kubernetes.config  # its loaders carry no type hints
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration, persist_config=False)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
+    configured = configuration(kubeconfig, default_kubeconfig=False)
+    if configured is None:
         return None
-    # urllib3 retries a failed request 3 times by default, which would multiply the lookup bound;
-    # the watch loop does its own retrying with backoff.
-    configuration.retries = urllib3.Retry(total=0, redirect=0, raise_on_redirect=True)
-    return NamespaceLabelCache(kubernetes.client.ApiClient(configuration), **options)
+    return NamespaceLabelCache(kubernetes.client.ApiClient(configured), **options)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..inventory.model import ClaimSpec, Inventory
-from ..policy.model import IMPLICIT_DRA_PREFIX, Device, Policy
+from ..policy.model import Device, Policy
+from ..policy.vendors import IMPLICIT_DRA_PREFIX
 
 #: (kind, namespace, name) -> the claim or claim template, or None when it cannot be known right now.
 ClaimLookup = Callable[[str, str, str], ClaimSpec | None]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from ..inventory.model import Inventory
-from ..policy.model import IMPLICIT_DRA_PREFIX, Device, Policy
+from ..policy.model import BUILTIN, Device, Policy
+from ..policy.vendors import IMPLICIT_DRA_PREFIX
 from .claims import ClaimLookup, claims_of, dra_resource_vendor
-from .objects import containers
+from .objects import containers, is_sidecar
 from .quantity import QuantityError, parse_quantity
 
 
@@ -115,6 +117,7 @@ class GPUUse:
         return (self.dra is not None and resource in self.dra.resources) or policy.counts_as_gpu(resource)
 
 
+# Over 60 lines: every way a pod holds a GPU (resources, DRA claims, annotations), read in one pass.
 def gpu_use(
     meta: Mapping[str, Any],
     spec: Mapping[str, Any],
@@ -190,3 +193,35 @@ def gpu_use(
             tuple(use.missing) if use is not None else (),
         )
     return GPUUse(frozenset(counted), devices, tuple(holders), dra_use)
+
+
+def scheduled_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:
+    """GPUs a pod holds, per resource, counted as the scheduler counts: app containers and sidecars add up;
+    an ordinary init container runs alone, so it counts only when it asks for more (k/k
+    pkg/api/v1/resource/helpers.go PodRequests)."""
+    app: Counter[str] = Counter()
+    init_peak: dict[str, Fraction] = {}
+    running_sidecars: Counter[str] = Counter()
+    for fld, _, container in containers(spec):
+        amounts = gpu_amounts(container, is_gpu)
+        if fld == "containers":
+            app.update(amounts)
+        elif fld == "initContainers":
+            if is_sidecar(container):
+                running_sidecars.update(amounts)
+                app.update(amounts)
+            else:
+                for resource, amount in amounts.items():
+                    # an init container runs beside the sidecars started before it
+                    peak = amount + running_sidecars.get(resource, 0)
+                    init_peak[resource] = max(init_peak.get(resource, Fraction(0)), peak)
+    out = {r: Fraction(v) for r, v in app.items()}
+    for resource, peak in init_peak.items():
+        out[resource] = max(out.get(resource, Fraction(0)), peak)
+    return {r: v for r, v in out.items() if v > 0}
+
+
+def counts_as_gpu(resource: str, policy: Policy) -> bool:
+    """A GPU count resource under the policy or under the built-in defaults: where Kubernetes allows GPUs
+    and how many it allows is the apiserver's rule, whatever the policy counts."""
+    return policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)

@@ -201,3 +201,20 @@ def is_sidecar(container: Mapping[str, Any]) -> bool:
 def container_label(fld: str, container: Mapping[str, Any]) -> str:
     kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(fld, "container")
     return f'{kind} "{container.get("name", "?")}"'
+
+
+def controller_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference marked ``controller: true`` (the one object that manages this one), or None."""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref
+    return None
+
+
+def through_replica_set(kind: str, name: str, meta: Mapping[str, Any]) -> tuple[str, str]:
+    """A pod's ReplicaSet as the Deployment that made it: the ReplicaSet is named after the Deployment plus
+    ``-<pod-template-hash>``, the label every pod it creates carries (k/k pkg/controller/deployment)."""
+    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+        return "Deployment", name[: -len(template_hash) - 1]
+    return kind, name

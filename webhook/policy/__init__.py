@@ -1,2 +1,4 @@
-"""GPU policies: the model (``model``), reading policy files (``loader``), the set in force (``store``) and
-the last good copy (``lastgood``)."""
+"""GPU policies: the model (``model``, ``classes``, ``labels``, ``keys``, ``vendors``), reading policy documents
+(``reader``, ``devices``, ``loader``, ``legacy`` for the deprecated forms) and directories (``documents``,
+``files``), the set in force (``store``), the last good copy (``lastgood``), the JSON Schema (``schema``) and
+``gpugate policy`` (``command``)."""

@@ -7,11 +7,10 @@ import json
 import sys
 from typing import Any
 
+from ..terminal import EXIT_FOUND, EXIT_OK
 from .files import load_policies
 from .loader import PolicyError
 from .schema import policy_schema
-
-EXIT_VALID, EXIT_INVALID = 0, 1
 
 
 def add_arguments(policy: argparse.ArgumentParser) -> Any:
@@ -27,7 +26,7 @@ def add_arguments(policy: argparse.ArgumentParser) -> Any:
 
 def print_schema(args: argparse.Namespace) -> int:
     print(json.dumps(policy_schema(), indent=2))
-    return EXIT_VALID
+    return EXIT_OK
 
 
 def validate_directory(args: argparse.Namespace) -> int:
@@ -35,7 +34,9 @@ def validate_directory(args: argparse.Namespace) -> int:
         policies = load_policies(args.directory)
     except PolicyError as err:
         print(err, file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_FOUND
     names = ", ".join(p.name for p in policies.policies) or "none"
     print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
-    return EXIT_VALID
+    for note in policies.notes:  # they load, but say what to change
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_OK

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ..terminal import yaml_error
 from .documents import load_all
 from .loader import PolicyError, PolicyIssue, parse_policy, parse_workload_kind
 from .model import WORKLOAD_KIND, Policy, PolicySet, WorkloadKind
@@ -26,23 +27,6 @@ def policy_files(directory: str | os.PathLike[str]) -> list[Path]:
     )
 
 
-def _yaml_error(err: yaml.YAMLError) -> str:
-    """Where a YAML error is, as a person reads the file. PyYAML marks where it noticed the problem, which
-    is often the line after the mistake (an unclosed bracket is noticed at the next key); say both."""
-    problem = getattr(err, "problem", None) or str(err)
-    mark = getattr(err, "problem_mark", None)
-    context = getattr(err, "context_mark", None)
-    if mark is None:
-        return f"is not valid YAML: {problem}"
-    where = f"line {mark.line + 1}, column {mark.column + 1}"
-    if context is not None and context.line != mark.line:
-        where = f"line {context.line + 1} to {mark.line + 1}"
-        problem = f"{getattr(err, 'context', '') or 'in this block'}: {problem}"
-    elif mark.column == 0 and mark.line > 0:
-        where = f"line {mark.line} or {mark.line + 1}"
-    return f"is not valid YAML ({where}): {problem}"
-
-
 def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     """Load and validate every policy in ``directory`` as a whole; raise :class:`PolicyError` if any is wrong."""
     root = Path(directory)
@@ -53,6 +37,7 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             [PolicyIssue(str(root), None, "", "is not a directory (give the directory that holds the policy files)")]
         )
     issues: list[PolicyIssue] = []
+    notes: list[PolicyIssue] = []
     policies: list[Policy] = []
     workloads: list[WorkloadKind] = []
     seen: dict[str, str] = {}
@@ -80,19 +65,19 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
         try:
             documents = load_all(text)
         except yaml.YAMLError as err:
-            issues.append(PolicyIssue(path.name, None, "", _yaml_error(err)))
+            issues.append(PolicyIssue(path.name, None, "", yaml_error(err)))
             continue
         except Exception as err:  # any failure to read a file is a broken edit, never a crash
             issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
             continue
         try:
-            _parse_documents(path.name, documents, issues, policies, workloads, seen)
+            _parse_documents(path.name, documents, issues, notes, policies, workloads, seen)
         except Exception as err:  # a loader bug on odd input: the file is reported, the last good set stays
             log.exception("policy file %s could not be parsed", path.name)
             issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
     if issues:
         raise PolicyError(issues)
-    return PolicySet.of(policies, digest.hexdigest()[:12], workloads)
+    return PolicySet.of(policies, digest.hexdigest()[:12], workloads, notes=[str(n) for n in notes])
 
 
 def _one_line(err: BaseException) -> str:
@@ -104,6 +89,7 @@ def _parse_documents(
     name: str,
     documents: list[Any],
     issues: list[PolicyIssue],
+    notes: list[PolicyIssue],
     policies: list[Policy],
     workloads: list[WorkloadKind],
     seen: dict[str, str],
@@ -112,11 +98,11 @@ def _parse_documents(
         if document is None:
             continue
         if isinstance(document, dict) and document.get("kind") == WORKLOAD_KIND:
-            workload = parse_workload_kind(document, file=name, index=index, issues=issues)
+            workload = parse_workload_kind(document, file=name, index=index, issues=issues, notes=notes)
             if workload is not None:
                 workloads.append(workload)
             continue
-        policy = parse_policy(document, file=name, index=index, issues=issues)
+        policy = parse_policy(document, file=name, index=index, issues=issues, notes=notes)
         if policy is None:
             continue
         if policy.name in seen:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 #: The API group of gpugate's documents (GPUPolicy, GPUWorkloadKind) and of the audit's report.
 GROUP = "gpugate.io"
-API_VERSION = f"{GROUP}/v1"
+#: The current policy format (``spec.devices``); the deprecated ``gpugate.io/v1`` still loads (``policy.legacy``).
+API_VERSION = f"{GROUP}/v2"
+LEGACY_API_VERSION = f"{GROUP}/v1"
 #: The audit's JSON report.
 AUDIT_API_VERSION = f"{GROUP}/v1"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
+from ..reloading import Follower
 from .files import load_policies, policy_files
 from .loader import PolicyError
 from .model import PolicySet
@@ -24,6 +24,7 @@ class PolicyStore:
     while nothing changes. With ``background``, the check and any reload run in a short-lived thread and
     ``current()`` answers with the set in force meanwhile, so no request waits for a reload (1,000 policies
     take a good part of a second to parse); without it, the call that notices the change does the reload.
+    The files are followed by ``webhook.reloading``.
     """
 
     def __init__(
@@ -37,27 +38,52 @@ class PolicyStore:
     ) -> None:
         """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise."""
         self.directory = Path(directory)
-        self.interval = interval
-        self.background = background
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._fingerprint = self._stat()
-        self._checked = clock()
         self.generation = 1
         self.reload_errors = 0
         self.last_error: str | None = None
         #: Names the files behind ``last_error`` (a hash of their names, sizes, times and inodes): equal in
         #: every process that read the same broken edit, so the edit can be counted once, not once per worker.
         self.last_error_id: str | None = None
+        version = self._fingerprint()
+        error: PolicyError | None = None
         try:
-            self._policies = load_policies(self.directory)
+            policies = load_policies(self.directory)
         except PolicyError as err:
             if fallback is None:
                 raise
-            self._policies = fallback
-            self._failed(err, self._fingerprint)
+            policies, error = fallback, err
+        self._files = Follower(
+            policies,
+            version=version if error is None else None,
+            fingerprint=self._fingerprint,
+            load=lambda: load_policies(self.directory),
+            errors=(PolicyError,),
+            interval=interval,
+            clock=clock,
+            background=background,
+            loaded=self._loaded,
+            failed=self._failed,
+            recovered=self._recovered,
+            log=log,
+            name="gpugate-policy-reload",
+        )
+        if error is not None:
+            self._files.fail(version, error)
+        else:
+            _log_notes(policies)
 
-    def _stat(self) -> tuple[tuple[str, int, int, int], ...]:
+    @property
+    def interval(self) -> float:
+        return self._files.interval
+
+    @property
+    def background(self) -> bool:
+        return self._files.background
+
+    def current(self) -> PolicySet:
+        return self._files.current()
+
+    def _fingerprint(self) -> tuple[tuple[str, int, int, int], ...]:
         try:
             files = policy_files(self.directory)
         except OSError:
@@ -71,37 +97,8 @@ class PolicyStore:
             out.append((path.name, st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(out)
 
-    def current(self) -> PolicySet:
-        now = self._clock()
-        if now - self._checked >= self.interval and self._lock.acquire(blocking=False):
-            self._checked = now
-            if self.background:
-                threading.Thread(target=self._check, name="gpugate-policy-reload", daemon=True).start()
-            else:
-                self._check()
-        return self._policies
-
-    def _check(self) -> None:
-        """Reload if the files changed; called with ``_lock`` held, which it releases."""
-        try:
-            self._reload_if_changed()
-        except Exception:  # never let a reload bug take the thread's lock with it
-            log.exception("policy reload check failed; the policies in force stay")
-        finally:
-            self._lock.release()
-
-    def _reload_if_changed(self) -> None:
-        fingerprint = self._stat()
-        if fingerprint == self._fingerprint:
-            return
-        self._fingerprint = fingerprint
-        try:
-            policies = load_policies(self.directory)
-        except PolicyError as err:
-            self._failed(err, fingerprint)
-            return
-        if policies.digest != self._policies.digest:
-            self._policies = policies
+    def _loaded(self, previous: PolicySet, policies: PolicySet) -> None:
+        if policies.digest != previous.digest:
             self.generation += 1
             log.info(
                 "policies reloaded: generation %d, %d policies, digest %s",
@@ -110,9 +107,19 @@ class PolicyStore:
                 policies.digest,
             )
         self.last_error = self.last_error_id = None
+        if policies.digest != previous.digest:
+            _log_notes(policies)
 
-    def _failed(self, err: PolicyError, fingerprint: tuple[tuple[str, int, int, int], ...]) -> None:
+    def _recovered(self) -> None:
+        self.last_error = self.last_error_id = None
+
+    def _failed(self, version: Hashable, err: Exception) -> None:
         self.reload_errors += 1
         self.last_error = str(err)
-        self.last_error_id = hashlib.sha256(repr((str(self.directory), fingerprint)).encode()).hexdigest()[:16]
-        log.error("policy reload failed; the last good policies (%s) stay in force\n%s", self._policies.digest, err)
+        self.last_error_id = hashlib.sha256(repr((str(self.directory), version)).encode()).hexdigest()[:16]
+        log.error("policy reload failed; the last good policies (%s) stay in force\n%s", self._files.value.digest, err)
+
+
+def _log_notes(policies: PolicySet) -> None:
+    for note in policies.notes:
+        log.warning("policy file in a deprecated form (it loads): %s", note)

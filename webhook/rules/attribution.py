@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pods.fields import STRINGS
+from ..pods.objects import controller_ref, through_replica_set
 from ..policy.keys import BOOKKEEPING_ANNOTATIONS, WORKLOAD_ANNOTATION, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
-from ..policy.model import is_label_value
+from ..policy.labels import is_label_value
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
 from .registry import rule
 
@@ -69,13 +70,10 @@ def owning_workload(meta: Mapping[str, Any], ctx: PodContext) -> tuple[str, str]
     else:
         # generateName first: the mutating call sees no name yet, the validating call the generated one.
         kind, name = "Pod", str(meta.get("generateName") or "").rstrip("-") or str(meta.get("name") or "")
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            kind, name = str(ref.get("kind", kind)), str(ref.get("name", name))
-            break
-    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
-    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
-        return "Deployment", name[: -len(template_hash) - 1]
+    ref = controller_ref(meta)
+    if ref is not None:
+        kind, name = str(ref.get("kind", kind)), str(ref.get("name", name))
+    kind, name = through_replica_set(kind, name, meta)
     if kind == "Job" and (m := _CRONJOB_JOB.fullmatch(name)):
         return "CronJob", m["cronjob"]
     return kind, name

@@ -88,15 +88,16 @@ class Touch:
 
 
 def map_changes(
-    name: str, word: str, before: Any, after: Any, *, skip: frozenset[str] = frozenset()
+    name: str, word: str, before: Any, after: Any, *, skip: frozenset[str] = frozenset(), previous: bool = True
 ) -> list[PodChange]:
-    """The entries ``after`` adds to or changes in the map ``before``, as "<word> key=value (was old)"."""
+    """The entries ``after`` adds to or changes in the map ``before``, as "<word> key=value" (with "(was old)"
+    for a changed one when ``previous``)."""
     old = before if isinstance(before, Mapping) else {}
     out = []
     for key, value in (after if isinstance(after, Mapping) else {}).items():
         if old.get(key) == value or key in skip:
             continue
-        text = f"{word} {key}={value}" if key not in old else f"{word} {key}={value} (was {old[key]})"
+        text = f"{word} {key}={value}" if key not in old or not previous else f"{word} {key}={value} (was {old[key]})"
         out.append(PodChange(name, text, action="add" if key not in old else "replace", key=key, value=str(value)))
     return out
 

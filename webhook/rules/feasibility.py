@@ -21,7 +21,7 @@ from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import containers, is_sidecar
 from ..pods.quantity import QuantityError, parse_quantity
-from ..policy.model import IMPLICIT_DRA_PREFIX
+from ..policy.vendors import IMPLICIT_DRA_PREFIX
 from .base import PodContext, PodView, Violation
 from .registry import rule
 

@@ -13,8 +13,8 @@ from fractions import Fraction
 from typing import Any
 
 from ..pods.fields import RESOURCES
-from ..pods.gpus import gpu_amounts
-from ..pods.objects import container_label, containers, is_sidecar
+from ..pods.gpus import gpu_amounts, scheduled_gpus
+from ..pods.objects import container_label, containers
 from ..pods.quantity import format_quantity
 from .base import PodContext, PodView, Violation
 from .registry import rule
@@ -25,26 +25,7 @@ record = rule(RULE, order=40, reads={"container.restartPolicy": str, "container.
 
 def pod_gpu_count(spec: Mapping[str, Any], ctx: PodContext) -> Fraction:
     """GPUs the scheduler reserves for the pod, all GPU resources of the policy added up."""
-    sidecars = Fraction(0)
-    init_peak = Fraction(0)
-    for container in spec.get("initContainers") or []:
-        if not isinstance(container, Mapping):
-            continue  # JSON null: the apiserver reads it as an empty container
-        amount = sum(gpu_amounts(container, ctx.counts_as_gpu).values(), Fraction(0))
-        if is_sidecar(container):
-            sidecars += amount
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + amount)
-    app = sum(
-        (
-            sum(gpu_amounts(c, ctx.counts_as_gpu).values(), Fraction(0))
-            for c in spec.get("containers") or []
-            if isinstance(c, Mapping)
-        ),
-        Fraction(0),
-    )
-    return max(app + sidecars, init_peak)
+    return sum(scheduled_gpus(spec, ctx.counts_as_gpu).values(), Fraction(0))
 
 
 @record.validator(pods="gpu")

@@ -12,17 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..pods.fields import RESOURCES
+from ..pods.gpus import counts_as_gpu
 from ..pods.objects import container_label
-from ..policy.model import BUILTIN
 from .base import PodContext, PodView, Violation
 from .registry import rule
 
 RULE = "gpu-placement"
 record = rule(RULE, order=20, reads={"spec.resources": RESOURCES, "container.resources": RESOURCES}, module=__name__)
-
-
-def _is_gpu(resource: str, ctx: PodContext) -> bool:
-    return ctx.policy.counts_as_gpu(resource) or BUILTIN.counts_as_gpu(resource)
 
 
 @record.validator(pods="any", needs_policy=False)
@@ -33,7 +29,7 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
     if isinstance(pod_resources, Mapping):
         for section in ("requests", "limits"):
             for resource in pod_resources.get(section) or {}:
-                if _is_gpu(resource, ctx):
+                if counts_as_gpu(resource, ctx.policy):
                     violations.append(
                         Violation(
                             RULE,
@@ -50,7 +46,7 @@ def require_gpus_in_containers(pod: PodView, ctx: PodContext) -> list[Violation]
             continue
         resources = container.get("resources")
         if isinstance(resources, Mapping) and any(
-            _is_gpu(r, ctx) for section in ("requests", "limits") for r in resources.get(section) or {}
+            counts_as_gpu(r, ctx.policy) for section in ("requests", "limits") for r in resources.get(section) or {}
         ):
             violations.append(
                 Violation(

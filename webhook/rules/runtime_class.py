@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..policy.classes import ModelClass
 from ..policy.keys import MODEL_LABEL
-from ..policy.model import ModelClass
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 

@@ -22,7 +22,7 @@ from typing import Any
 from ..pods.fields import STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
-from ..policy.model import KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 

@@ -7,13 +7,14 @@ import errno
 import logging
 import os
 import ssl
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cryptography import x509
+
+from ..reloading import Follower
 
 log = logging.getLogger("gpugate.tls")
 
@@ -24,7 +25,6 @@ CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 ALPN = ["http/1.1"]
 # Kubernetes swaps a Secret volume's `..data` symlink; look at the files at most this often.
 CHECK_INTERVAL = 1.0
-_MISSING = ((-1, -1, -1, -1),)
 
 
 # gunicorn's gthread worker reads a request in one of its few threads, with blocking reads and no timeout
@@ -205,7 +205,8 @@ class ReloadingCertificate:
     handshaking socket to the current context (OpenSSL calls it for every ClientHello, also
     without SNI, so clients connecting by IP are covered too). Connections already established
     keep the certificate they were set up with. Broken new files are logged and skipped: the
-    previous certificate stays in service, and the files are retried when they change again.
+    previous certificate stays in service, and the files are retried when they change again
+    (``webhook.reloading`` follows them).
     """
 
     def __init__(
@@ -220,12 +221,20 @@ class ReloadingCertificate:
         self.cert_file = cert_file
         self.key_file = key_file
         self.timeouts = timeouts
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._current = self._load()  # raises TLSConfigError: refuse to start without a certificate
-        self._failed: tuple[tuple[int, int, int, int], ...] | None = None
-        self._checked = clock()
+        current = self._load()  # raises TLSConfigError: refuse to start without a certificate
+        self._files = Follower(
+            current,
+            version=current.signature,
+            fingerprint=lambda: _signature(self.cert_file, self.key_file),
+            load=self._load,
+            errors=(TLSConfigError,),
+            interval=interval,
+            clock=clock,
+            loaded=self._reloaded,
+            failed=self._report,
+            log=log,
+            name="gpugate-certificate-reload",
+        )
 
     def _load(self) -> Loaded:
         try:
@@ -237,51 +246,28 @@ class ReloadingCertificate:
         return Loaded(context, certificate, before)
 
     def context(self) -> ssl.SSLContext:
-        """The SSLContext for a new connection, reloaded first if the files changed."""
-        now = self._clock()
-        if now - self._checked >= self._interval and self._lock.acquire(blocking=False):
-            # Only one thread reloads; the others keep handshaking with the current context.
-            try:
-                self._checked = now
-                self._maybe_reload()
-            finally:
-                self._lock.release()
-        return self._current.context
+        """The SSLContext for a new connection, reloaded first if the files changed (one thread reloads;
+        the others keep handshaking with the current context)."""
+        return self._files.current().context
 
     def certificate(self) -> x509.Certificate:
-        return self._current.certificate
+        return self._files.value.certificate
 
     def ready(self) -> bool:
         """True while the certificate in service is within its validity period."""
         self.context()
-        certificate = self._current.certificate
+        certificate = self._files.value.certificate
         now = dt.datetime.now(dt.UTC)
         return certificate.not_valid_before_utc <= now < certificate.not_valid_after_utc
 
-    def _maybe_reload(self) -> None:
-        try:
-            signature = _signature(self.cert_file, self.key_file)
-        except OSError as err:
-            self._report(_MISSING, f"cannot stat {err.filename}: {err.strerror or err}")
-            return
-        if signature in (self._current.signature, self._failed):
-            return
-        try:
-            loaded = self._load()
-        except TLSConfigError as err:
-            self._report(signature, str(err))
-            return
-        if loaded.signature != signature or _signature(self.cert_file, self.key_file) != signature:
-            return  # the files changed while we read them (a Secret update in progress): next time
-        self._current = loaded
-        self._failed = None
+    def _reloaded(self, previous: Loaded, loaded: Loaded) -> None:
         log.info("TLS certificate reloaded: %s", describe(loaded.certificate))
 
-    def _report(self, signature: tuple[tuple[int, int, int, int], ...], error: str) -> None:
-        if signature == self._failed:
-            return
-        self._failed = signature
-        log.error("TLS certificate reload failed, still serving %s: %s", describe(self._current.certificate), error)
+    def _report(self, version: Hashable, error: Exception) -> None:
+        reason = (
+            f"cannot stat {error.filename}: {error.strerror or error}" if isinstance(error, OSError) else str(error)
+        )
+        log.error("TLS certificate reload failed, still serving %s: %s", describe(self.certificate()), reason)
 
     def _on_client_hello(
         self, sock: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, context: ssl.SSLContext

@@ -1,0 +1,49 @@
+"""What gpugate knows about GPU vendors without any policy: their resources, DRA drivers and DeviceClasses,
+and the annotations of the GPU-sharing schedulers it reads."""
+
+from __future__ import annotations
+
+#: GPU count resources of the vendors gpugate knows, and their auxiliary resources (which make a pod a GPU
+#: pod but are never counted as GPUs). Sources: NVIDIA k8s-device-plugin (``nvidia.com/gpu``, renamed
+#: time-sliced ``nvidia.com/gpu.shared``, MIG mixed ``nvidia.com/mig-<profile>``); ROCm/k8s-device-plugin
+#: (``amd.com/gpu``); intel/intel-device-plugins-for-kubernetes (``gpu.intel.com/i915`` and ``xe``, with
+#: ``millicores``, ``memory.max`` and ``tiles`` for GPU-aware scheduling); HAMi (``nvidia.com/gpumem``,
+#: ``gpumem-percentage``, ``gpucores`` beside a real ``nvidia.com/gpu`` count).
+BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (
+        ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"),
+        ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"),
+    ),
+    # AMD's device plugin under its "mixed" naming strategy exposes each partition kind as its own resource,
+    # amd.com/<compute>_<memory> (spx/dpx/qpx/cpx × nps1/nps4: ROCm/gpu-operator docs/device_plugin).
+    "amd": (("amd.com/gpu", "amd.com/[sdqc]px_nps*"), ()),
+    "intel": (
+        ("gpu.intel.com/i915", "gpu.intel.com/xe"),
+        ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"),
+    ),
+}
+#: DRA: the drivers whose devices are each vendor's GPUs, and the DeviceClasses their charts install, known
+#: without a cluster (NVIDIA's DRA driver: ``gpu.nvidia.com``, ``mig.nvidia.com``, ``vfio.gpu.nvidia.com``;
+#: its compute-domain classes are no GPUs. ROCm/k8s-gpu-dra-driver: ``gpu.amd.com``. Intel's resource
+#: drivers: ``gpu.intel.com``).
+BUILTIN_DRA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (("gpu.nvidia.com",), ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")),
+    "amd": (("gpu.amd.com",), ("gpu.amd.com",)),
+    "intel": (("gpu.intel.com",), ("gpu.intel.com",)),
+}
+#: Every DeviceClass can be requested as an extended resource of this prefix and its name (KEP-5004,
+#: "Implicit Extended Resource Name"); the scheduler then makes the claim itself.
+IMPLICIT_DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: Which of a vendor's GPU pods get its runtime class: those served by the device plugin, and those holding a
+#: fraction through a GPU-sharing scheduler's annotation. DRA-served pods never do (the driver injects
+#: devices through CDI).
+RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
+#: What counts as a GPU when a policy names no devices or ``gpuResources``.
+DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
+#: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
+#: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
+DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+#: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into
+#: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
+#: init containers.
+KAI_SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
