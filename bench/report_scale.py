@@ -92,17 +92,19 @@ def fleet(gpus: int) -> Fleet:
 
 
 def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, float, float]:
-    """Half a day per promtool run, 12-hour blocks: bounded memory, no overlapping blocks."""
+    """Promtool reads its whole input into memory: one run per 12 hours of 1,000 GPUs (about 3.6 million
+    samples, fewer hours for more GPUs), blocks of that length: bounded memory, no overlapping blocks."""
     promtool = find_tool("promtool")
     tsdb = directory / "tsdb"
     description = fleet(gpus)
     samples, generate, load = 0, 0.0, 0.0
-    parts = -(-hours // 12)
+    length = max(2, min(12, 12 * 1000 // gpus))  # promtool ignores blocks under 2 h
+    parts = -(-hours // length)
     for part in range(parts):
         openmetrics = directory / "part.om"
         started = time.monotonic()
         with openmetrics.open("w") as stream:
-            samples += description.write(stream, since=part * 12 * HOUR, until=(part + 1) * 12 * HOUR)
+            samples += description.write(stream, since=part * length * HOUR, until=(part + 1) * length * HOUR)
         generate += time.monotonic() - started
         started = time.monotonic()
         subprocess.run(
@@ -111,7 +113,7 @@ def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, floa
                 "tsdb",
                 "create-blocks-from",
                 "openmetrics",
-                "--max-block-duration=12h",
+                f"--max-block-duration={length}h",
                 str(openmetrics),
                 str(tsdb),
             ],
@@ -120,7 +122,7 @@ def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, floa
         )
         load += time.monotonic() - started
         openmetrics.unlink()
-        print(f"  backfilled {part + 1}/{parts} half-days, {samples:,} samples", file=sys.stderr)
+        print(f"  backfilled {part + 1}/{parts} parts of {length} h, {samples:,} samples", file=sys.stderr)
     return samples, generate, load
 
 
