@@ -195,6 +195,12 @@ def create_app(
             # The last good policies are in force, so this alone does not take the replica out of the Service.
             error = " ".join(line.strip() for line in policies.last_error.splitlines())
             notes.append(f"policy edit ignored, the last good policies stay in force: {error[:500]}")
+        deprecated = len(policies.current().notes)
+        if deprecated:
+            notes.append(
+                f"{deprecated} policy document{'s' if deprecated != 1 else ''} in a deprecated form; "
+                "gpugate policy validate says what to change"
+            )
         if problems:
             return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
         return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")
