@@ -220,6 +220,12 @@ def create_app(
         if drifted:
             more = f" and {len(drifted) - 3} more" if len(drifted) > 3 else ""
             notes.append("policies and fleet disagree: " + "; ".join(drifted[:3]) + more)
+        deprecated = len(policies.current().notes)
+        if deprecated:
+            notes.append(
+                f"{deprecated} policy document{'s' if deprecated != 1 else ''} in a deprecated form; "
+                "gpugate policy validate says what to change"
+            )
         if problems:
             return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
         return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")
