@@ -203,6 +203,8 @@ def _as_admitted(pod: PodView, ctx: PodContext) -> Mapping[str, Any]:
 def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
     spec = _as_admitted(pod, ctx)
     label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
+    if not _has_vendor_gpus(fleet, ctx):
+        return []  # none of this vendor's GPU nodes exist yet: scale-from-zero autoscaling, or still provisioning
     reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     violations = []
     for resource, amount in sorted(_amounts(spec, ctx).items()):
@@ -252,6 +254,24 @@ def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> lis
                 )
             )
     return violations
+
+
+def _has_vendor_gpus(fleet: Inventory, ctx: PodContext) -> bool:
+    """Some node offers a GPU of the pod's vendor (device plugin or DRA). A cluster with none may be
+    waiting for an autoscaler to create them from zero (Karpenter, cluster-autoscaler node groups at size
+    0): no verdict then, never a refusal of every GPU pod."""
+    device = ctx.gpu.device
+    if device is None:
+        return False
+    return bool(
+        fleet.memo(
+            ("vendor-gpus", device.name),
+            lambda: (
+                any(any(device.counts(r) and _amount(a) > 0 for r, a in n.allocatable.items()) for n in fleet.nodes)
+                or any(s.driver in device.dra_drivers and s.devices > 0 for s in fleet.slices)
+            ),
+        )
+    )
 
 
 def _field_of(spec: Mapping[str, Any], ctx: PodContext, resource: str) -> str:
@@ -330,9 +350,11 @@ def _claim_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[V
         found = fleet.device_classes.get(device_class)
         if found is None or not found.drivers:
             continue
+        everywhere = max((fleet.devices_on(n.name, found.drivers) for n in fleet.nodes), default=0)
+        if everywhere == 0:
+            continue  # no node publishes this driver's devices yet (scale from zero): no verdict
         most = max((fleet.devices_on(n.name, found.drivers) for n in reachable), default=0)
         if most == 0 or (count is not None and count > most):
-            everywhere = max((fleet.devices_on(n.name, found.drivers) for n in fleet.nodes), default=0)
             text = (
                 f'claims {count if count is not None else "all"} device(s) of DeviceClass "{device_class}", '
                 f"but no node the pod can land on publishes {'enough ' if most else ''}devices of driver "
