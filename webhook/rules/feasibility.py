@@ -180,8 +180,28 @@ def _fmt(amount: Fraction) -> str:
     return str(amount.numerator) if amount.denominator == 1 else str(float(amount))
 
 
+def _as_admitted(pod: PodView, ctx: PodContext) -> Mapping[str, Any]:
+    """The pod spec the scheduler will see. A pod is judged after gpugate's mutation; a workload template
+    gpugate only checks is judged as its pods will be: with the vendor's tolerations and the selector of
+    the class they land in (what the warnings say they "will get")."""
+    if ctx.mutable or ctx.gpu.device is None:
+        return pod.spec
+    from .model_selection import resolve  # the class the template's pods land in
+
+    spec = dict(pod.spec)
+    spec["tolerations"] = [*(spec.get("tolerations") or []), *ctx.gpu.device.tolerations]
+    choice = resolve(pod, ctx)
+    chosen, label = choice.model_class, ctx.gpu.device.model_label
+    if chosen is not None and (not choice.own or choice.constrain) and not choice.violations:
+        selector = {**chosen.node_selector, **(spec.get("nodeSelector") or {})}
+        if label and len(chosen.values) == 1:
+            selector.setdefault(label, chosen.values[0])
+        spec["nodeSelector"] = selector
+    return spec
+
+
 def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
-    spec = pod.spec
+    spec = _as_admitted(pod, ctx)
     label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
     reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     violations = []
@@ -304,7 +324,8 @@ def require_a_node_that_can_host(pod: PodView, ctx: PodContext) -> list[Violatio
 
 def _claim_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
     out = []
-    reachable = [n for n in fleet.nodes if selects(pod.spec, n) and tolerates(pod.spec, n)]
+    spec = _as_admitted(pod, ctx)
+    reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     for path, (device_class, count) in ctx.gpu.claim_wants.items():
         found = fleet.device_classes.get(device_class)
         if found is None or not found.drivers:
