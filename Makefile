@@ -52,7 +52,7 @@ test: venv tools ## the whole test suite, end-to-end included
 	$(BIN)/pytest
 
 # The inner loop: no control plane, chart or image; needs no `make tools` (tests whose tool is missing skip).
-test-fast: venv ## everything but the e2e, chart and image suites (a couple of minutes)
+test-fast: venv ## everything but the e2e, chart and image suites (a few minutes)
 	$(BIN)/pytest -m "not e2e and not image" --ignore=tests/chart -q
 
 check: lint test ## what CI runs: lint and the whole test suite

@@ -16,6 +16,7 @@ import yaml
 
 from webhook.admission import Decision, Environment, mutate, validate
 from webhook.pods.objects import dig, shapes_of, workload_kinds
+from webhook.policy.keys import API_VERSION
 from webhook.policy.loader import PolicyIssue, parse_policy
 from webhook.policy.model import PolicySet
 
@@ -24,18 +25,19 @@ FIXTURES = REPO / "tests" / "fixtures" / "kubernetes-api"  # vendored, provenanc
 SCHEMA_VERSION = kubernetes_validate.latest_version()
 
 
-def policy(name: str = "test", **spec: Any) -> PolicySet:
-    """A policy set with one policy, built through the real parser (so tests also exercise validation)."""
-    return policies({"name": name, **spec})
+def policy(name: str = "test", *, api_version: str = API_VERSION, **spec: Any) -> PolicySet:
+    """A policy set with one policy, built through the real parser (so tests also exercise validation).
+    `api_version=LEGACY_API_VERSION` (webhook.policy.keys) for a test of the deprecated 0.1 format."""
+    return policies({"name": name, **spec}, api_version=api_version)
 
 
-def policies(*specs: Mapping[str, Any]) -> PolicySet:
+def policies(*specs: Mapping[str, Any], api_version: str = API_VERSION) -> PolicySet:
     built = []
     for index, raw in enumerate(specs):
         raw = dict(raw)
         name = raw.pop("name")
         issues: list[PolicyIssue] = []
-        document = {"apiVersion": "gpugate.io/v1", "kind": "GPUPolicy", "metadata": {"name": name}, "spec": raw}
+        document = {"apiVersion": api_version, "kind": "GPUPolicy", "metadata": {"name": name}, "spec": raw}
         parsed = parse_policy(document, file="test.yaml", index=index, issues=issues)
         assert parsed is not None and not issues, [str(i) for i in issues]
         built.append(parsed)
@@ -83,7 +85,7 @@ STANDARD: dict[str, Any] = {
 
 def policy_yaml(name: str, **spec: Any) -> str:
     """One GPUPolicy document as YAML text, for a policy directory."""
-    document = {"apiVersion": "gpugate.io/v1", "kind": "GPUPolicy", "metadata": {"name": name}, "spec": spec}
+    document = {"apiVersion": API_VERSION, "kind": "GPUPolicy", "metadata": {"name": name}, "spec": spec}
     return yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False)  # plain copies: no YAML anchors
 
 

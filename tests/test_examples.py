@@ -85,7 +85,7 @@ def test_policy_validate_names_file_document_and_field_on_a_broken_copy(tmp_path
     text = (broken / "10-serving.yaml").read_text()
     (broken / "10-serving.yaml").write_text(
         text.replace("maxPerContainer: 4", "maxPerContainer: four")
-        + "---\napiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: default}\n"
+        + "---\napiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {name: default}\n"
     )
     proc = gpugate("policy", "validate", str(broken))
     assert proc.returncode == 1

@@ -218,7 +218,8 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(
     [
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-        "ClusterRole",
+        "ClusterRole/gpugate-namespace-reader",
+        "ClusterRole/gpugate-inventory-reader",
         "Service",
         "ServiceAccount",
         "PodDisruptionBudget",
@@ -239,7 +240,8 @@ def test_object_bodies_equal_the_base(default: list[dict[str, Any]], base: list[
                     del selector[key]
         return out
 
-    ours, theirs = find(default, kind), find(base, kind)
+    kind, _, name = kind.partition("/")
+    ours, theirs = find(default, kind, name or None), find(base, kind, name or None)
     assert ours["metadata"]["name"] == theirs["metadata"]["name"]
     assert body(ours) == body(theirs)
 

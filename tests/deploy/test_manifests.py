@@ -166,6 +166,8 @@ def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
             ("ServiceAccount", "gpugate"),
             ("ClusterRole", "gpugate-namespace-reader"),
             ("ClusterRoleBinding", "gpugate-namespace-reader"),
+            ("ClusterRole", "gpugate-inventory-reader"),
+            ("ClusterRoleBinding", "gpugate-inventory-reader"),
             ("ConfigMap", "gpugate-policies"),
             ("Service", "gpugate"),
             ("Deployment", "gpugate"),
@@ -189,6 +191,24 @@ def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
     for obj in base:
         expected = None if obj["kind"] in cluster_scoped else "gpugate"
         assert obj["metadata"].get("namespace") == expected, obj["kind"]
+
+
+def test_the_inventory_role_reads_exactly_its_kinds(base: list[dict[str, Any]]) -> None:
+    role = find(base, "ClusterRole", "gpugate-inventory-reader")
+    granted = {
+        (g, r): tuple(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    watch = ("get", "list", "watch")
+    assert granted == {
+        ("", "nodes"): watch,
+        ("node.k8s.io", "runtimeclasses"): watch,
+        ("resource.k8s.io", "deviceclasses"): watch,
+        ("resource.k8s.io", "resourceslices"): watch,
+        ("resource.k8s.io", "resourceclaims"): ("get",),
+        ("resource.k8s.io", "resourceclaimtemplates"): ("get",),
+    }
+    binding = find(base, "ClusterRoleBinding", "gpugate-inventory-reader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpugate", "namespace": "gpugate"}]
 
 
 def test_base_carries_no_certificate_material(base: list[dict[str, Any]]) -> None:
@@ -272,10 +292,15 @@ def test_both_webhooks_share_the_safety_settings(base: list[dict[str, Any]]) -> 
 
 def test_rbac_is_read_only_on_namespaces(base: list[dict[str, Any]]) -> None:
     rbac = [o for o in base if o["apiVersion"].startswith("rbac.authorization.k8s.io/")]
-    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding"]
-    role = find(base, "ClusterRole")
+    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding"]
+    assert all(
+        set(v for rule in o["rules"] for v in rule["verbs"]) <= {"get", "list", "watch"}
+        for o in rbac
+        if o["kind"] == "ClusterRole"
+    )
+    role = find(base, "ClusterRole", "gpugate-namespace-reader")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
-    binding = find(base, "ClusterRoleBinding")
+    binding = find(base, "ClusterRoleBinding", "gpugate-namespace-reader")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",

@@ -593,7 +593,7 @@ def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
 
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "serving.yaml").write_text("""
-apiVersion: gpugate.io/v1
+apiVersion: gpugate.io/v2
 kind: GPUPolicy
 metadata: {name: serving}
 spec:

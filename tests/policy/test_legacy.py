@@ -11,6 +11,8 @@ from tests.support import REPO
 from webhook.cli import main
 from webhook.policy.files import load_policies
 from webhook.policy.loader import PolicyError
+from webhook.policy.store import PolicyStore
+from webhook.serve.app import create_app
 
 CURRENT = """\
 apiVersion: {version}
@@ -85,6 +87,15 @@ def test_policy_validate_prints_the_note_and_still_succeeds(tmp_path: Path, caps
     out, err = capsys.readouterr()
     assert out == f"{tmp_path}: 1 valid policies (old)\n"
     assert err.startswith("note: p.yaml: document 0: apiVersion: apiVersion gpugate.io/v1 and the 0.1")
+
+
+def test_readyz_says_that_documents_are_in_a_deprecated_form(tmp_path: Path) -> None:
+    write(tmp_path, LAYOUT_0_1.format(version="gpugate.io/v1"))
+    resp = create_app(policies=PolicyStore(tmp_path, interval=0)).test_client().get("/readyz")
+    assert resp.status_code == 200
+    assert resp.get_data(as_text=True) == (
+        "ok (1 policy document in a deprecated form; gpugate policy validate says what to change)\n"
+    )
 
 
 @pytest.mark.parametrize("directory", ["policies", "deploy/base/policies", "charts/gpugate/files/policies"])

@@ -10,6 +10,7 @@ import pytest
 from tests.support import STANDARD, env, gpu_pod, policies, request
 from webhook.admission import mutate
 from webhook.policy.files import load_policies
+from webhook.policy.keys import LEGACY_API_VERSION
 from webhook.policy.loader import PolicyError
 from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable, Policy
 from webhook.policy.store import PolicyStore
@@ -130,7 +131,8 @@ def test_a_0_1_policy_file_still_loads_as_one_nvidia_device():
             "runtimeClassName": "nvidia",
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "models": {"nodeLabel": "nvidia.com/gpu.product", "default": "l4", "classes": {"l4": ["NVIDIA-L4"]}},
-        }
+        },
+        api_version=LEGACY_API_VERSION,
     ).policies[0]
     nvidia = legacy.devices["nvidia"]
     assert nvidia.runtime_class_name == "nvidia" and nvidia.model_label == "nvidia.com/gpu.product"
@@ -155,7 +157,7 @@ STANDARD_0_1 = {
 def test_the_0_1_spelling_of_the_standard_test_policy_loads_to_the_same_policy():
     """The tests write their policies in the current format (tests/support.py STANDARD); this pins that the
     0.1 spelling they were first written in means exactly the same."""
-    old = policies({"name": "standard", **STANDARD_0_1}).policies[0]
+    old = policies({"name": "standard", **STANDARD_0_1}, api_version=LEGACY_API_VERSION).policies[0]
     new = policies({"name": "standard", **STANDARD}).policies[0]
     fields = [f.name for f in dataclasses.fields(Policy) if f.compare]
     assert fields and {f: getattr(old, f) for f in fields} == {f: getattr(new, f) for f in fields}

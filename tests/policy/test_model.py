@@ -85,7 +85,7 @@ def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any,
     from webhook.policy.files import load_policies
     from webhook.policy.store import PolicyStore
 
-    policy = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
+    policy = "apiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
     (tmp_path / "p.yaml").write_text(policy.format(1))
     store = PolicyStore(tmp_path, interval=0, background=True)
     parsing = threading.Event()

@@ -19,6 +19,7 @@ import yaml
 
 from webhook.audit import tally
 from webhook.policy.files import load_policies
+from webhook.policy.keys import API_VERSION
 
 from .conftest import RunningPrometheus, backfill, start_prometheus
 from .schema import checked
@@ -127,8 +128,9 @@ def test_the_emitted_policy_loads_and_audit_compare_to_previews_it(
     shutil.copytree(current, proposed)
     policy = recommendations["inference"]["policy"]
     (proposed / "90-rightsize-inference.yaml").write_text(policy)
-    assert yaml.safe_load(policy)["apiVersion"] == "gpugate.io/v1"
+    assert yaml.safe_load(policy)["apiVersion"] == API_VERSION  # the current format, not the deprecated one
     before, after = load_policies(current), load_policies(proposed)  # the real loader accepts it
+    assert not [note for note in after.notes if "90-rightsize" in note]  # and has nothing to say against it
     audit = tally.Audit(before, namespace_labels=NAMESPACE_LABELS, compare_to=after)
     for obj in (
         deployment("inference", "nvidia.com/gpu"),  # as it runs today

@@ -168,3 +168,18 @@ def test_an_empty_namespace_label_falls_back_to_the_default_with_a_warning():
     result, decision = mutated(gpu_pod(1), TWO, labels={"default": {"team": ""}})
     assert result["metadata"]["labels"]["gpugate.io/team"] == "unassigned"
     assert decision.warnings == ['namespace label team="" is unusable, so gpugate.io/team=unassigned']
+
+
+@pytest.mark.parametrize("kind", ["Foo Bar!", "x" * 100, "-lead", "Kind/With/Slashes"])
+def test_a_forged_owner_kind_becomes_a_valid_label_value(kind):
+    """An ownerReference is the tenant's to write; its kind must not become an invalid label value (which
+    the apiserver would refuse after gpugate's patch, failing the create with gpugate's name on it)."""
+    from webhook.policy.labels import is_label_value
+
+    obj = gpu_pod(1)
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "x/v1", "kind": kind, "name": "n", "uid": "u", "controller": True}
+    ]
+    result, decision = mutated(obj, TWO, labels=TEAM)
+    assert decision.allowed
+    assert is_label_value(result["metadata"]["labels"]["gpugate.io/workload-kind"])

@@ -156,3 +156,10 @@ def test_a_claim_on_a_device_class_that_does_not_exist():
     )
     [message] = feasibility(decide(obj, fleet)[1])
     assert 'claims devices of DeviceClass "sriov.example.com", which does not exist' in message
+
+
+def test_a_fleet_without_any_of_the_vendor_s_gpus_gives_no_verdict():
+    # Scale from zero (Karpenter, autoscaler node groups at 0): no GPU node of the vendor exists yet.
+    cpu_only = Inventory(tuple(n for n in SNAPSHOT.nodes if n.name == "cpu-0"), SNAPSHOT.runtime_classes)
+    _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})), cpu_only)
+    assert verdict.allowed and not feasibility(verdict)

@@ -270,7 +270,7 @@ def test_a_policy_directory_can_add_a_workload_kind(tmp_path):
     for source in (REPO / "policies").glob("*.yaml"):
         (tmp_path / source.name).write_text(source.read_text())
     (tmp_path / "90-kinds.yaml").write_text(
-        "apiVersion: gpugate.io/v1\nkind: GPUWorkloadKind\nmetadata: {name: notebooks.example.com}\n"
+        "apiVersion: gpugate.io/v2\nkind: GPUWorkloadKind\nmetadata: {name: notebooks.example.com}\n"
         "spec: {group: example.com, kind: Notebook, podTemplates: [spec.template]}\n"
     )
     policies = load_policies(tmp_path)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.budget import python_bounded, run_bounded
 from tests.support import container, gpu_pod, mutated, pod, policy, standard
+from webhook.policy.keys import LEGACY_API_VERSION
 from webhook.policy.model import BUILTIN, PolicySet
 
 NO_POLICY = PolicySet()
@@ -159,6 +160,6 @@ def test_whole_gpu_quantities_pass(limits, requests):
 
 
 def test_policy_gpu_resources_decide_what_is_checked():
-    own = policy("fpga", gpuResources=["example.com/*"])
+    own = policy("fpga", gpuResources=["example.com/*"], api_version=LEGACY_API_VERSION)  # the 0.1 form
     _, decision = mutated(pod(container(limits={"example.com/fpga": "500m"})), own)
     assert not decision.allowed and "example.com/fpga" in decision.message

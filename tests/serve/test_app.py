@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import FIXTURES, REPO, STANDARD, apply, gpu_pod, pod, review, schema_check
+from webhook.policy.keys import API_VERSION
 from webhook.policy.store import PolicyStore
 from webhook.serve.app import MAX_BODY, create_app
 
@@ -334,7 +335,7 @@ def attributed_policy_dir(tmp_path: Path) -> Path:
     (tmp_path / "attributed.yaml").write_text(
         json.dumps(
             {
-                "apiVersion": "gpugate.io/v1",
+                "apiVersion": API_VERSION,
                 "kind": "GPUPolicy",
                 "metadata": {"name": "attributed"},
                 "spec": STANDARD,

@@ -309,7 +309,7 @@ def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> Non
     first = server.first
     broken = tmp_path / "policies"
     broken.mkdir()
-    (broken / "bad.yaml").write_text("apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {}\n")
+    (broken / "bad.yaml").write_text("apiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {}\n")
     cases = [
         (["--policies", str(broken), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")], "bad.yaml"),
         (

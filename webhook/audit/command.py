@@ -112,6 +112,24 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
 
+def _fleet_drift(client: Any, policies: PolicySet) -> list[str]:
+    """Where the policies and the cluster's GPU fleet disagree (classes no node carries, GPU nodes no class
+    covers); empty, with a note, when the fleet cannot be read (the auditor's RBAC may not grant it)."""
+    from ..inventory.model import Inventory
+    from ..inventory.pools import drift
+    from ..kube.inventory import read_fleet
+
+    try:
+        fleet = Inventory.of(read_fleet(client))
+    except Exception as exc:  # forbidden, unreachable: the audit of the objects stands on its own
+        print(
+            f"gpugate audit: the GPU fleet was not read ({str(exc).splitlines()[0][:200]}); no drift shown",
+            file=sys.stderr,
+        )
+        return []
+    return drift(fleet, policies)
+
+
 # Over 60 lines: the command's steps in order (policies, cluster reads, judging, reports, output), each short.
 def _run(args: argparse.Namespace) -> int:
     from ..kube import cluster as kube
@@ -159,6 +177,9 @@ def _run(args: argparse.Namespace) -> int:
             )
     progress.clear()
     report = run.report(policies_source=source, proposed_source=args.compare_to)
+    report["fleetDrift"] = _fleet_drift(client, policies)
+    for finding in report["fleetDrift"]:
+        print(f"gpugate audit: fleet drift: {finding}", file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump makes one per token
     elif args.output == "yaml":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -294,6 +294,12 @@ class Inventory:
                 found = self.device_classes.get(resource.partition("/")[2])
             self._cache[key] = found
         return self._cache[key]  # type: ignore[no-any-return]
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per inventory: readers' facts about it (it is immutable once built)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
 
     def slices_on(self, node: str) -> tuple[Slice, ...]:
         key = ("slices", node)

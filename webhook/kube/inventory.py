@@ -197,15 +197,24 @@ class FleetWatcher:
     # -- list+watch -----------------------------------------------------------------------------------
 
     def _request(self, path: str, query: dict[str, Any], *, timeout: Any) -> Any:
-        return self._client.call_api(
-            path,
+        """A raw GET (the urllib3 response, body unread): records are reduced from plain JSON, never decoded
+        into the client's models. An ApiException for an HTTP error, as the generated API calls raise."""
+        method, url, headers, _, _ = self._client.param_serialize(
             "GET",
+            path,
             query_params=list(query.items()),
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )[0]
+        )
+        response = self._client.call_api(method, url, header_params=headers, _request_timeout=timeout)
+        raw = getattr(response, "response", response)
+        if response.status >= 400:
+            try:
+                body = raw.data
+            finally:
+                raw.release_conn()
+            raise kubernetes.client.ApiException(status=response.status, reason=response.reason, body=body)
+        return raw
 
     def _get(self, path: str, *, timeout: float) -> Any:
         try:

@@ -271,7 +271,13 @@ def parse_policy(
     non_gpu_tolerations = doc.choice(
         non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
     )
-    security = doc.mapping(spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits"))
+    security = doc.mapping(
+        spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits", "sharedGPUContainers")
+    )
+    shared = security.get("sharedGPUContainers", [])
+    if not isinstance(shared, list) or not all(isinstance(n, str) and n for n in shared):
+        doc.fail("spec.security.sharedGPUContainers", f"must be a list of container names, got {shared!r}")
+        shared = []
     visible_devices = doc.choice(
         security.get("visibleDevicesOverride"), "spec.security.visibleDevicesOverride", ("deny", "allow"), "deny"
     )
@@ -302,6 +308,7 @@ def parse_policy(
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]
+        shared_gpu_containers=frozenset(shared),
     )
 
 

@@ -175,6 +175,7 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
+                        "sharedGPUContainers": _STRINGS,
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},

@@ -195,11 +195,11 @@ def _one(workload: Workload, classes: Sequence[FleetClass], prices: Prices | Non
 
 
 def policy_yaml(workload: Workload, target: FleetClass, *, window: tuple[float, float]) -> str:
-    """A GPUPolicy (apiVersion gpugate.io/v1, the format webhook/policy/loader.py reads) that governs the
+    """A GPUPolicy (apiVersion gpugate.io/v2, the current format webhook/policy/loader.py reads) that governs the
     workload's pods and steers them to the class: its nodes' GFD product, the resource its pods request."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"rightsize-{workload.namespace}-{workload.kind}-{workload.name}".lower())
     document = {
-        "apiVersion": "gpugate.io/v1",
+        "apiVersion": "gpugate.io/v2",
         "kind": "GPUPolicy",
         "metadata": {
             "name": name.strip("-")[:253],

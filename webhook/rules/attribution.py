@@ -91,7 +91,7 @@ def desired_labels(meta: Mapping[str, Any], ctx: PodContext) -> dict[str, str]:
         value = ctx.namespace_labels.get(spec.from_namespace_label or "", "")
         out[spec.key] = value if value and is_label_value(value) else spec.default
     kind, name = owning_workload(meta, ctx)
-    out[WORKLOAD_KIND_LABEL] = kind
+    out[WORKLOAD_KIND_LABEL] = label_safe(kind)  # from an ownerReference the tenant may have written
     if name:
         out[WORKLOAD_NAME_LABEL] = label_safe(name)
     return out

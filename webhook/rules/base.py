@@ -222,5 +222,8 @@ class PodEditor:
     def set_spec(self, key: str, value: Any) -> None:
         self._writable(self.shape.spec_keys)[key] = value
 
+    def set_container_env(self, fld: str, index: int, env: list[Any]) -> None:
+        self._writable((*self.shape.spec_keys, fld, index))["env"] = env
+
     def set_node_selector(self, key: str, value: str) -> None:
         self._writable((*self.shape.spec_keys, "nodeSelector"))[key] = value

@@ -180,9 +180,31 @@ def _fmt(amount: Fraction) -> str:
     return str(amount.numerator) if amount.denominator == 1 else str(float(amount))
 
 
+def _as_admitted(pod: PodView, ctx: PodContext) -> Mapping[str, Any]:
+    """The pod spec the scheduler will see. A pod is judged after gpugate's mutation; a workload template
+    gpugate only checks is judged as its pods will be: with the vendor's tolerations and the selector of
+    the class they land in (what the warnings say they "will get")."""
+    if ctx.mutable or ctx.gpu.device is None:
+        return pod.spec
+    from .model_selection import resolve  # the class the template's pods land in
+
+    spec = dict(pod.spec)
+    spec["tolerations"] = [*(spec.get("tolerations") or []), *ctx.gpu.device.tolerations]
+    choice = resolve(pod, ctx)
+    chosen, label = choice.model_class, ctx.gpu.device.model_label
+    if chosen is not None and (not choice.own or choice.constrain) and not choice.violations:
+        selector = {**chosen.node_selector, **(spec.get("nodeSelector") or {})}
+        if label and len(chosen.values) == 1:
+            selector.setdefault(label, chosen.values[0])
+        spec["nodeSelector"] = selector
+    return spec
+
+
 def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
-    spec = pod.spec
+    spec = _as_admitted(pod, ctx)
     label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
+    if not _has_vendor_gpus(fleet, ctx):
+        return []  # none of this vendor's GPU nodes exist yet: scale-from-zero autoscaling, or still provisioning
     reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     violations = []
     for resource, amount in sorted(_amounts(spec, ctx).items()):
@@ -232,6 +254,24 @@ def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> lis
                 )
             )
     return violations
+
+
+def _has_vendor_gpus(fleet: Inventory, ctx: PodContext) -> bool:
+    """Some node offers a GPU of the pod's vendor (device plugin or DRA). A cluster with none may be
+    waiting for an autoscaler to create them from zero (Karpenter, cluster-autoscaler node groups at size
+    0): no verdict then, never a refusal of every GPU pod."""
+    device = ctx.gpu.device
+    if device is None:
+        return False
+    return bool(
+        fleet.memo(
+            ("vendor-gpus", device.name),
+            lambda: (
+                any(any(device.counts(r) and _amount(a) > 0 for r, a in n.allocatable.items()) for n in fleet.nodes)
+                or any(s.driver in device.dra_drivers and s.devices > 0 for s in fleet.slices)
+            ),
+        )
+    )
 
 
 def _field_of(spec: Mapping[str, Any], ctx: PodContext, resource: str) -> str:
@@ -304,14 +344,17 @@ def require_a_node_that_can_host(pod: PodView, ctx: PodContext) -> list[Violatio
 
 def _claim_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
     out = []
-    reachable = [n for n in fleet.nodes if selects(pod.spec, n) and tolerates(pod.spec, n)]
+    spec = _as_admitted(pod, ctx)
+    reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     for path, (device_class, count) in ctx.gpu.claim_wants.items():
         found = fleet.device_classes.get(device_class)
         if found is None or not found.drivers:
             continue
+        everywhere = max((fleet.devices_on(n.name, found.drivers) for n in fleet.nodes), default=0)
+        if everywhere == 0:
+            continue  # no node publishes this driver's devices yet (scale from zero): no verdict
         most = max((fleet.devices_on(n.name, found.drivers) for n in reachable), default=0)
         if most == 0 or (count is not None and count > most):
-            everywhere = max((fleet.devices_on(n.name, found.drivers) for n in fleet.nodes), default=0)
             text = (
                 f'claims {count if count is not None else "all"} device(s) of DeviceClass "{device_class}", '
                 f"but no node the pod can land on publishes {'enough ' if most else ''}devices of driver "

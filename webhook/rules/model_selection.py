@@ -281,21 +281,35 @@ def _own_class(
     # among them, else the first the policy lists.
     chosen = next((c for name in models.defaults for c in serving if c.name == name), serving[0])
     shared = len(mapped) > 1
-    if not shared and ctx.fleet is not None:
-        shared = _reaches_other_pools(ctx, device, chosen, choices)
+    if ctx.fleet is not None:
+        shared = _reaches_other_pools(ctx, device, chosen, choices, policy_says=shared)
     return Choice(chosen, own=True, constrain=shared)
 
 
 def _reaches_other_pools(
-    ctx: PodContext, device: Device, chosen: ModelClass, choices: list[tuple[str, str, list[str]]]
+    ctx: PodContext,
+    device: Device,
+    chosen: ModelClass,
+    choices: list[tuple[str, str, list[str]]],
+    *,
+    policy_says: bool,
 ) -> bool:
-    """Some node the choice selects is outside the chosen class (another model label value, or none)."""
+    """With the inventory: some node the choice selects carries another model label value, and every one
+    carries the label, so the class's own value narrows the choice without stranding it (GKE's own device
+    plugin, say, writes no GFD label: a product selector would match none of its nodes)."""
     label = device.model_label or ""
-    for node in ctx.fleet.nodes if ctx.fleet is not None else ():
-        selected = all(node.labels.get(k) in vs for k, path, vs in choices if not path.startswith("metadata."))
-        if selected and chosen.values and node.labels.get(label) not in chosen.values:
-            return True
-    return False
+    if not chosen.values:
+        return False
+    selected = [
+        n
+        for n in (ctx.fleet.nodes if ctx.fleet is not None else ())
+        if all(n.labels.get(k) in vs for k, path, vs in choices if not path.startswith("metadata."))
+    ]
+    if not selected:
+        return policy_says
+    if any(label not in n.labels for n in selected):
+        return False
+    return any(n.labels[label] not in chosen.values for n in selected)
 
 
 def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: Device) -> list[Violation]:

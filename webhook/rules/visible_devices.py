@@ -1,9 +1,17 @@
-"""Device visibility: no container sets ``NVIDIA_VISIBLE_DEVICES`` itself.
+"""Device visibility: no container sets ``NVIDIA_VISIBLE_DEVICES`` itself, and no container of a GPU pod
+that holds no GPU sees the pod's GPUs.
 
 Guards ``env`` of containers, init containers and ephemeral containers. Under the NVIDIA container
 runtime that variable decides which GPUs a container sees; the device plugin sets it for the GPUs it
 allocated. A user-set value (``all``, a device index or UUID) reaches GPUs the pod never requested.
 ``void`` and ``none`` expose no GPU and are allowed.
+
+A GPU pod runs under the NVIDIA runtime class as a whole, and CUDA images set ``NVIDIA_VISIBLE_DEVICES=all``
+themselves, so a container of it that requests no GPU (a sidecar, an init container) would see every GPU of
+the node. The mutator gives each such container ``NVIDIA_VISIBLE_DEVICES=void`` (later ``env`` entries win
+over the image's and over ``envFrom``), unless the policy lists it in ``spec.security.sharedGPUContainers``.
+Only for pods whose GPUs come from the NVIDIA device plugin: DRA (CDI) and fractional holds inject devices
+their own way.
 """
 
 from __future__ import annotations
@@ -12,9 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pods.fields import STRINGS
+from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
 from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
-from .base import PodContext, PodView, Violation
+from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 
 RULE = "visible-devices"
@@ -22,6 +31,29 @@ VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
 _CONFIG_MAP_REF = {"name": str, "key": str}
+VOID = "void"
+VOIDED = {"name": VARIABLE, "value": VOID}
+
+
+def _voided(fld: str) -> Any:
+    def describe(before: Any, after: Any) -> list[PodChange]:
+        old = before if isinstance(before, list) else []
+        out = []
+        for index, container in enumerate(after if isinstance(after, list) else []):
+            was = old[index] if index < len(old) and isinstance(old[index], Mapping) else {}
+            if (
+                isinstance(container, Mapping)
+                and VOIDED in (container.get("env") or [])
+                and VOIDED not in (was.get("env") or [])
+            ):
+                out.append(PodChange(fld, f"{container_label(fld, container)}: {VARIABLE}={VOID}"))
+        return out
+
+    return describe
+
+
+CONTAINERS = Touch("containers", "spec.containers", in_place=False, describe=_voided("containers"))
+INIT_CONTAINERS = Touch("initContainers", "spec.initContainers", in_place=False, describe=_voided("initContainers"))
 record = rule(
     RULE,
     order=90,
@@ -30,8 +62,35 @@ record = rule(
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
+    touches=[CONTAINERS, INIT_CONTAINERS],
     module=__name__,
 )
+
+
+@record.mutator(pods="gpu")
+def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    gpu = ctx.gpu
+    device = gpu.device
+    if device is None or device.name != "nvidia" or gpu.holders or gpu.dra is not None:
+        return []
+    if not gpu.device_plugin_resources:
+        return []
+    changes = []
+    for fld in ("initContainers", "containers"):
+        items = editor.spec.get(fld)
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(container, Mapping) or container.get("name") in ctx.policy.shared_gpu_containers:
+                continue
+            if any(amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()):
+                continue
+            env = container.get("env")
+            if env is not None and not isinstance(env, list):
+                continue
+            if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in env or []):
+                continue  # set already: void/none stays, anything else is the validator's
+            editor.set_container_env(fld, index, [*(env or []), dict(VOIDED)])
+            changes.append(Change(fld, f"{container_label(fld, container)}: {VARIABLE}={VOID}"))
+    return changes
 
 
 # Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Enforced in

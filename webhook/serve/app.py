@@ -14,6 +14,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..admission import Decision, Environment, errored, mutate, validate
+from ..inventory.pools import drift
 from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
 from ..policy.model import PolicySet
 from ..policy.store import PolicyStore
@@ -80,12 +81,15 @@ def create_app(
     namespace_labels: NamespaceLabels | None = None,
     tls_ready: Callable[[], bool] | None = None,
     namespace_cache: Any = None,
+    fleet: Any = None,
 ) -> Flask:
     """The WSGI app. Tests inject a PolicyStore over a temp dir; ``build_app`` wires the real cluster."""
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     labels_of: NamespaceLabels = namespace_labels or (lambda _name: {})
     counted: set[str] = set()
+    drifted: list[str] = []
+    drift_of: list[Any] = [None, ""]
 
     def refresh() -> PolicySet:
         """The policies in force; this worker's gauges brought up to date on the way."""
@@ -97,6 +101,17 @@ def create_app(
             if metrics.claim(f"policy-{error_id}"):  # every worker sees the edit; one counts it
                 metrics.POLICY_RELOAD_ERRORS.inc()
         metrics.POLICY_VALID.set(0 if policies.last_error else 1)
+        if fleet is not None:
+            inventory = fleet.inventory()
+            metrics.INVENTORY_SYNCED.set(1 if inventory is not None else 0)
+            for kind, value in fleet.stats().items():
+                if kind in ("nodes", "runtimeclasses", "deviceclasses", "resourceslices"):
+                    metrics.INVENTORY_OBJECTS.labels(kind).set(value)
+            # only when the fleet or the policies changed: drift walks every node
+            if drift_of[0] is not inventory or drift_of[1] != current.digest:
+                drift_of[:] = [inventory, current.digest]
+                drifted[:] = drift(inventory, current) if inventory is not None else []
+            metrics.INVENTORY_DRIFT.set(len(drifted))
         if namespace_cache is not None:
             metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
             stats = dict(namespace_cache.stats())
@@ -110,7 +125,11 @@ def create_app(
 
     def environment() -> Environment:
         # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
-        return Environment(policies=policies.current(), namespace_labels=labels_of)
+        if fleet is None:
+            return Environment(policies=policies.current(), namespace_labels=labels_of)
+        return Environment(
+            policies=policies.current(), namespace_labels=labels_of, fleet=fleet.inventory, claims=fleet.claim
+        )
 
     large = threading.BoundedSemaphore(1)
 
@@ -195,6 +214,18 @@ def create_app(
             # The last good policies are in force, so this alone does not take the replica out of the Service.
             error = " ".join(line.strip() for line in policies.last_error.splitlines())
             notes.append(f"policy edit ignored, the last good policies stay in force: {error[:500]}")
+        if fleet is not None and not fleet.synced():
+            # Never refuse on missing data: until then there are no feasibility verdicts, and the replica serves.
+            notes.append(f"GPU inventory not synced yet ({', '.join(fleet.unsynced())}): no feasibility verdicts")
+        if drifted:
+            more = f" and {len(drifted) - 3} more" if len(drifted) > 3 else ""
+            notes.append("policies and fleet disagree: " + "; ".join(drifted[:3]) + more)
+        deprecated = len(policies.current().notes)
+        if deprecated:
+            notes.append(
+                f"{deprecated} policy document{'s' if deprecated != 1 else ''} in a deprecated form; "
+                "gpugate policy validate says what to change"
+            )
         if problems:
             return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
         return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")

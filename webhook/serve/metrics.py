@@ -62,6 +62,26 @@ NAMESPACE_CACHE = Gauge(
     multiprocess_mode="livesum",
 )
 
+# The live GPU inventory (webhook.kube.inventory), per worker, refreshed with the gauges above.
+INVENTORY_SYNCED = Gauge(
+    "gpugate_inventory_synced",
+    "1 when every worker's GPU inventory has listed Nodes, RuntimeClasses, DeviceClasses and ResourceSlices "
+    "(0 before: no feasibility verdicts; absent offline).",
+    multiprocess_mode="livemin",
+)
+INVENTORY_OBJECTS = Gauge(
+    "gpugate_inventory_objects",
+    "Objects in the GPU inventory of the worker that knows the fewest, by kind.",
+    ["kind"],
+    multiprocess_mode="livemin",
+)
+INVENTORY_DRIFT = Gauge(
+    "gpugate_inventory_drift",
+    "Disagreements between the policies and the fleet (classes no node carries, GPU nodes no class covers); "
+    "`gpugate fleet --policies` lists them.",
+    multiprocess_mode="livemax",
+)
+
 _claimed: set[str] = set()
 _claim_lock = threading.Lock()
 

@@ -10,23 +10,20 @@ from ..admission.decision import Decision
 from ..admission.shapes import Workloads, request_problems
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-#: The longest integer a Kubernetes object holds is an int64 (20 characters with its sign); Python's own
-#: limit (4300 digits) raises a plain ValueError, and a long number costs quadratic time to convert.
-MAX_INT_CHARS = 32
 
 
 class _NumberError(ValueError):
     pass
 
 
-def _integer(text: str) -> int:
-    if len(text) > MAX_INT_CHARS:
-        raise _NumberError(f"a number of {len(text)} digits (an int64 has at most 19)")
-    return int(text)
-
-
 def _constant(text: str) -> Any:
     raise _NumberError(f"{text} is not JSON (RFC 8259 has no {text})")
+
+
+# One decoder for every request (json.loads with arguments builds a new one each call). Integers keep the C
+# scanner's own conversion: Python refuses those over 4300 digits with a plain ValueError, answered as a 400
+# below; anything shorter but beyond int64 no apiserver sends, and gpugate's readers bound it (pods/quantity.py).
+_DECODER = json.JSONDecoder(parse_constant=_constant)
 
 
 class GroupVersionKind(TypedDict):
@@ -68,8 +65,8 @@ def parse_review(body: bytes, *, workloads: Workloads | None = None) -> Review:
     """Parse and check an AdmissionReview body: kind, a known apiVersion and a request with a uid, and the JSON
     types of the object's fields gpugate reads for every kind in ``workloads`` (the policies' kinds included)."""
     try:
-        review = json.loads(body, parse_int=_integer, parse_constant=_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, _NumberError) as err:
+        review = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, NaN/Infinity, an integer too long
         raise ReviewError(f"request body is not JSON: {err}") from None
     if not isinstance(review, dict):
         raise ReviewError("request body is not a JSON object: expected an AdmissionReview")

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from flask import Flask
 
@@ -39,7 +40,10 @@ def build_app(
             "no cluster configuration (no --kubeconfig, not in a pod): namespace labels are treated as "
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
-    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache)
+    fleet = _fleet_watcher(kubeconfig)
+    app = create_app(
+        policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache, fleet=fleet
+    )
     refresh = app.extensions["gpugate.refresh"]
     copy = lastgood.location()
     saved = [""]
@@ -62,6 +66,25 @@ def build_app(
     refresh_and_keep_a_copy()
     _every(REFRESH_INTERVAL, refresh_and_keep_a_copy, name="gpugate-refresh")
     return app
+
+
+def _fleet_watcher(kubeconfig: str | None) -> Any:
+    """The live GPU inventory, on whenever gpugate has cluster access (``--kubeconfig``, or in a pod); None
+    offline. A worker's threads share it; no feasibility verdict until it has synced."""
+    import os
+
+    from ..kube import cluster
+    from ..kube.inventory import FleetWatcher
+
+    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    try:
+        watcher = FleetWatcher(cluster.api_client(kubeconfig))
+    except cluster.ClusterError as err:
+        log.warning("GPU inventory off: %s", err)
+        return None
+    watcher.start()
+    return watcher
 
 
 def _policy_store(policies_dir: str) -> PolicyStore:
