@@ -18,8 +18,8 @@ POST pods, i.e. what the controllers wait for) and, with gpugate, the webhooks' 
 and workers, /proc/<pid>/stat); gpugate's peak RSS; wrong placements (a pod on a pool its class does not name:
 must be 0); and `gpugate audit` over the result (its wall time and what it found).
 
-    .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000          # the published run
-    .venv/bin/python bench/fleet_scale.py --nodes 40 --pods 400 --json       # what tests/test_fleet_scale.py runs
+    .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000 --write  # the full run, into the docs
+    .venv/bin/python bench/fleet_scale.py --nodes 20 --pods 200 --json       # what the make-check test runs
 
 Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make check` (a small run is).
 """
@@ -45,10 +45,12 @@ from typing import Any
 from bench.apiserver import _children, _proc_cpu
 from tests.harness import fleet
 from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.kubeapi import ApiError
 from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 PODS_PER_WORKLOAD = 100
+STALL_SECONDS = 30.0  # no pod placed for this long: the rest will not be
 
 # class -> (share of the pods, pools it may land on, the GPU resource, what gpugate injects for it)
 CLASSES: dict[str, dict[str, Any]] = {
@@ -82,45 +84,65 @@ def pool_counts(nodes: int) -> dict[str, int]:
     return counts
 
 
-def workloads(pods: int, namespace: str, *, preformed: bool) -> Iterator[dict[str, Any]]:
-    """Deployments and Jobs (alternating, 100 pods each) over the classes by their shares."""
-    n = max(1, round(pods / PODS_PER_WORKLOAD))
-    per = math.ceil(pods / n)
-    order = [c for c, spec in CLASSES.items() for _ in range(max(1, round(spec["share"] * n)))]
-    order = (order * (n // max(1, len(order)) + 1))[:n]
-    for i, cls in enumerate(order):
-        spec = CLASSES[cls]
-        labels = {"app": f"w{i}", "gpugate.io/model": cls} if cls != "l4" else {"app": f"w{i}"}
-        pod_spec: dict[str, Any] = {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"limits": {spec["resource"]: "1"}},
-                }
-            ]
+GPUS_PER_NODE = {"l4": 4, "t4": 16, "h100": 8, "h100-mig": 56, "mi300x": 8}
+
+
+def class_pods(pods: int, counts: dict[str, int]) -> dict[str, int]:
+    """The pods of each class: at the shares of CLASSES, capped at 90 % of what the class's pool holds."""
+    out = {}
+    for cls, spec in CLASSES.items():
+        room = int(0.9 * counts.get(cls, 0) * GPUS_PER_NODE[cls])
+        out[cls] = min(room, round(pods * spec["share"]))
+    short = pods - sum(out.values())
+    for cls in sorted(CLASSES, key=lambda c: -(counts.get(c, 0) * GPUS_PER_NODE[c])):  # roomiest pools first
+        room = int(0.9 * counts.get(cls, 0) * GPUS_PER_NODE[cls]) - out[cls]
+        take = max(0, min(room, short))
+        out[cls] += take
+        short -= take
+    if short > 0:
+        raise SystemExit(f"fleet_scale: {pods} pods do not fit on these nodes; add --nodes")
+    return out
+
+
+def workloads(pods: int, counts: dict[str, int], namespace: str, *, preformed: bool) -> Iterator[dict[str, Any]]:
+    """Deployments and Jobs, alternating, of at most 100 pods each, over the classes (class_pods)."""
+    i = 0
+    for cls, total in class_pods(pods, counts).items():
+        n = math.ceil(total / PODS_PER_WORKLOAD)
+        for k in range(n):
+            size = total // n + (1 if k < total % n else 0)
+            yield _workload(i, cls, size, namespace, preformed=preformed)
+            i += 1
+
+
+def _workload(i: int, cls: str, size: int, namespace: str, *, preformed: bool) -> dict[str, Any]:
+    spec = CLASSES[cls]
+    labels = {"app": f"w{i}", "gpugate.io/model": cls} if cls != "l4" else {"app": f"w{i}"}
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {spec["resource"]: "1"}}}
+        ]
+    }
+    if preformed:
+        pod_spec.update(json.loads(json.dumps(INJECTED[spec["vendor"]])))
+        key, value = PRODUCT[cls]
+        pod_spec["nodeSelector"] = {key: value}
+    template = {"metadata": {"labels": labels}, "spec": pod_spec}
+    meta = {"name": f"w{i}-{cls}", "namespace": namespace, "labels": {"bench/class": cls}}
+    if i % 2 == 0:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {"replicas": size, "selector": {"matchLabels": {"app": f"w{i}"}}, "template": template},
         }
-        if preformed:
-            pod_spec.update(json.loads(json.dumps(INJECTED[spec["vendor"]])))
-            key, value = PRODUCT[cls]
-            pod_spec["nodeSelector"] = {key: value}
-        template = {"metadata": {"labels": labels}, "spec": pod_spec}
-        meta = {"name": f"w{i}-{cls}", "namespace": namespace, "labels": {"bench/class": cls}}
-        if i % 2 == 0:
-            yield {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": meta,
-                "spec": {"replicas": per, "selector": {"matchLabels": {"app": f"w{i}"}}, "template": template},
-            }
-        else:
-            template["spec"]["restartPolicy"] = "Never"
-            yield {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": meta,
-                "spec": {"parallelism": per, "completions": per, "backoffLimit": 0, "template": template},
-            }
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"parallelism": size, "completions": size, "backoffLimit": 0, "template": template},
+    }
 
 
 # ---- metrics ------------------------------------------------------------------------------------------------
@@ -140,6 +162,20 @@ def histogram(text: str, name: str, match: dict[str, str]) -> dict[float, float]
         le = math.inf if labels["le"] == "+Inf" else float(labels["le"])
         out[le] = out.get(le, 0.0) + float(value)
     return out
+
+
+def counter(text: str, name: str, match: dict[str, str] | None = None) -> float:
+    """The sum of every sample of `name` whose labels include `match`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, value = line.rsplit(" ", 1)
+        labels_text = head[len(name) + 1 : -1] if head.endswith("}") else ""
+        labels = {k: v.strip('"') for k, v in (part.split("=", 1) for part in _split_labels(labels_text))}
+        if all(labels.get(k) == v for k, v in (match or {}).items()):
+            total += float(value)
+    return total
 
 
 def _split_labels(text: str) -> list[str]:
@@ -212,6 +248,12 @@ class RunResult:
     apiserver_cpu_ms_per_pod: float = 0.0
     gpugate_cpu_ms_per_pod: float | None = None
     gpugate_peak_rss_mib: float | None = None
+    workload_create_retries: int = (
+        0  # Deployment/Job creates that failed (5xx, e.g. a webhook timeout) and were retried
+    )
+    webhook_calls: int | None = None  # the apiserver's calls to gpugate's webhooks
+    webhook_fail_open: int | None = None  # mutating calls that failed (e.g. timed out) and were ignored
+    webhook_rejections: int | None = None  # calls that refused the pod or failed closed
     audit_seconds: float | None = None
     audit_summary: str | None = None
     start_seconds: float = 0.0
@@ -251,22 +293,35 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
         cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
 
         t0 = time.monotonic()
-        created = list(workloads(pods, ns, preformed=mode == "none"))
+        created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode == "none"))
         for obj in created:
-            api.create(obj)
+            for attempt in range(10):  # as a user or a GitOps controller would: a webhook timeout is retried
+                try:
+                    api.create(obj)
+                    break
+                except ApiError as e:
+                    if e.status < 500 or attempt == 9:
+                        raise
+                    result.workload_create_retries += 1
+                    time.sleep(2.0)
         wanted = sum(o["spec"].get("replicas", o["spec"].get("completions", 0)) for o in created)
         result.pods_wanted = wanted
         deadline = t0 + timeout
         placed: list[dict[str, Any]] = []
+        last_progress, last_count = t0, 0
         while True:
             items = api.list("Pod", ns)
             placed = [
                 p for p in items if p["spec"].get("nodeName") and p["status"].get("phase") in ("Running", "Succeeded")
             ]
-            if len(placed) >= wanted or time.monotonic() > deadline:
+            now = time.monotonic()
+            if len(placed) > last_count:
+                last_progress, last_count = now, len(placed)
+            if len(placed) >= wanted or now > deadline or now - last_progress > STALL_SECONDS:
                 break
-            time.sleep(1.0)
-        result.seconds = time.monotonic() - t0
+            print(f"fleet_scale: {mode}: {len(items)} pods, {len(placed)} placed", file=sys.stderr, flush=True)
+            time.sleep(5.0)
+        result.seconds = last_progress - t0  # to the last placement seen (within one poll interval)
         result.pods_placed = len(placed)
         result.unplaced = wanted - len(placed)
         result.pods_per_second = len(placed) / result.seconds if result.seconds else 0.0
@@ -294,6 +349,17 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
             b, a = (histogram(m, name, hook) for m in (metrics_before, metrics_after))
             result.webhook_p50_ms = _ms(quantile(b, a, 0.5))
             result.webhook_p99_ms = _ms(quantile(b, a, 0.99))
+            deltas = {
+                metric: int(counter(metrics_after, metric) - counter(metrics_before, metric))
+                for metric in (
+                    "apiserver_admission_webhook_request_total",
+                    "apiserver_admission_webhook_fail_open_count",
+                    "apiserver_admission_webhook_rejection_count",
+                )
+            }
+            result.webhook_calls = deltas["apiserver_admission_webhook_request_total"]
+            result.webhook_fail_open = deltas["apiserver_admission_webhook_fail_open_count"]
+            result.webhook_rejections = deltas["apiserver_admission_webhook_rejection_count"]
             gm = gate.metrics()
             b, a = (
                 histogram(m, "gpugate_admission_duration_seconds", {"endpoint": "mutate"})
@@ -361,6 +427,10 @@ def render(results: list[RunResult], command: str) -> str:
         ("pod create in the apiserver, p99 ms", "pod_create_p99_ms", "{:.1f}"),
         ("gpugate's webhooks in the apiserver (mutating), p50 ms", "webhook_p50_ms", "{:.1f}"),
         ("gpugate's webhooks in the apiserver (mutating), p99 ms", "webhook_p99_ms", "{:.1f}"),
+        ("Deployment/Job creates retried after a 5xx (webhook timeout)", "workload_create_retries", "{}"),
+        ("webhook calls by the apiserver", "webhook_calls", "{}"),
+        ("mutating calls failed open (ignored: timeout or error)", "webhook_fail_open", "{}"),
+        ("webhook rejections (refused or failed closed)", "webhook_rejections", "{}"),
         ("gpugate's own /mutate handling, p50 ms", "gpugate_p50_ms", "{:.2f}"),
         ("gpugate's own /mutate handling, p99 ms", "gpugate_p99_ms", "{:.2f}"),
         ("kube-apiserver CPU ms per pod", "apiserver_cpu_ms_per_pod", "{:.2f}"),
@@ -380,6 +450,21 @@ def render(results: list[RunResult], command: str) -> str:
     return "\n".join(rows)
 
 
+SECTION_BEGIN = "<!-- fleet-scale: begin (bench/fleet_scale.py --write) -->"
+SECTION_END = "<!-- fleet-scale: end -->"
+# docs/development/performance.md is generated from bench/performance-template.md by bench/apiserver.py: the
+# section lives in both, so that neither command drops the other's figures.
+DOCS = (REPO / "docs" / "development" / "performance.md", REPO / "bench" / "performance-template.md")
+
+
+def write_section(rendered: str) -> None:
+    for doc in DOCS:
+        text = doc.read_text()
+        start, end = text.index(SECTION_BEGIN) + len(SECTION_BEGIN), text.index(SECTION_END)
+        body = rendered.replace("$", "$$") if doc.name == "performance-template.md" else rendered  # string.Template
+        doc.write_text(text[:start] + "\n" + body + "\n" + text[end:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/fleet_scale.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -387,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, none")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--write", action="store_true", help="put the table into docs/development/performance.md")
     args = parser.parse_args(argv)
     results = []
     for mode in args.modes.split(","):
@@ -398,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([asdict(r) for r in results], indent=2))
     else:
         command = "bench/fleet_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        print(render(results, command.strip()))
+        rendered = render(results, command.strip())
+        print(rendered)
+        if args.write:
+            write_section(rendered)
     wrong = sum(r.wrong_placements + r.unplaced for r in results)
     return 1 if wrong else 0
 

@@ -70,7 +70,7 @@ class ApiError(Exception):
 class KubeAPI:
     """REST calls against `server` (https://127.0.0.1:<port>) with a client certificate."""
 
-    def __init__(self, server: str, *, ca: Path, cert: Path, key: Path, timeout: float = 30.0) -> None:
+    def __init__(self, server: str, *, ca: Path, cert: Path, key: Path, timeout: float = 120.0) -> None:
         parsed = urllib.parse.urlsplit(server)
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 443
@@ -143,10 +143,17 @@ class KubeAPI:
     def get(self, kind: str, name: str, namespace: str | None = None) -> Any:
         return self.request("GET", f"{self.collection(kind, namespace)}/{name}")
 
-    def list(self, kind: str, namespace: str | None = None, **params: str) -> list[dict[str, Any]]:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        items: list[dict[str, Any]] = self.request("GET", f"{self.collection(kind, namespace)}{query}").get("items", [])
-        return items
+    def list(self, kind: str, namespace: str | None = None, *, page: int = 2000, **params: str) -> list[dict[str, Any]]:
+        """Every object of `kind`, fetched `page` at a time (one huge response can outlast the timeout)."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = {**params, "limit": str(page), **({"continue": token} if token else {})}
+            body = self.request("GET", f"{self.collection(kind, namespace)}?{urllib.parse.urlencode(query)}")
+            items += body.get("items", [])
+            token = (body.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
 
     def delete(self, kind: str, name: str, namespace: str | None = None, *, missing_ok: bool = True) -> None:
         try:

@@ -1,0 +1,54 @@
+"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs), in both of
+its modes: every pod placed on a pool of its class, with gpugate registered (gpugate injecting what the
+templates leave out) and without it (the templates carrying it), the figures the published run reports
+measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the full run's numbers are in
+docs/development/performance.md."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import fleet_scale
+from tests.harness.controlplane import BinariesMissing
+from tests.harness.scheduling import find_scheduling_binaries
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def binaries() -> None:
+    try:
+        find_scheduling_binaries()
+    except BinariesMissing as e:
+        if os.environ.get("CI") or shutil.which("go"):
+            pytest.fail(f"{e}: run tests/e2e/build.sh (or `make tools`)", pytrace=False)
+        pytest.skip(f"!!! FLEET SCALE TEST SKIPPED: {e}")
+
+
+def test_class_pods_fill_the_classes_within_their_pools() -> None:
+    counts = fleet_scale.pool_counts(40)
+    share = fleet_scale.class_pods(400, counts)
+    assert sum(share.values()) == 400
+    for cls, n in share.items():
+        assert n <= 0.9 * counts[cls] * fleet_scale.GPUS_PER_NODE[cls], (cls, n, counts)
+    with pytest.raises(SystemExit, match="do not fit"):
+        fleet_scale.class_pods(10_000, counts)
+
+
+@pytest.mark.parametrize("mode", ["gpugate", "none"])
+def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tmp_path: Path) -> None:
+    result = fleet_scale.run(mode, nodes=20, pods=200, workdir=tmp_path, timeout=300)
+
+    assert result.pods_wanted == 200
+    assert (result.pods_placed, result.wrong_placements) == (200, 0), result.wrong_examples
+    assert result.pod_create_p50_ms is not None and result.apiserver_cpu_ms_per_pod > 0
+    if mode == "gpugate":
+        assert result.webhook_p50_ms is not None and result.gpugate_p50_ms is not None
+        assert result.gpugate_cpu_ms_per_pod and result.gpugate_peak_rss_mib
+        assert result.audit_summary and " 0 refused, 0 warned, 0 changed" in result.audit_summary, result.audit_summary
+    else:
+        assert result.webhook_p50_ms is None and result.audit_summary is None
