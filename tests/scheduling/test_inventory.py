@@ -60,6 +60,29 @@ def _pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str]
     }
 
 
+def _claiming(cluster: FleetCluster, ns: str, name: str, device_class: str, count: int, **spec: Any) -> Any:
+    """A ResourceClaimTemplate on ``device_class`` and a pod claiming from it, created; the pod's kubectl result."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "d", "exactly": {"deviceClassName": device_class, "count": count}}]}
+            }
+        },
+    }
+    assert cluster.kubectl("create", "-f", "-", stdin=template, check=False).ok
+    body = {
+        "resourceClaims": [{"name": "d", "resourceClaimTemplateName": name}],
+        "containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "d"}]}}
+        ],
+        **spec,
+    }
+    return cluster.kubectl("create", "-f", "-", stdin=_pod(name, ns, body), check=False)
+
+
 def _container(**limits: Any) -> dict[str, Any]:
     return {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}
 
@@ -88,24 +111,7 @@ def test_a_dra_claim_is_allocated_by_the_scheduler_from_the_resource_slices(
 ) -> None:
     cluster, _ = fleet
     ns = cluster.create_namespace("dra-claim")
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two-gpus", "namespace": ns},
-        "spec": {
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}
-            }
-        },
-    }
-    assert cluster.kubectl("create", "-f", "-", stdin=template, check=False).ok
-    spec = {
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}],
-        "containers": [
-            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}
-        ],
-    }
-    created = cluster.kubectl("create", "-f", "-", stdin=_pod("claims-two", ns, spec), check=False)
+    created = _claiming(cluster, ns, "claims-two", "gpu.nvidia.com", 2)
     assert created.ok, created
     stored = cluster.api.get("Pod", "claims-two", ns)
     # gpugate resolved the claim to NVIDIA's GPU DeviceClass: the NVIDIA toleration, no runtime class
@@ -128,23 +134,7 @@ def test_a_dra_claim_is_allocated_by_the_scheduler_from_the_resource_slices(
 def test_a_cpu_claim_tolerating_the_gpu_taint_is_refused(fleet: tuple[FleetCluster, GPUGate]) -> None:
     cluster, _ = fleet
     ns = cluster.create_namespace("cpu-claim")
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "cpus", "namespace": ns},
-        "spec": {
-            "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": "dra.cpu", "count": 2}}]}}
-        },
-    }
-    assert cluster.kubectl("create", "-f", "-", stdin=template, check=False).ok
-    spec = {
-        "resourceClaims": [{"name": "cpus", "resourceClaimTemplateName": "cpus"}],
-        "containers": [
-            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "cpus"}]}}
-        ],
-        "tolerations": [NVIDIA_TOLERATION],
-    }
-    result = cluster.kubectl("create", "-f", "-", stdin=_pod("squatter", ns, spec), check=False)
+    result = _claiming(cluster, ns, "squatter", "dra.cpu", 2, tolerations=[NVIDIA_TOLERATION])
     assert not result.ok and "requests no GPU but tolerates the GPU node taint" in result.stderr, result
 
 

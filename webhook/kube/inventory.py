@@ -11,13 +11,12 @@ empty), so feasibility never judges on a partial picture.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,8 @@ from ..inventory.model import (
     node_of,
     slice_of,
 )
+from .client import close as _close
+from .namespaces import _events  # one way to read a watch stream
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +64,6 @@ class _Expired(Exception):
 
 class _NotServed(Exception):
     """No version of this kind is served (404 on every path)."""
-
-
-def _close(response: Any) -> None:
-    for method in ("shutdown", "close"):
-        with contextlib.suppress(Exception):
-            getattr(response, method, lambda: None)()
-
-
-def _events(response: Any) -> Iterator[Mapping[str, Any]]:
-    pending = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
-    if pending.strip():
-        yield json.loads(pending)
 
 
 class FleetWatcher:
