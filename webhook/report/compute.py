@@ -3,17 +3,15 @@
 Every evaluation time ``t`` of a range query stands for the interval ``(t - step, t]``. At each step the
 GPUs a pod holds are joined to the pod's attribution labels *at that step*, so a pod that ended or was
 renamed mid-window is billed for the steps it held GPUs, not for the window. The window arrives in chunks
-of steps (:meth:`Integrator.add`); only sums per group, workload and bucket outlive a chunk, so memory is
-bounded by groups and one chunk, not by series x steps. docs/report.md explains each rule and its source.
+of steps (:meth:`Integrator.add`; :mod:`.chunk` decodes one); only sums per group, workload and bucket outlive
+a chunk (:mod:`.totals`), so memory is bounded by groups and one chunk, not by series x steps. docs/report.md
+explains each rule and its source.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 from .accounting import (
     MIG_PREFIX,
@@ -31,16 +29,21 @@ from .accounting import (
     mig_profile_of,
     sanitize,
 )
-from .series import Labels, Series
-
-DEFAULT_THRESHOLD = 10.0  # percent; a GPU busy less than this during a step is idle for that step
-UNLABELLED = "unlabelled"
-GROUPS = ("team", "cost-center", "workload", "namespace")
-BUCKETS = {"1h": 3600, "1d": 86400}
-
-# The per-pod label keys on kube_pod_labels (kube-state-metrics: "label_" + sanitised key) and on DCGM
-# series (dcgm-exporter --kubernetes-enable-pod-labels: sanitised key, no prefix).
-ATTRIBUTION_KEYS = ("team", "cost_center", "workload_kind", "workload_name")
+from .chunk import Chunk, StepDevices
+from .model import (
+    ATTRIBUTION_KEYS,
+    BUCKETS,
+    DEFAULT_THRESHOLD,
+    GROUPS,
+    UNLABELLED,
+    DeviceKey,
+    Inputs,
+    Pod,
+    Report,
+    dcgm_label,
+    ksm_label,
+)
+from .totals import Totals
 
 __all__ = [
     "ATTRIBUTION_KEYS",
@@ -62,256 +65,7 @@ __all__ = [
 ]
 
 
-def ksm_label(key: str) -> str:
-    return f"label_gpugate_io_{key}"
-
-
-def dcgm_label(key: str) -> str:
-    return f"gpugate_io_{key}"
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """One chunk of what the report is computed from; :mod:`webhook.report.queries` fetches it."""
-
-    steps: Sequence[float]  # evaluation times, ascending; each stands for (t - step, t]
-    step: float  # seconds
-    requests: Sequence[Series]  # {namespace, pod, resource, node}: units requested by a Pending/Running bound pod
-    pod_labels: Sequence[Series]  # kube_pod_labels {namespace, pod, label_gpugate_io_*}
-    engine_active: Sequence[Series]  # DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio 0..1) {UUID, GPU_I_ID, ..., pod}
-    gpu_util: Sequence[Series]  # DCGM_FI_DEV_GPU_UTIL (percent)
-    memory_peak: Sequence[Series] = ()  # max DCGM_FI_DEV_FB_USED (MiB) over the window, per device and pod
-    # Pods on device series that kube-state-metrics lists but that request no GPU: with honorLabels, the
-    # series of a GPU nobody holds carry the exporter pod's own target labels. Those GPUs are unallocated.
-    non_gpu_pods: Sequence[Series] = ()
-    # node (dcgm-exporter's Hostname) -> (modelName, GPU_I_PROFILE) of its MIG instances over the window,
-    # from the series index: under the single strategy a slice requested as nvidia.com/gpu is that profile.
-    mig_nodes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-
-
-@dataclass
-class Capacity:
-    """The fleet's GPU-hours as the bill has them: capacity = allocated + unallocated, per model and resource."""
-
-    allocated_hours: float = 0.0
-    unallocated_hours: float = 0.0
-    allocated_cost: float = 0.0
-    unallocated_cost: float = 0.0
-    no_telemetry_cost: float = 0.0
-    by_model: dict[str, dict[str, float]] = field(default_factory=dict)
-    by_resource: dict[str, dict[str, float]] = field(default_factory=dict)
-    # (model, kind) -> GPU-hours and unit-hours (device or replica held for an hour): the fleet's classes
-    classes: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    # How the fleet requests them: (model, kind) -> the Kubernetes resource name pods asked for
-    requested_as: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    @property
-    def hours(self) -> float:
-        return self.allocated_hours + self.unallocated_hours
-
-    @property
-    def cost(self) -> float:
-        return self.allocated_cost + self.unallocated_cost
-
-    def add(
-        self, *, model: str, resource: str, hours: float, cost: float | None, allocated: bool, units: float = 0.0
-    ) -> None:
-        what = "allocated" if allocated else "unallocated"
-        found = self.classes.setdefault((model, resource), [0.0, 0.0])
-        found[0] += hours
-        found[1] += units
-        if allocated:
-            self.allocated_hours += hours
-            self.allocated_cost += cost or 0.0
-        else:
-            self.unallocated_hours += hours
-            self.unallocated_cost += cost or 0.0
-        for table, key in ((self.by_model, model or "unknown"), (self.by_resource, resource)):
-            entry = table.setdefault(key, {})
-            entry[f"{what}_hours"] = entry.get(f"{what}_hours", 0.0) + hours
-            entry[f"{what}_cost"] = entry.get(f"{what}_cost", 0.0) + (cost or 0.0)
-
-
-@dataclass
-class Timeline:
-    """Per step, for the charts: GPU-equivalents allocated, and their mean utilisation where known."""
-
-    times: list[float]
-    allocated: dict[str, list[float]]
-    utilisation: dict[str, list[float | None]]
-
-
-@dataclass
-class Report:
-    start: float
-    end: float
-    step: float
-    group_by: str
-    threshold: float
-    rows: list[Row]
-    total: Row
-    workloads: list[Workload]
-    timeline: Timeline
-    currency: str | None
-    notes: list[str]
-    capacity: Capacity = field(default_factory=Capacity)
-    bucket: int | None = None
-    buckets: dict[str, list[Bucket]] = field(default_factory=dict)  # "fleet" and each group
-    all_workloads: list[Workload] = field(default_factory=list)
-    recommendations: list[dict[str, Any]] | None = None  # --recommend (webhook/report/recommend.py)
-
-
-Pod = tuple[str, str]
-DeviceKey = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class _DeviceSeries:
-    """What one dcgm-exporter series says besides its values; worked out once per chunk, not at every step."""
-
-    key: DeviceKey
-    profile: str
-    model: str
-    host: str
-    pod: Pod | None
-    vgpu: str  # dcgm-exporter --kubernetes-virtual-gpus: the replica of a time-sliced GPU, else ""
-    attribution: dict[str, str] | None  # gpugate's labels copied by dcgm-exporter, if any
-
-
-def _device_series(labels: Labels) -> _DeviceSeries:
-    # dcgm-exporter names the GPU's UUID label "UUID" ("uuid" with --use-old-namespace); a MIG
-    # instance is the pair (parent UUID, GPU_I_ID) (internal/pkg/rendermetrics/render_metrics.go).
-    key = (labels.get("UUID") or labels.get("uuid") or "", labels.get("GPU_I_ID", ""))
-    pod = (labels.get("namespace", ""), labels.get("pod", "")) if labels.get("pod") else None
-    return _DeviceSeries(
-        key=key,
-        profile=labels.get("GPU_I_PROFILE", ""),
-        model=labels.get("modelName", ""),
-        host=labels.get("Hostname", ""),
-        pod=pod,
-        vgpu=labels.get("vgpu", ""),
-        attribution=_attribution(labels, dcgm_label),
-    )
-
-
-def _attribution(labels: Labels, name: object) -> dict[str, str] | None:
-    """gpugate's labels on a series (kube_pod_labels' or dcgm-exporter's spelling), or None without a team."""
-    spell = ksm_label if name is ksm_label else dcgm_label
-    if not labels.get(spell("team")):
-        return None
-    return {key: labels.get(spell(key), "") for key in ATTRIBUTION_KEYS}
-
-
-def _pod_of(labels: Labels) -> Pod:
-    return (labels.get("namespace", ""), labels.get("pod", ""))
-
-
-def _index(series: Sequence[Series], steps: Mapping[float, int]) -> list[list[tuple[int, float]]]:
-    """Samples regrouped by step index (Prometheus returns them per series), as (series number, value)."""
-    out: list[list[tuple[int, float]]] = [[] for _ in steps]
-    for number, one in enumerate(series):
-        for t, value in one.samples.items():
-            index = steps.get(t)
-            if index is not None and not math.isnan(value):
-                out[index].append((number, value))
-    return out
-
-
-@dataclass
-class _StepDevices:
-    """What telemetry says about each device in one step."""
-
-    prof: dict[DeviceKey, float] = field(default_factory=dict)  # the device's value (max over its copies)
-    dev: dict[DeviceKey, float] = field(default_factory=dict)
-    # Outside virtual-GPU mode one series is one pod's: in a hand-over step each pod keeps its own value.
-    prof_of_pod: dict[tuple[DeviceKey, Pod], float] = field(default_factory=dict)
-    dev_of_pod: dict[tuple[DeviceKey, Pod], float] = field(default_factory=dict)
-    meta: dict[DeviceKey, _DeviceSeries] = field(default_factory=dict)
-    # (pod, replica) per device: a pod holding two replicas of one time-sliced GPU holds two of its shares.
-    holders: dict[DeviceKey, set[tuple[Pod, str]]] = field(default_factory=lambda: defaultdict(set))
-    dcgm_attribution: dict[Pod, dict[str, str]] = field(default_factory=dict)
-
-
-@dataclass
-class _Chunk:
-    """One chunk's series, decoded once and indexed by step."""
-
-    steps: list[float]
-    requests: list[list[tuple[int, float]]]
-    labels: list[list[tuple[int, float]]]
-    engine: list[list[tuple[int, float]]]
-    util: list[list[tuple[int, float]]]
-    non_gpu: list[list[tuple[int, float]]]
-    engine_series: list[_DeviceSeries]
-    util_series: list[_DeviceSeries]
-    request_series: list[tuple[Pod, str, str]]  # pod, resource, node
-    label_series: list[tuple[Pod, dict[str, str] | None]]
-    non_gpu_series: list[Pod]
-
-    @classmethod
-    def of(cls, inputs: Inputs) -> _Chunk:
-        steps = list(inputs.steps)
-        where = {t: i for i, t in enumerate(steps)}
-        return cls(
-            steps=steps,
-            requests=_index(inputs.requests, where),
-            labels=_index(inputs.pod_labels, where),
-            engine=_index(inputs.engine_active, where),
-            util=_index(inputs.gpu_util, where),
-            non_gpu=_index(inputs.non_gpu_pods, where),
-            engine_series=[_device_series(s.labels) for s in inputs.engine_active],
-            util_series=[_device_series(s.labels) for s in inputs.gpu_util],
-            request_series=[
-                (_pod_of(s.labels), s.labels.get("resource", ""), s.labels.get("node", "")) for s in inputs.requests
-            ],
-            label_series=[(_pod_of(s.labels), _attribution(s.labels, ksm_label)) for s in inputs.pod_labels],
-            non_gpu_series=[_pod_of(s.labels) for s in inputs.non_gpu_pods],
-        )
-
-    def devices(self, i: int) -> _StepDevices:
-        """Per device: the profiling value, the GPU_UTIL value, the pods (and replicas) holding it. Virtual-GPU
-        mode copies each field to every pod sharing the GPU; the copies carry the same value (GPU_UTIL per
-        process is lower and loses), so the device's value is their maximum."""
-        found = _StepDevices()
-        exporters = {self.non_gpu_series[n] for n, _ in self.non_gpu[i]}
-        for samples, info, values, of_pod, scale in (
-            (self.engine[i], self.engine_series, found.prof, found.prof_of_pod, 100.0),
-            (self.util[i], self.util_series, found.dev, found.dev_of_pod, 1.0),
-        ):
-            for number, raw in samples:
-                series = info[number]
-                key, value = series.key, raw * scale
-                if value > values.get(key, -1.0):
-                    values[key] = value
-                found.meta.setdefault(key, series)
-                # A pod kube-state-metrics lists that requests no GPU is not the GPU's user: it is the
-                # exporter's own pod, its labels added by the scrape (honorLabels on a series without them).
-                if series.pod and series.pod not in exporters:
-                    of_pod[key, series.pod] = value
-                    found.holders[key].add((series.pod, series.vgpu))
-                    if series.attribution:
-                        found.dcgm_attribution[series.pod] = series.attribution
-        return found
-
-    def pods(self, i: int) -> tuple[dict[Pod, list[str]], dict[Pod, str], dict[Pod, dict[str, str] | None]]:
-        """Per pod in one step: the units it requested (one entry per unit), its node, its gpugate labels."""
-        requested: dict[Pod, list[str]] = defaultdict(list)
-        nodes: dict[Pod, str] = {}
-        for number, value in self.requests[i]:
-            pod, resource, node = self.request_series[number]
-            requested[pod].extend([resource] * round(value))
-            nodes[pod] = node
-        attribution: dict[Pod, dict[str, str] | None] = {}
-        for number, _ in self.labels[i]:
-            pod, labels = self.label_series[number]
-            # A labelled series wins over an unlabelled one (a kube-state-metrics replica without the
-            # allowlist during a rollout), as in deploy/monitoring's namespace_pod:gpugate_attribution:info.
-            if labels or pod not in attribution:
-                attribution[pod] = labels
-        return requested, nodes, attribution
-
-
-class Integrator:
+class Integrator(Totals):
     """Integrates the window chunk by chunk (:meth:`add`), then :meth:`finish` makes the report."""
 
     def __init__(
@@ -325,29 +79,25 @@ class Integrator:
         bucket: int | None = None,
         keep_timeline: bool = True,
     ) -> None:
-        if group_by not in GROUPS:
-            raise ValueError(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}")
-        self.step, self.group_by, self.threshold, self.prices = step, group_by, threshold, prices
-        self.top, self.bucket, self.keep_timeline = top, bucket, keep_timeline
-        self.step_hours = step / 3600.0
-        self.times: list[float] = []
-        self.groups: dict[str, Accumulator] = {}
-        self.total = Accumulator("total")
-        self.workloads: dict[str, Workload] = {}
-        self.capacity = Capacity()
-        self.fleet_buckets: dict[int, Bucket] = {}
-        self.last_group: dict[Pod, tuple[str, str]] = {}  # pod -> (group, workload key)
+        super().__init__(
+            step=step,
+            group_by=group_by,
+            threshold=threshold,
+            prices=prices,
+            top=top,
+            bucket=bucket,
+            keep_timeline=keep_timeline,
+        )
         self.known_units: dict[Pod, list[Unit]] = {}
         self.time_sliced: set[str] = set()  # GPU UUIDs seen with dcgm-exporter's vgpu label, or requested as shared
         self.mig_nodes: dict[str, tuple[str, str]] = {}
         self.owners: dict[tuple[Pod, int, int], tuple[Accumulator, Workload]] = {}
         self.unit_cache: dict[tuple[str, str, int, str, int, str], Unit] = {}
-        self.unknown_models: set[str] = set()
 
     # ---- one chunk ---------------------------------------------------------------------------
 
     def add(self, inputs: Inputs) -> None:
-        chunk = _Chunk.of(inputs)
+        chunk = Chunk.of(inputs)
         # The owner cache is keyed by the ids of this chunk's label dicts; a freed dict's id can be reused.
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
@@ -358,7 +108,7 @@ class Integrator:
             self.times.append(t)
             self._step(chunk, i, len(self.times) - 1, t)
 
-    def _step(self, chunk: _Chunk, i: int, index: int, t: float) -> None:
+    def _step(self, chunk: Chunk, i: int, index: int, t: float) -> None:
         devices = chunk.devices(i)
         requested, nodes, ksm = chunk.pods(i)
         pod_devices: dict[Pod, list[DeviceKey]] = defaultdict(list)
@@ -427,7 +177,7 @@ class Integrator:
         pod: Pod,
         keys: Sequence[DeviceKey],
         units: list[str],
-        devices: _StepDevices,
+        devices: StepDevices,
         accumulator: Accumulator,
         workload: Workload,
         index: int,
@@ -515,7 +265,7 @@ class Integrator:
                 unit, accumulator, workload, held=(pod, resource, n), index=index, t=t, utilisation=None, missing=True
             )
 
-    def _bill_unallocated(self, devices: _StepDevices, t: float) -> None:
+    def _bill_unallocated(self, devices: StepDevices, t: float) -> None:
         """Devices telemetry shows that no pod holds: capacity nobody was allocated (the bill still has it). A
         whole-GPU series of a GPU whose MIG instances are reported is the parent, not more capacity."""
         partitioned: dict[str, float] = defaultdict(float)  # MIG parent UUID -> share its instances hold
@@ -606,84 +356,6 @@ class Integrator:
 
     def _bucket_start(self, t: float) -> int | None:
         return int((t - self.step) // self.bucket * self.bucket) if self.bucket else None
-
-    # ---- the report --------------------------------------------------------------------------
-
-    def memory(self, peaks: Sequence[Series]) -> None:
-        """Peak framebuffer memory per pod over the window, to the group and workload it was last seen in."""
-        for peak in peaks:
-            pod = _pod_of(peak.labels)
-            if pod not in self.last_group or not peak.samples:
-                continue
-            value = max(peak.samples.values())
-            group, workload = self.last_group[pod]
-            for row in (self.groups[group].row, self.total.row):
-                row.peak_memory_mib = max(row.peak_memory_mib or 0.0, value)
-            found = self.workloads[workload]
-            found.peak_memory_mib = max(found.peak_memory_mib or 0.0, value)
-
-    def finish(self) -> Report:
-        for accumulator in self.groups.values():
-            self.total.merge(accumulator)
-        priced = self.prices is not None
-        rows = sorted(
-            (acc.finish(priced=priced) for acc in self.groups.values()),
-            key=lambda row: (-row.idle_hours, -row.allocated_hours, row.group),
-        )
-        total = self.total.finish(priced=priced)
-        ranked = sorted(self.workloads.values(), key=lambda w: (-w.idle_hours, w.key))
-        return Report(
-            start=self.times[0] - self.step if self.times else 0.0,
-            end=self.times[-1] if self.times else 0.0,
-            step=self.step,
-            group_by=self.group_by,
-            threshold=self.threshold,
-            rows=rows,
-            total=total,
-            workloads=[w for w in ranked if w.idle_hours > 0][: self.top],
-            timeline=self._timeline(rows),
-            currency=self.prices.currency if self.prices else None,
-            notes=self._notes(total),
-            capacity=self.capacity,
-            bucket=self.bucket,
-            buckets=self._buckets(),
-            all_workloads=ranked,
-        )
-
-    def _timeline(self, rows: Sequence[Row]) -> Timeline:
-        shown = [(row.group, self.groups[row.group]) for row in rows] + [("total", self.total)]
-        return Timeline(
-            times=self.times,
-            allocated={name: acc.timeline_allocated(len(self.times)) for name, acc in shown},
-            utilisation={name: acc.timeline_utilisation(len(self.times)) for name, acc in shown},
-        )
-
-    def _buckets(self) -> dict[str, list[Bucket]]:
-        if not self.bucket:
-            return {}
-        out = {"fleet": [self.fleet_buckets[k] for k in sorted(self.fleet_buckets)]}
-        for name, accumulator in sorted(self.groups.items()):
-            out[name] = [accumulator.buckets[k] for k in sorted(accumulator.buckets)]
-        return out
-
-    def _notes(self, total: Row) -> list[str]:
-        notes = []
-        if total.allocated_hours and total.telemetry_share < 0.9:
-            notes.append(
-                f"only {100 * total.telemetry_share:.0f}% of allocated GPU-hours had telemetry; "
-                "hours without it are neither busy nor idle"
-            )
-        if self.prices is not None and total.unpriced_hours:
-            notes.append(
-                f"{total.unpriced_hours:.1f} GPU-hours have no price (add their model, profile or "
-                "'default' to the price table)"
-            )
-        if self.unknown_models:
-            notes.append(
-                f"MIG geometry of {', '.join(sorted(self.unknown_models))} is not known: a <g>g profile counts as "
-                "g of 7 slices"
-            )
-        return notes
 
 
 def compute_report(

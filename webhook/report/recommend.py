@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction
-from .compute import Capacity, Report
+from .model import Capacity, Report
 
 HEADROOM = 1.25  # a class must hold 25% more than the p95 compute share and the peak memory
 LIGHT_USE = 20.0  # percent p95: a workload this light may move to a smaller model, whose speed is unknown

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..pods.affinity import label_expressions, required_terms, requirement_text
 from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
 from ..policy.classes import ModelClass, Models
 from ..policy.keys import MODEL_LABEL
@@ -37,27 +38,12 @@ RULE = "model-selection"
 _AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
-
-
-def _requirement_text(r: Mapping[str, Any]) -> str:
-    values = r.get("values") or []
-    return (
-        f"{r.get('key')} {r.get('operator')} [{', '.join(map(str, values))}]"
-        if values
-        else f"{r.get('key')} {r.get('operator')}"
-    )
-
-
 def _affinity_changes(before: Any, after: Any) -> list[PodChange]:
     if before == after:
         return []
-    old = [r for term in _required_terms({"affinity": before}) for r in term.get("matchExpressions") or []]
-    new = [r for term in _required_terms({"affinity": after}) for r in term.get("matchExpressions") or []]
-    texts = sorted({_requirement_text(r) for r in new if r not in old}) or ["changed"]
+    old = [r for term in required_terms({"affinity": before}) for r in term.get("matchExpressions") or []]
+    new = [r for term in required_terms({"affinity": after}) for r in term.get("matchExpressions") or []]
+    texts = sorted({requirement_text(r) for r in new if r not in old}) or ["changed"]
     return [PodChange("affinity", f"required node affinity {text}") for text in texts]
 
 
@@ -86,10 +72,6 @@ record = rule(
 )
 
 
-def _model_expressions(term: Mapping[str, Any], label: str) -> list[Mapping[str, Any]]:
-    return [e for e in term.get("matchExpressions") or [] if isinstance(e, Mapping) and e.get("key") == label]
-
-
 @dataclass
 class Choice:
     """The class a pod lands in, as far as the policy can tell, and what is wrong with its choice."""
@@ -113,14 +95,14 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
     spec = pod.spec
     found: list[tuple[str, str, list[str]]] = []
     selector = spec.get("nodeSelector") or {}
-    terms = _required_terms(spec)
+    terms = required_terms(spec)
     for key in keys:
         if key in selector:
             found.append((key, f"nodeSelector[{key}]", [str(selector[key])]))
             continue
         if not terms:
             continue
-        per_term = [[e for e in _model_expressions(t, key) if e.get("operator") == "In"] for t in terms]
+        per_term = [[e for e in label_expressions(t, key) if e.get("operator") == "In"] for t in terms]
         if all(per_term):
             for t, exprs in enumerate(per_term):
                 e = next(i for i, x in enumerate(terms[t].get("matchExpressions") or []) if x is exprs[0])
@@ -330,7 +312,7 @@ def _outside_class(pod: PodView, ctx: PodContext, chosen: ModelClass, device: De
                 f"remove the selector (gpugate adds it) or choose the class with label {MODEL_LABEL}",
             )
         )
-    for t, term in enumerate(_required_terms(spec)):
+    for t, term in enumerate(required_terms(spec)):
         for e, expr in enumerate(term.get("matchExpressions") or []):
             if not isinstance(expr, Mapping) or expr.get("key") != label:
                 continue
@@ -382,13 +364,13 @@ def _add_model_values(editor: PodEditor, chosen: ModelClass, label: str) -> list
     values = chosen.values
     if label in (spec.get("nodeSelector") or {}):
         return []
-    terms = _required_terms(spec)
+    terms = required_terms(spec)
     lacking = [
-        i for i, term in enumerate(terms) if not any(e.get("operator") == "In" for e in _model_expressions(term, label))
+        i for i, term in enumerate(terms) if not any(e.get("operator") == "In" for e in label_expressions(term, label))
     ]
     if terms and not lacking:
         return []
-    if len(values) == 1 and not any(_model_expressions(term, label) for term in terms):
+    if len(values) == 1 and not any(label_expressions(term, label) for term in terms):
         editor.set_node_selector(label, values[0])
         return [Change("nodeSelector", f"nodeSelector {label}={values[0]}")]
     expression = {"key": label, "operator": "In", "values": list(values)}
