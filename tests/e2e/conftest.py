@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
+from tests.harness.fleet import device_classes
 from tests.harness.gpugate import GPUGate, Stack, point_at, register, render_deploy
 from tests.harness.polling import eventually
 
@@ -153,6 +154,10 @@ def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
                 "handler": "nvidia",
             },
         )
+        # The DeviceClasses NVIDIA's DRA driver installs (and the CPU driver's), before gpugate starts: its live
+        # inventory refuses a pod naming a DeviceClass the cluster does not have.
+        for device_class in device_classes():
+            cp.kubectl("apply", "-f", "-", stdin=device_class)
         cp.ensure_default_service_account("kube-system")
         cp.kubectl("apply", "--server-side", "-f", str(CRDS))
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)

@@ -197,20 +197,12 @@ def stored(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, 
 
 
 def test_dra_pod_with_its_claim_template_and_the_gpu_toleration(fleet: Stack) -> None:
-    """DRA: a DeviceClass and a ResourceClaimTemplate in resource.k8s.io/v1 (served by default since
-    Kubernetes 1.34), and a pod that claims a GPU through it and tolerates the GPU taint: stored with
-    the claim, the toleration and the attribution labels, and no runtime class or model selector."""
+    """DRA: a ResourceClaimTemplate in resource.k8s.io/v1 (served by default since Kubernetes 1.34) on
+    NVIDIA's DeviceClass gpu.nvidia.com (installed by the fixture, as the DRA driver installs it), and a pod
+    that claims a GPU through it and tolerates the GPU taint: stored with the claim, the toleration and the
+    attribution labels, and no runtime class or model selector."""
     cp = fleet.cluster
     ns = cp.create_namespace("fleet-dra", {"team": "vision"})
-    create(
-        cp,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu.example.com"},
-            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]},
-        },
-    )
     create(
         cp,
         {
@@ -218,7 +210,7 @@ def test_dra_pod_with_its_claim_template_and_the_gpu_toleration(fleet: Stack) ->
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": "single-gpu", "namespace": ns},
             "spec": {
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
             },
         },
     )
