@@ -538,17 +538,7 @@ def measure(args: argparse.Namespace) -> Run:
                 "bench: this kube-apiserver does not serve admissionregistration.k8s.io/v1 "
                 "mutatingadmissionpolicies (GA and on by default from Kubernetes 1.36)"
             )
-        cp.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        cp.ensure_runtime_class("nvidia")
         cp.ensure_default_service_account("kube-system")
         namespace = cp.create_namespace("bench", labels={"team": "ml"})
         context = ssl.create_default_context(cafile=str(cp.ca.cert_path))

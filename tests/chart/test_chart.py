@@ -498,17 +498,7 @@ def installed(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        cp.ensure_runtime_class("nvidia")
         policy_dir = work / "policies"
         policy_dir.mkdir()
         gate = GPUGate(work / "gpugate", policy_dir, kubeconfig=cp.kubeconfig)  # picks its loopback port

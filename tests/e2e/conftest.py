@@ -94,17 +94,7 @@ def stack_factory(
         (policy_dir / "fleet.yaml").write_text(BASE_POLICY)
         (policy_dir / "reload.yaml").write_text(reload_policy("h100"))
         # The RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist.
-        cp.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        cp.ensure_runtime_class("nvidia")
         cp.ensure_default_service_account("kube-system")
         gate = GPUGate(work, policy_dir, kubeconfig=cp.kubeconfig)
         gates.append(gate)
@@ -143,17 +133,7 @@ def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        cp.ensure_runtime_class("nvidia")
         # The DeviceClasses NVIDIA's DRA driver installs (and the CPU driver's), before gpugate starts: its live
         # inventory refuses a pod naming a DeviceClass the cluster does not have.
         for device_class in device_classes():

@@ -284,17 +284,7 @@ def start(workdir: Path, *, validate_failure_policy: str | None = None, backstop
     cp = ControlPlane(find_binaries(), workdir / "cluster")
     cp.start()
     try:
-        cp.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        cp.ensure_runtime_class("nvidia")
         cp.ensure_default_service_account("kube-system")
         policy_dir = workdir / "policies"
         policy_dir.mkdir()

@@ -48,17 +48,7 @@ def cp(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
     try:
         plane.start()
         # The RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist.
-        plane.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={
-                "apiVersion": "node.k8s.io/v1",
-                "kind": "RuntimeClass",
-                "metadata": {"name": "nvidia"},
-                "handler": "nvidia",
-            },
-        )
+        plane.ensure_runtime_class("nvidia")
         yield plane
     finally:
         plane.stop()

@@ -276,6 +276,16 @@ class ControlPlane:
         self.ensure_default_service_account(name)
         return name
 
+    def ensure_runtime_class(self, name: str) -> None:
+        """The RuntimeClass `name` (handler of the same name): the RuntimeClass admission plugin refuses pods
+        naming a RuntimeClass that does not exist."""
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name},
+        )
+
     def ensure_default_service_account(self, namespace: str) -> None:
         # Normally the controller-manager's serviceaccount controller creates it.
         self.kubectl(
