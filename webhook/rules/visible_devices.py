@@ -101,7 +101,11 @@ def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) ->
 
 def _ephemeral_names(spec: Mapping[str, Any]) -> frozenset[str]:
     items = spec.get("ephemeralContainers")
-    return frozenset(c.get("name") for c in items if isinstance(c, Mapping)) if isinstance(items, list) else frozenset()
+    return (
+        frozenset(str(c.get("name")) for c in items if isinstance(c, Mapping))
+        if isinstance(items, list)
+        else frozenset()
+    )
 
 
 # Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Enforced in
