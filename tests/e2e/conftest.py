@@ -128,12 +128,22 @@ UPSTREAM_CRDS = CRDS.parent / "upstream"
 
 
 def install_upstream_crds(cp: ControlPlane, where: Path) -> None:
+    files = []
     for packed in sorted(UPSTREAM_CRDS.glob("*.yaml.gz")):
         crd = where / packed.name.removesuffix(".gz")
         crd.write_bytes(gzip.decompress(packed.read_bytes()))
         # --force-conflicts: the same field manager applied the minimal CRD of this name just before.
         cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd), timeout=120)
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd), timeout=90)
+        files.append(crd)
+
+    def established() -> bool:
+        # kubectl wait fails outright on a CRD whose status has no conditions yet, so ask until it answers.
+        args = [a for f in files for a in ("-f", str(f))]
+        done = cp.kubectl("wait", "--for=condition=Established", "--timeout=10s", *args, check=False, timeout=60)
+        return done.ok
+
+    if not eventually(established, timeout=90):
+        raise RuntimeError("the upstream workload CRDs were not Established within 90s")
 
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"

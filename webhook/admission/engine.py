@@ -35,7 +35,8 @@ def _subjects(
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
-            cache.append(env.namespace_labels(namespace))
+            # A cluster-scoped object (a ClusterTrainingRuntime) is in no namespace, so has no namespace labels.
+            cache.append(env.namespace_labels(namespace) if namespace else {})
         return cache[0]
 
     subjects = []
