@@ -239,6 +239,13 @@ def test_mutating_webhook(base: list[dict[str, Any]]) -> None:
             "resources": ["pods"],
             "scope": "Namespaced",
         },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/ephemeralcontainers"],
+            "scope": "Namespaced",
+        },
         *WORKLOAD_RULES,
     ]
 

@@ -189,6 +189,8 @@ def test_an_unreachable_prometheus() -> None:
         (("--fail-above", "lots"), "--fail-above 'lots'"),
         (("--threshold", "120"), "--threshold 120: expected a percentage from 0 to 100"),
         (("--step", "2d", "--window", "1d"), "--step 2d is longer than --window 1d"),
+        (("--policies-out", "."), "--policies-out needs --recommend"),
+        (("--recommend", "--policies-out", "no-such-dir"), "--policies-out no-such-dir: not a directory"),
     ],
 )
 def test_bad_flags(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], fragment: str) -> None:

@@ -4,7 +4,8 @@ NVIDIA_VISIBLE_DEVICES=all show it no GPU; a policy may name containers that sha
 
 from __future__ import annotations
 
-from tests.support import container, gpu_pod, mutated, pod, standard, validated
+from tests.support import apply, container, env, gpu_pod, mutated, pod, request, schema_check, standard, validated
+from webhook.admission import mutate
 
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 TEAM = {"default": {"team": "vision"}}
@@ -48,3 +49,63 @@ def test_pods_without_gpus_and_single_container_gpu_pods_are_not_changed():
     assert "env" not in result["spec"]["containers"][0]
     result, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
     assert "env" not in result["spec"]["containers"][0]
+
+
+def _debugged(created, *names, env=None):
+    added = [{"name": n, "image": "busybox", **({"env": env} if env else {})} for n in names]
+    return {**created, "spec": {**created["spec"], "ephemeralContainers": added}}
+
+
+def _debug(obj, old, policy_set):
+    req = request(obj, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
+    decision = mutate(req, env(policy_set, TEAM))
+    return apply(obj, decision.patch), decision
+
+
+def test_an_ephemeral_container_added_to_a_gpu_pod_sees_no_gpu():
+    created, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
+    debugged = _debugged(created, "debugger")
+    result, decision = _debug(debugged, created, standard())
+    assert decision.allowed
+    assert _env(result, "ephemeralContainers", 0) == [VOID]
+    # The apiserver keeps only spec.ephemeralContainers of this update: the patch changes nothing else.
+    assert decision.patch and all(op["path"].startswith("/spec/ephemeralContainers/") for op in decision.patch)
+    schema_check(result)
+    verdict = validated(
+        result, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="ephemeralcontainers"
+    )
+    assert verdict.allowed, verdict.message
+
+
+def test_only_the_ephemeral_containers_an_update_adds_get_void():
+    """The apiserver refuses any change to an ephemeral container added before (ValidatePodEphemeralContainersUpdate)."""
+    created, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
+    first = _debugged(created, "first")  # added while gpugate's mutating webhook did not see it
+    second = _debugged(first, "first", "second")
+    result, _ = _debug(second, first, standard())
+    assert "env" not in result["spec"]["ephemeralContainers"][0]
+    assert _env(result, "ephemeralContainers", 1) == [VOID]
+
+
+def test_an_ephemeral_container_that_missed_the_mutation_is_refused():
+    created, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
+    debugged = _debugged(created, "debugger")
+    verdict = validated(
+        debugged, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="ephemeralcontainers"
+    )
+    assert not verdict.allowed
+    assert 'lacks ephemeral container "debugger": NVIDIA_VISIBLE_DEVICES=void' in verdict.message
+
+
+def test_a_shared_gpu_container_name_applies_to_ephemeral_containers_too():
+    policy = standard(security={"sharedGPUContainers": ["gpu-debug"]})
+    created, _ = mutated(gpu_pod(1), policy, labels=TEAM)
+    result, decision = _debug(_debugged(created, "gpu-debug"), created, policy)
+    assert decision.allowed and not decision.patch
+    assert "env" not in result["spec"]["ephemeralContainers"][0]
+
+
+def test_ephemeral_containers_of_pods_without_gpus_are_not_changed():
+    created, _ = mutated(pod(container("web")), standard(), labels=TEAM)
+    result, decision = _debug(_debugged(created, "debugger"), created, standard())
+    assert decision.allowed and not decision.patch

@@ -114,8 +114,10 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     if request.get("operation") not in ("CREATE", "UPDATE"):
         return allowed()
     obj = request.get("object")
+    old_obj = request.get("oldObject")
+    debug = _adds_ephemeral_containers(request)
     try:
-        subjects = _subjects(obj, request, env)
+        subjects = _subjects(obj, request, env, old=old_obj if debug and isinstance(old_obj, Mapping) else None)
     except NamespaceLabelsUnavailable as err:
         return labels_unavailable(err)
     if not subjects or not isinstance(obj, Mapping):
@@ -128,6 +130,8 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     if refused:
         return verdict(subjects, refused, warnings=[])
     policy = subjects[0].policy.name
+    if debug:
+        return _mutate_ephemeral_containers(obj, subjects[0], policy)
     is_template = subjects[0].shape.is_template
     mutable = [s for s in subjects if s.ctx.mutable]
     if (not is_template and request.get("operation") != "CREATE") or not mutable:
@@ -146,6 +150,29 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
         pod.set_annotation(POLICY_ANNOTATION, subject.policy.name)
         pod.set_annotation(MUTATED_ANNOTATION, ",".join(sorted(fields)))
     return allowed(patch=make_patch(obj, editor.root), warnings=warnings, policy=policy)
+
+
+def _adds_ephemeral_containers(request: Mapping[str, Any]) -> bool:
+    """An UPDATE of a Pod's ``ephemeralcontainers`` subresource: how ``kubectl debug`` adds a container."""
+    return (
+        request.get("operation") == "UPDATE"
+        and request.get("subResource") == "ephemeralcontainers"
+        and (request.get("kind") or {}).get("kind") == "Pod"
+    )
+
+
+def _mutate_ephemeral_containers(obj: Mapping[str, Any], subject: Subject, policy: str) -> Decision:
+    """Only what the mutators do to ``spec.ephemeralContainers``: of this update the apiserver keeps nothing
+    else (k/k pkg/registry/core/pod/strategy.go, podEphemeralContainersStrategy.PrepareForUpdate), so the patch
+    changes nothing else, and no annotation records it."""
+    editor, (changes,) = _mutations(obj, [subject])
+    kept = [c for check, c in changes if check.rule.touch(c.field).path == "spec.ephemeralContainers"]
+    spec, after = obj.get("spec"), (editor.root if editor is not None else obj).get("spec")
+    if not kept or not isinstance(spec, Mapping) or not isinstance(after, Mapping):
+        return allowed(policy=policy)
+    target = {**obj, "spec": {**spec, "ephemeralContainers": after.get("ephemeralContainers")}}
+    warnings = [shorten(c.warning) for c in kept if c.warning]
+    return allowed(patch=make_patch(obj, target), warnings=warnings, policy=policy)
 
 
 def validate(request: Mapping[str, Any], env: Environment) -> Decision:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 import time
@@ -184,6 +185,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="per workload, the smallest class of the fleet its p95 utilisation and peak memory fit, what it "
         "would save, and the GPUPolicy that steers it there (docs/report.md)",
     )
+    parser.add_argument(
+        "--policies-out",
+        metavar="DIR",
+        help="with --recommend: also write each recommended GPUPolicy to DIR/<policy name>.yaml, for "
+        "gpugate audit --compare-to DIR",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
@@ -224,6 +231,12 @@ def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
         raise ReportError(f"--threshold {args.threshold:g}: expected a percentage from 0 to 100")
     if args.top < 0:
         raise ReportError(f"--top {args.top}: expected 0 or more")
+    if args.policies_out and not args.recommend:
+        raise ReportError("--policies-out needs --recommend (the policies are the recommendations')")
+    if args.policies_out and not os.path.isdir(args.policies_out):
+        raise ReportError(
+            f"--policies-out {args.policies_out}: not a directory (create it, or copy the policies in force there)"
+        )
     bucket = BUCKETS[args.bucket] if args.bucket else None
     if bucket and bucket % step:
         raise ReportError(f"--bucket {args.bucket} is not a whole number of --step {args.step}")
@@ -249,12 +262,29 @@ def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
     return report
 
 
+def write_policies(report: Report, directory: str) -> list[str]:
+    """--policies-out: each recommended GPUPolicy as DIR/<its name>.yaml (replacing an earlier run's)."""
+    written = []
+    for r in report.recommendations or []:
+        if not r["policy"]:
+            continue
+        path = os.path.join(directory, f"{yaml.safe_load(r['policy'])['metadata']['name']}.yaml")
+        try:
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(r["policy"])
+        except OSError as err:
+            raise ReportError(f"--policies-out {directory}: {path}: {err.strerror or err}") from None
+        written.append(path)
+    return written
+
+
 def run(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr)
     try:
         limit = parse_fail_above(args.fail_above)
         report = _compute(args, progress)
         text = render(report, output=args.output)
+        written = write_policies(report, args.policies_out) if args.policies_out else []
     except (ReportError, PrometheusError) as err:
         progress.clear()
         print(f"gpugate report: {err}", file=sys.stderr)
@@ -270,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpugate report: wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    for path in written:
+        print(f"gpugate report: wrote {path}", file=sys.stderr)
     for note in report.notes if args.output != "table" else []:
         print(f"gpugate report: note: {note}", file=sys.stderr)
     found = findings(report, limit) if limit else []

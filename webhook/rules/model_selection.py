@@ -199,8 +199,9 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                             RULE,
                             where,
                             "pod",
-                            f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}',
-                            able_fix,
+                            f'chooses {key}={value} (class "{mapped.name}"), whose nodes do not offer {wanted}: '
+                            f"they offer {', '.join(mapped.resources)}",
+                            f"request {' or '.join(mapped.resources)} instead" + (f", or {able_fix}" if able else ""),
                         )
                     )
             if unmapped:

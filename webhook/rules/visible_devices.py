@@ -54,6 +54,9 @@ def _voided(fld: str) -> Any:
 
 CONTAINERS = Touch("containers", "spec.containers", in_place=False, describe=_voided("containers"))
 INIT_CONTAINERS = Touch("initContainers", "spec.initContainers", in_place=False, describe=_voided("initContainers"))
+EPHEMERAL_CONTAINERS = Touch(
+    "ephemeralContainers", "spec.ephemeralContainers", in_place=False, describe=_voided("ephemeralContainers")
+)
 record = rule(
     RULE,
     order=90,
@@ -62,7 +65,7 @@ record = rule(
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
-    touches=[CONTAINERS, INIT_CONTAINERS],
+    touches=[CONTAINERS, INIT_CONTAINERS, EPHEMERAL_CONTAINERS],
     module=__name__,
 )
 
@@ -76,11 +79,14 @@ def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) ->
     if not gpu.device_plugin_resources:
         return []
     changes = []
-    for fld in ("initContainers", "containers"):
+    existing = _ephemeral_names(ctx.old.spec) if ctx.old is not None else frozenset()
+    for fld in ("initContainers", "containers", "ephemeralContainers"):
         items = editor.spec.get(fld)
         for index, container in enumerate(items if isinstance(items, list) else []):
             if not isinstance(container, Mapping) or container.get("name") in ctx.policy.shared_gpu_containers:
                 continue
+            if fld == "ephemeralContainers" and container.get("name") in existing:
+                continue  # added before: the apiserver keeps it as it is
             if any(amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()):
                 continue
             env = container.get("env")
@@ -91,6 +97,15 @@ def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) ->
             editor.set_container_env(fld, index, [*(env or []), dict(VOIDED)])
             changes.append(Change(fld, f"{container_label(fld, container)}: {VARIABLE}={VOID}"))
     return changes
+
+
+def _ephemeral_names(spec: Mapping[str, Any]) -> frozenset[str]:
+    items = spec.get("ephemeralContainers")
+    return (
+        frozenset(str(c.get("name")) for c in items if isinstance(c, Mapping))
+        if isinstance(items, list)
+        else frozenset()
+    )
 
 
 # Runs with or without a governing policy: seeing GPUs a pod did not request is never right. Enforced in
