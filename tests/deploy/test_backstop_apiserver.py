@@ -39,18 +39,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         for obj in yaml.safe_load_all(text):
             if obj and obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
                 plane.kubectl("apply", "-f", "-", stdin=obj)
-        for runtime in ("nvidia", "runc"):  # pods may only name runtime classes that exist
-            plane.kubectl(
-                "apply",
-                "-f",
-                "-",
-                stdin={
-                    "apiVersion": "node.k8s.io/v1",
-                    "kind": "RuntimeClass",
-                    "metadata": {"name": runtime},
-                    "handler": runtime,
-                },
-            )
+        for runtime in ("nvidia", "nvidia-cdi", "nvidia-legacy", "runc"):  # pods may only name ones that exist
+            plane.ensure_runtime_class(runtime)
         plane.kubectl("create", "namespace", NAMESPACE)
         plane.ensure_default_service_account(NAMESPACE)
         plane.ensure_default_service_account("kube-system")

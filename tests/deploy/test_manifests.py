@@ -410,7 +410,11 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
     ]
-    assert len(policy["spec"]["validations"]) == 1  # the runtime class is gpugate's to judge (DRA, CDI)
+    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs. Whether a GPU pod needs a runtime
+    # class is gpugate's to judge (DRA, CDI), never the backstop's.
+    tolerations, runtime_class = policy["spec"]["validations"]
+    assert "toleratesGPUTaint" in tolerations["expression"]
+    assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
 
 
 def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
@@ -575,6 +579,10 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
     ("CPU pod under the NVIDIA runtime class", pod(pod_spec(runtimeClassName="nvidia")), None, True),
     ("CPU pod under another runtime class", pod(pod_spec(runtimeClassName="kata")), None, False),
+    # The GPU Operator's other runtime classes (assets/pre-requisites/0210_*, 0220_*): gpuRuntimeClasses.
+    ("CPU pod under nvidia-cdi", pod(pod_spec(runtimeClassName="nvidia-cdi")), None, True),
+    ("CPU pod under nvidia-legacy", pod(pod_spec(runtimeClassName="nvidia-legacy")), None, True),
+    ("Deployment under nvidia-cdi", workload("Deployment", pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     (
         "GPU only in an init container",
         pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
@@ -676,7 +684,10 @@ class Backstop:
 
     def __init__(self, policy: dict[str, Any]) -> None:
         self.variables = [(v["name"], compile_cel(v["expression"])) for v in policy["spec"]["variables"]]
-        self.validations = [(v["message"], compile_cel(v["expression"])) for v in policy["spec"]["validations"]]
+        self.validations = [
+            (v.get("message"), compile_cel(v.get("messageExpression", "''")), compile_cel(v["expression"]))
+            for v in policy["spec"]["validations"]
+        ]
 
     def denials(self, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
         data: dict[str, Any] = {
@@ -688,11 +699,11 @@ class Backstop:
         for name, program in self.variables:
             variables[name] = evaluate(program, **data, variables=variables)
         out = []
-        for message, program in self.validations:
+        for message, message_expression, program in self.validations:
             verdict = evaluate(program, **data, variables=variables)
             assert isinstance(verdict, bool)
             if not verdict:
-                out.append(message)
+                out.append(message or evaluate(message_expression, **data, variables=variables))
         return out
 
 
@@ -716,6 +727,25 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     # The runtime class is gpugate's to judge (DRA, CDI and clusters without it need none).
     ("GPU pod without the runtime class", pod(GPU), None, []),
     ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, []),
+    # A pod without GPUs under a GPU runtime class would see every GPU of its node.
+    ("CPU pod under nvidia", pod(pod_spec(**NVIDIA)), None, ['GPU runtime class "nvidia"']),
+    (
+        "CPU pod under nvidia-cdi",
+        pod(pod_spec(runtimeClassName="nvidia-cdi")),
+        None,
+        ['GPU runtime class "nvidia-cdi"'],
+    ),
+    (
+        "CPU pod under nvidia-legacy",
+        pod(pod_spec(runtimeClassName="nvidia-legacy")),
+        None,
+        ['GPU runtime class "nvidia-legacy"'],
+    ),
+    ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
+    ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),
+    ("KAI pod under nvidia", pod(pod_spec(**NVIDIA), annotations=KAI_FRACTION), None, []),
+    ("DRA pod under nvidia-cdi", pod({**DRA, "runtimeClassName": "nvidia-cdi"}), None, []),
+    ("UPDATE of a CPU pod stored under nvidia", pod(pod_spec(**NVIDIA)), pod(pod_spec(**NVIDIA)), []),
     (
         "GPU in an init container only",
         pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])),
@@ -866,7 +896,8 @@ def test_backstop_policy_verdicts(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    assert len(expressions) == 2 + 8 + 1  # a match condition per webhook, 8 variables, 1 validation
+    # a match condition per webhook, 9 variables, 2 validations and the message expression of one
+    assert len(expressions) == 2 + 9 + 2 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
@@ -883,6 +914,8 @@ def _cel_expressions(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str]]
             for section in ("variables", "validations", "matchConditions"):
                 for i, item in enumerate(obj["spec"].get(section, [])):
                     yield f"{obj['metadata']['name']} {section}[{i}]", item["expression"]
+                    if "messageExpression" in item:
+                        yield f"{obj['metadata']['name']} {section}[{i}].messageExpression", item["messageExpression"]
 
 
 # ---- image -------------------------------------------------------------------------------------

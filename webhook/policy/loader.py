@@ -9,8 +9,8 @@ from typing import Any
 
 from .classes import ModelClass, Models
 from .devices import parse_devices
-from .keys import MODEL_LABEL
-from .labels import is_dns_subdomain, is_label_key, is_label_value
+from .keys import MODEL_LABEL, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
+from .labels import is_dns_subdomain, is_label_key, is_label_value, metric_label_name
 from .legacy import check_api_version, deprecation, legacy_device
 from .model import (
     KIND,
@@ -24,7 +24,7 @@ from .model import (
     WorkloadKind,
 )
 from .reader import Doc, PolicyError, PolicyIssue
-from .vendors import DEFAULT_HOLDER_ANNOTATIONS
+from .vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_ANNOTATIONS
 
 # The errors are the reader's; they are part of what loading raises and reports, so they are named here too.
 __all__ = ["PolicyError", "PolicyIssue", "parse_policy", "parse_workload_kind"]
@@ -168,10 +168,19 @@ def _attribution(doc: Doc, value: Any, path: str) -> tuple[AttributionLabel, ...
     raw = doc.mapping(value, path, ("labels",))
     labels = doc.mapping(raw.get("labels"), f"{path}.labels", None)
     out = []
+    exported = {metric_label_name(k): k for k in (WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL)}
     for key, spec in labels.items():
         lpath = f"{path}.labels[{key}]"
         if not isinstance(key, str) or not is_label_key(key):
             doc.fail(lpath, f"{key!r} is not a valid label key")
+            continue
+        other = exported.setdefault(metric_label_name(key), key)
+        if other != key:
+            doc.fail(
+                lpath,
+                f"kube-state-metrics exports {key} and {other} under the same name, label_{metric_label_name(key)}, "
+                "and then neither under it; keep one of them",
+            )
             continue
         s = doc.mapping(spec, lpath, ("fromNamespaceLabel", "value", "default"))
         source = doc.string(
@@ -205,6 +214,7 @@ SPEC_FIELDS = (
     "models",
     "gpuHolders",
     "attribution",
+    "gpuRuntimeClasses",
     "nonGPUPods",
     "security",
     "initOnlyGPUs",
@@ -264,6 +274,9 @@ def parse_policy(
     models = _models(doc, spec.get("models"), "spec.models", devices, legacy)
     holders = _holders(doc, spec.get("gpuHolders"), "spec.gpuHolders")
     attribution = _attribution(doc, spec.get("attribution"), "spec.attribution")
+    runtime_classes = doc.strings(
+        spec.get("gpuRuntimeClasses"), "spec.gpuRuntimeClasses", check=is_dns_subdomain, what="RuntimeClass name"
+    )
     non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations", "gpuRuntimeClass"))
     non_gpu_runtime_class = doc.choice(
         non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass", ("deny", "allow"), "deny"
@@ -305,6 +318,7 @@ def parse_policy(
         non_gpu_tolerations=non_gpu_tolerations,  # type: ignore[arg-type]
         mutate_templates=mutate_templates,
         non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
+        runtime_classes=runtime_classes if runtime_classes is not None else DEFAULT_GPU_RUNTIME_CLASSES,
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]

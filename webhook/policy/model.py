@@ -12,6 +12,7 @@ from .labels import LabelSelector
 from .vendors import (
     BUILTIN_DEVICE_RESOURCES,
     BUILTIN_DRA,
+    DEFAULT_GPU_RUNTIME_CLASSES,
     DEFAULT_HOLDER_ANNOTATIONS,
     IMPLICIT_DRA_PREFIX,
     RUNTIME_CLASS_PODS,
@@ -142,6 +143,8 @@ class Policy:
     attribution: tuple[AttributionLabel, ...] = ()
     non_gpu_tolerations: NonGPUTolerations = "deny"
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
+    #: ``spec.gpuRuntimeClasses``: runtime classes that can expose GPUs, beside each device's runtimeClassName.
+    runtime_classes: tuple[str, ...] = DEFAULT_GPU_RUNTIME_CLASSES
     #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
     visible_devices_override: Literal["deny", "allow"] = "deny"
     attribution_edits: Literal["deny", "allow"] = "deny"
@@ -175,7 +178,9 @@ class Policy:
 
     @property
     def gpu_runtime_classes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d.runtime_class_name for d in self.devices.values() if d.runtime_class_name))
+        """Every runtime class under which a container can reach GPUs: the policy's list, then each device's."""
+        own = (d.runtime_class_name for d in self.devices.values() if d.runtime_class_name)
+        return tuple(dict.fromkeys((*self.runtime_classes, *own)))
 
     @property
     def uses_namespace_labels(self) -> bool:

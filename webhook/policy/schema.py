@@ -165,6 +165,11 @@ def policy_schema() -> dict[str, Any]:
                         }
                     }
                 ),
+                "gpuRuntimeClasses": {
+                    **_STRINGS,
+                    "description": "runtime classes that can expose GPUs (default: the GPU Operator's nvidia, "
+                    "nvidia-cdi, nvidia-legacy); each device's runtimeClassName counts too",
+                },
                 "nonGPUPods": _object(
                     {
                         "gpuTolerations": {"enum": ["deny", "strip", "allow"]},

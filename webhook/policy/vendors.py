@@ -38,6 +38,13 @@ IMPLICIT_DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
 #: fraction through a GPU-sharing scheduler's annotation. DRA-served pods never do (the driver injects
 #: devices through CDI).
 RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
+#: Runtime classes under which a container can reach GPUs. NVIDIA's GPU Operator creates ``nvidia`` (its
+#: ``operator.runtimeClass``) and, unless CDI is turned off (``cdi.enabled`` defaults to true:
+#: api/nvidia/v1/clusterpolicy_types.go ``CDIConfigSpec.IsEnabled``), ``nvidia-cdi`` and ``nvidia-legacy``
+#: (NVIDIA/gpu-operator assets/pre-requisites/0210_runtime_class_legacy.yaml and 0220_runtime_class_cdi.yaml,
+#: created by controllers/object_controls.go ``RuntimeClasses``). A policy's ``gpuRuntimeClasses`` replaces this
+#: list; each device profile's own ``runtimeClassName`` always counts too.
+DEFAULT_GPU_RUNTIME_CLASSES: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
