@@ -150,6 +150,10 @@ class Policy:
     attribution_edits: Literal["deny", "allow"] = "deny"
     #: Containers (by name) of a GPU pod that may see its GPUs without requesting any: no ``void`` for them.
     shared_gpu_containers: frozenset[str] = frozenset()
+    #: ``envFrom`` that can set ``NVIDIA_*`` in a container that sees GPUs (``allow``: a trusted namespace).
+    visible_devices_env_from: Literal["deny", "allow"] = "deny"
+    #: CDI device annotations (``cdi.k8s.io/...``) on a pod (``allow``: a trusted namespace).
+    cdi_annotations: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -216,6 +220,8 @@ class WorkloadKind:
     plural: str = ""
     versions: tuple[str, ...] = ()
     source: str = "built-in"
+    #: Cluster-scoped kind (ClusterTrainingRuntime): its webhook rule has ``scope: Cluster``.
+    cluster_scoped: bool = False
 
 
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the
