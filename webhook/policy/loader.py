@@ -276,7 +276,9 @@ def parse_policy(
         non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
     )
     security = doc.mapping(
-        spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits", "sharedGPUContainers")
+        spec.get("security"),
+        "spec.security",
+        ("visibleDevicesOverride", "attributionEdits", "sharedGPUContainers", "privilegedGPUContainers"),
     )
     shared = security.get("sharedGPUContainers", [])
     if not isinstance(shared, list) or not all(isinstance(n, str) and n for n in shared):
@@ -287,6 +289,9 @@ def parse_policy(
     )
     attribution_edits = doc.choice(
         security.get("attributionEdits"), "spec.security.attributionEdits", ("deny", "allow"), "deny"
+    )
+    privileged = doc.choice(
+        security.get("privilegedGPUContainers"), "spec.security.privilegedGPUContainers", ("deny", "allow"), "deny"
     )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
@@ -313,6 +318,7 @@ def parse_policy(
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]
+        privileged_gpu_containers=privileged,  # type: ignore[arg-type]
         shared_gpu_containers=frozenset(shared),
     )
 

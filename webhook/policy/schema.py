@@ -181,6 +181,7 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
                         "sharedGPUContainers": _STRINGS,
+                        "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
