@@ -107,6 +107,7 @@ VARIANTS: dict[str, list[str]] = {
         "replicas=3",
         "workers=4",
         "threads=8",
+        "maxParkedConnections=300",
         "logLevel=debug",
         "priorityClassName=system-cluster-critical",
         "webhooks.validating.failurePolicy=Ignore",
@@ -329,6 +330,7 @@ def test_failure_policies_and_exclusions(helm: Path) -> None:
     assert pod["priorityClassName"] == "system-cluster-critical"
     args = pod["containers"][0]["args"]
     assert args[args.index("--workers") + 1] == "4" and args[args.index("--threads") + 1] == "8"
+    assert args[args.index("--max-parked-connections") + 1] == "300"
     assert args[args.index("--log-level") + 1] == "debug"
 
 

@@ -60,6 +60,7 @@ def _subjects(
             else None
         )
         mutable = not shape.is_template or policy.mutate_templates
+        selector_keys = shape.selector_keys
         ctx = PodContext(
             shape=shape,
             policy=policy,
@@ -71,6 +72,8 @@ def _subjects(
             old=before,
             mutable=mutable,
             fleet=fleet,
+            selector=dig(obj, selector_keys) if selector_keys else None,
+            sub_resource=str(request.get("subResource") or ""),
         )
         subjects.append(Subject(PodView(meta, spec), ctx))
     return subjects

@@ -137,6 +137,17 @@ class PodShape:
         return _dotted(self.spec_keys)
 
     @property
+    def selector_keys(self) -> tuple[Key, ...] | None:
+        """Where the label selector of the controller that makes pods from this template sits: beside the
+        template (``spec.selector`` of a Deployment or Job, ``spec.jobTemplate.spec.selector`` of a CronJob,
+        each replicated Job's of a JobSet). None for a Pod."""
+        return (*self.template[:-1], "selector") if self.template else None
+
+    @property
+    def selector_path(self) -> str:
+        return _dotted(self.selector_keys or ())
+
+    @property
     def meta_path(self) -> str:
         return _dotted(self.meta_keys)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from .classes import ModelClass, Models
 from .devices import parse_devices
-from .keys import MODEL_LABEL
-from .labels import is_dns_subdomain, is_label_key, is_label_value
+from .keys import MODEL_LABEL, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
+from .labels import is_dns_subdomain, is_label_key, is_label_value, metric_label_name
 from .legacy import check_api_version, deprecation, legacy_device
 from .model import (
     KIND,
@@ -168,10 +168,19 @@ def _attribution(doc: Doc, value: Any, path: str) -> tuple[AttributionLabel, ...
     raw = doc.mapping(value, path, ("labels",))
     labels = doc.mapping(raw.get("labels"), f"{path}.labels", None)
     out = []
+    exported = {metric_label_name(k): k for k in (WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL)}
     for key, spec in labels.items():
         lpath = f"{path}.labels[{key}]"
         if not isinstance(key, str) or not is_label_key(key):
             doc.fail(lpath, f"{key!r} is not a valid label key")
+            continue
+        other = exported.setdefault(metric_label_name(key), key)
+        if other != key:
+            doc.fail(
+                lpath,
+                f"kube-state-metrics exports {key} and {other} under the same name, label_{metric_label_name(key)}, "
+                "and then neither under it; keep one of them",
+            )
             continue
         s = doc.mapping(spec, lpath, ("fromNamespaceLabel", "value", "default"))
         source = doc.string(
