@@ -410,11 +410,12 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
     ]
-    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs. Whether a GPU pod needs a runtime
-    # class is gpugate's to judge (DRA, CDI), never the backstop's.
-    tolerations, runtime_class = policy["spec"]["validations"]
+    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs, then CDI device annotations on any
+    # pod. Whether a GPU pod needs a runtime class is gpugate's to judge (DRA, CDI), never the backstop's.
+    tolerations, runtime_class, cdi = policy["spec"]["validations"]
     assert "toleratesGPUTaint" in tolerations["expression"]
     assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
+    assert "variables.newCDIAnnotations" in cdi["expression"]
 
 
 def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
@@ -654,6 +655,22 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("CronJob with a KAI template", workload("CronJob", pod_spec(), annotations={"gpu-memory": "2000"}), None, True),
     ("PodTemplate with a DRA template", workload("PodTemplate", DRA), None, True),
     ("UPDATE removing the KAI annotation", pod(pod_spec()), pod(pod_spec(), annotations=KAI_FRACTION), True),
+    # CDI device annotations are refused, so they route on their own.
+    ("CDI annotation only", pod(pod_spec(), annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, True),
+    (
+        "NVIDIA NRI CDI annotation",
+        pod(pod_spec(), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}),
+        None,
+        True,
+    ),
+    ("bare NVIDIA NRI CDI key", pod(pod_spec(), annotations={"nvidia.cdi.k8s.io": "nvidia.com/gpu=0"}), None, True),
+    ("look-alike CDI annotation", pod(pod_spec(), annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, False),
+    (
+        "Deployment with a CDI template",
+        workload("Deployment", CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        None,
+        True,
+    ),
     ("DELETE of a GPU pod (object null)", None, pod(GPU), True),
     ("DELETE of a CPU pod (object null)", None, pod(CPU), False),
     ("both null", None, None, False),
@@ -881,6 +898,23 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         None,
         ["GPU node taint"],
     ),
+    # CDI device annotations, with or without anything else GPU-like.
+    ("CDI annotation only", pod(CPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("CDI annotation on a GPU pod", pod(GPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("NVIDIA NRI CDI annotation", pod(CPU, annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}), None, ["CDI"]),
+    ("look-alike CDI annotation", pod(CPU, annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, []),
+    (
+        "UPDATE keeping a CDI annotation the pod had",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d", "note": "y"}),
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        [],
+    ),
+    (
+        "UPDATE adding a CDI annotation",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        pod(CPU, annotations={"note": "y"}),
+        ["CDI device"],
+    ),
 ]
 
 
@@ -896,8 +930,8 @@ def test_backstop_policy_verdicts(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 9 variables, 2 validations and the message expression of one
-    assert len(expressions) == 2 + 9 + 2 + 1
+    # a match condition per webhook, 11 variables, 3 validations and the message expression of one
+    assert len(expressions) == 2 + 11 + 3 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

@@ -181,6 +181,8 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
                         "sharedGPUContainers": _STRINGS,
+                        "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
+                        "cdiAnnotations": {"enum": ["deny", "allow"]},
                         "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),

@@ -5,6 +5,7 @@ registry is checked once they are all in: a module here that registers no rule s
 
 from . import (  # noqa: F401
     attribution,
+    cdi_devices,
     feasibility,
     gpu_limits,
     gpu_placement,

@@ -20,7 +20,7 @@ from .base import PodContext, PodView, Violation
 from .registry import rule
 
 RULE = "privileged-gpu-container"
-record = rule(RULE, order=95, reads={"container.securityContext": {"privileged": bool}}, module=__name__)
+record = rule(RULE, order=97, reads={"container.securityContext": {"privileged": bool}}, module=__name__)
 
 
 # Runs with or without a governing policy, like the visible-devices check: a container seeing GPUs the pod
