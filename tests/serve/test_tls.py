@@ -340,6 +340,19 @@ def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> Non
             ],
             "HOST:PORT",
         ),
+        (
+            [
+                "--policies",
+                str(REPO / "policies"),
+                "--cert",
+                str(first / "tls.crt"),
+                "--key",
+                str(first / "tls.key"),
+                "--max-parked-connections",
+                "0",
+            ],
+            "--max-parked-connections must be at least 1, got 0",
+        ),
     ]
     for args, fragment in cases:
         done = gpugate("serve", *args)

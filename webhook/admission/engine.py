@@ -36,7 +36,8 @@ def _subjects(
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
-            cache.append(env.namespace_labels(namespace))
+            # A cluster-scoped object (a ClusterTrainingRuntime) is in no namespace, so has no namespace labels.
+            cache.append(env.namespace_labels(namespace) if namespace else {})
         return cache[0]
 
     subjects = []
@@ -247,5 +248,8 @@ def _where(subject: Subject) -> str:
     template = shape.meta_path.removesuffix("metadata").removesuffix(".")
     if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
         return shape.describe()
-    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    # A kind that nests a whole object template (AIBrix's StormService, a Trainer runtime's JobSet) is named
+    # from inside it: StormService "x" roles[0], not template.spec.roles[0].
+    short = template.removeprefix("spec.").removeprefix("template.spec.")
+    short = short.removesuffix(".template").removesuffix(".template.spec")
     return f"{shape.describe()} {short}"

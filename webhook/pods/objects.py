@@ -47,8 +47,28 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
         "rayservices",
         ("v1",),
     ),
-    # Kubeflow training-operator
+    # Kubeflow training-operator v1 (tag v1.9.0 manifests/base/crds): a map of replica types to replica specs
     WorkloadKind("kubeflow.org", "PyTorchJob", ("spec.pytorchReplicaSpecs.*.template",), "pytorchjobs", ("v1",)),
+    WorkloadKind("kubeflow.org", "TFJob", ("spec.tfReplicaSpecs.*.template",), "tfjobs", ("v1",)),
+    # kubeflow/mpi-operator v2beta1 (manifests/base/kubeflow.org_mpijobs.yaml). training-operator v1.9.0's legacy
+    # v1 MPIJob is a CRD of the same name (one or the other is installed); its template path is the same
+    WorkloadKind("kubeflow.org", "MPIJob", ("spec.mpiReplicaSpecs.*.template",), "mpijobs", ("v2beta1",)),
+    # Kubeflow Trainer v2 (kubeflow/trainer manifests/base/crds): a runtime's template is a JobSet spec
+    WorkloadKind(
+        "trainer.kubeflow.org",
+        "TrainingRuntime",
+        ("spec.template.spec.replicatedJobs[*].template.spec.template",),
+        "trainingruntimes",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "trainer.kubeflow.org",
+        "ClusterTrainingRuntime",
+        ("spec.template.spec.replicatedJobs[*].template.spec.template",),
+        "clustertrainingruntimes",
+        ("v1alpha1",),
+        cluster_scoped=True,
+    ),
     # kubernetes-sigs/jobset: each replicated job is a Job template
     WorkloadKind(
         "jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[*].template.spec.template",), "jobsets", ("v1alpha2",)
@@ -63,6 +83,32 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     ),
     # volcano-sh/volcano
     WorkloadKind("batch.volcano.sh", "Job", ("spec.tasks[*].template",), "jobs", ("v1alpha1",)),
+    # AIBrix orchestration (vllm-project/aibrix config/crd/orchestration): a StormService holds a RoleSet
+    # template, a RoleSet its roles, a PodSet one pod template; RayClusterFleet and RayClusterReplicaSet
+    # a KubeRay RayCluster template
+    WorkloadKind("orchestration.aibrix.ai", "PodSet", ("spec.template",), "podsets", ("v1alpha1",)),
+    WorkloadKind("orchestration.aibrix.ai", "RoleSet", ("spec.roles[*].template",), "rolesets", ("v1alpha1",)),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "StormService",
+        ("spec.template.spec.roles[*].template",),
+        "stormservices",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "RayClusterFleet",
+        ("spec.template.spec.headGroupSpec.template", "spec.template.spec.workerGroupSpecs[*].template"),
+        "rayclusterfleets",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "RayClusterReplicaSet",
+        ("spec.template.spec.headGroupSpec.template", "spec.template.spec.workerGroupSpecs[*].template"),
+        "rayclusterreplicasets",
+        ("v1alpha1",),
+    ),
 )
 _BUILTIN_BY_KIND = {(w.group, w.kind): w for w in BUILTIN_WORKLOADS}
 

@@ -216,6 +216,8 @@ class WorkloadKind:
     plural: str = ""
     versions: tuple[str, ...] = ()
     source: str = "built-in"
+    #: Cluster-scoped kind (ClusterTrainingRuntime): its webhook rule has ``scope: Cluster``.
+    cluster_scoped: bool = False
 
 
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the
