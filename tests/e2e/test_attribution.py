@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests.harness.controlplane import KubectlResult
 from tests.harness.gpugate import Stack
 from tests.harness.polling import eventually
 from tests.support import STANDARD, policy_yaml
@@ -33,7 +34,7 @@ def _labels(stack: Stack, ns: str) -> dict[str, str]:
     return dict(stored["metadata"].get("labels") or {})
 
 
-def _status_patch(stack: Stack, ns: str, patch: dict) -> object:
+def _status_patch(stack: Stack, ns: str, patch: dict) -> KubectlResult:
     return stack.cluster.kubectl(
         "patch",
         "pod",
@@ -110,7 +111,7 @@ def test_gpugate_refuses_a_status_update_of_an_attribution_key_outside_its_group
         policy_file.unlink()
 
 
-def _bind(stack: Stack, ns: str, metadata: dict) -> object:
+def _bind(stack: Stack, ns: str, metadata: dict) -> KubectlResult:
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
