@@ -418,12 +418,14 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/status"]},
     ]
-    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs. Whether a GPU pod needs a runtime
-    # class is gpugate's to judge (DRA, CDI), never the backstop's.
-    tolerations, runtime_class, status = policy["spec"]["validations"]
+    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs, then CDI device annotations on any
+    # pod, then gpugate.io metadata on pods/status. Whether a GPU pod needs a runtime class is gpugate's to judge
+    # (DRA, CDI), never the backstop's.
+    tolerations, runtime_class, cdi, status = policy["spec"]["validations"]
     assert status["expression"] == "variables.gpugateMetadataKept"
     assert "toleratesGPUTaint" in tolerations["expression"]
     assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
+    assert "variables.newCDIAnnotations" in cdi["expression"]
 
 
 def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
@@ -663,6 +665,22 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("CronJob with a KAI template", workload("CronJob", pod_spec(), annotations={"gpu-memory": "2000"}), None, True),
     ("PodTemplate with a DRA template", workload("PodTemplate", DRA), None, True),
     ("UPDATE removing the KAI annotation", pod(pod_spec()), pod(pod_spec(), annotations=KAI_FRACTION), True),
+    # CDI device annotations are refused, so they route on their own.
+    ("CDI annotation only", pod(pod_spec(), annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, True),
+    (
+        "NVIDIA NRI CDI annotation",
+        pod(pod_spec(), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}),
+        None,
+        True,
+    ),
+    ("bare NVIDIA NRI CDI key", pod(pod_spec(), annotations={"nvidia.cdi.k8s.io": "nvidia.com/gpu=0"}), None, True),
+    ("look-alike CDI annotation", pod(pod_spec(), annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, False),
+    (
+        "Deployment with a CDI template",
+        workload("Deployment", CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        None,
+        True,
+    ),
     ("DELETE of a GPU pod (object null)", None, pod(GPU), True),
     ("DELETE of a CPU pod (object null)", None, pod(CPU), False),
     ("both null", None, None, False),
@@ -951,6 +969,23 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         None,
         ["GPU node taint"],
     ),
+    # CDI device annotations, with or without anything else GPU-like.
+    ("CDI annotation only", pod(CPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("CDI annotation on a GPU pod", pod(GPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("NVIDIA NRI CDI annotation", pod(CPU, annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}), None, ["CDI"]),
+    ("look-alike CDI annotation", pod(CPU, annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, []),
+    (
+        "UPDATE keeping a CDI annotation the pod had",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d", "note": "y"}),
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        [],
+    ),
+    (
+        "UPDATE adding a CDI annotation",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        pod(CPU, annotations={"note": "y"}),
+        ["CDI device"],
+    ),
 ]
 
 
@@ -1001,8 +1036,8 @@ def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 10 variables, 3 validations and the message expression of one
-    assert len(expressions) == 2 + 10 + 3 + 1
+    # a match condition per webhook, 12 variables, 4 validations and the message expression of one
+    assert len(expressions) == 2 + 12 + 4 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

@@ -225,6 +225,15 @@ SPEC_FIELDS = (
     "tolerations",
 )
 
+SECURITY_FIELDS = (
+    "visibleDevicesOverride",
+    "attributionEdits",
+    "sharedGPUContainers",
+    "visibleDevicesEnvFrom",
+    "cdiAnnotations",
+    "privilegedGPUContainers",
+)
+
 
 # Over 60 lines: one GPUPolicy field per few lines, in the order of the schema.
 def parse_policy(
@@ -284,9 +293,7 @@ def parse_policy(
     non_gpu_tolerations = doc.choice(
         non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
     )
-    security = doc.mapping(
-        spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits", "sharedGPUContainers")
-    )
+    security = doc.mapping(spec.get("security"), "spec.security", SECURITY_FIELDS)
     shared = security.get("sharedGPUContainers", [])
     if not isinstance(shared, list) or not all(isinstance(n, str) and n for n in shared):
         doc.fail("spec.security.sharedGPUContainers", f"must be a list of container names, got {shared!r}")
@@ -296,6 +303,15 @@ def parse_policy(
     )
     attribution_edits = doc.choice(
         security.get("attributionEdits"), "spec.security.attributionEdits", ("deny", "allow"), "deny"
+    )
+    env_from = doc.choice(
+        security.get("visibleDevicesEnvFrom"), "spec.security.visibleDevicesEnvFrom", ("deny", "allow"), "deny"
+    )
+    cdi_annotations = doc.choice(
+        security.get("cdiAnnotations"), "spec.security.cdiAnnotations", ("deny", "allow"), "deny"
+    )
+    privileged = doc.choice(
+        security.get("privilegedGPUContainers"), "spec.security.privilegedGPUContainers", ("deny", "allow"), "deny"
     )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
@@ -322,7 +338,10 @@ def parse_policy(
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]
+        privileged_gpu_containers=privileged,  # type: ignore[arg-type]
         shared_gpu_containers=frozenset(shared),
+        visible_devices_env_from=env_from,  # type: ignore[arg-type]
+        cdi_annotations=cdi_annotations,  # type: ignore[arg-type]
     )
 
 

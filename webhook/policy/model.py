@@ -148,8 +148,13 @@ class Policy:
     #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
     visible_devices_override: Literal["deny", "allow"] = "deny"
     attribution_edits: Literal["deny", "allow"] = "deny"
+    privileged_gpu_containers: Literal["deny", "allow"] = "deny"
     #: Containers (by name) of a GPU pod that may see its GPUs without requesting any: no ``void`` for them.
     shared_gpu_containers: frozenset[str] = frozenset()
+    #: ``envFrom`` that can set ``NVIDIA_*`` in a container that sees GPUs (``allow``: a trusted namespace).
+    visible_devices_env_from: Literal["deny", "allow"] = "deny"
+    #: CDI device annotations (``cdi.k8s.io/...``) on a pod (``allow``: a trusted namespace).
+    cdi_annotations: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

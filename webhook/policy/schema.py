@@ -181,6 +181,9 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
                         "sharedGPUContainers": _STRINGS,
+                        "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
+                        "cdiAnnotations": {"enum": ["deny", "allow"]},
+                        "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
