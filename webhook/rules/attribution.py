@@ -281,3 +281,26 @@ def forbid_selectors_on_attribution_labels(pod: PodView, ctx: PodContext) -> lis
         for where, key in _selector_keys(ctx.selector)
         if key in owned
     ]
+
+
+def binding_violations(binding: Mapping[str, Any], attribution_keys: set[str]) -> list[Violation]:
+    """A Binding (``pods/binding`` or ``bindings``, the scheduler's) merges its annotations, and with
+    PodTopologyLabelsAdmission (beta, on since 1.35) its labels, into the pod it binds (k/k
+    pkg/registry/core/pod/storage/storage.go setPodNodeAndMetadata): none of them may be gpugate's."""
+    meta = binding.get("metadata") or {}
+    violations = []
+    for what in ("labels", "annotations"):
+        found = meta.get(what) or {}
+        for key in sorted(k for k in found if k in attribution_keys or k.startswith(f"{GROUP}/")):
+            violations.append(
+                Violation(
+                    RULE,
+                    f"metadata.{what}[{key}]",
+                    "",
+                    f"a Binding cannot set gpugate's {what[:-1]} {key} on the pod it binds (the apiserver copies a "
+                    "Binding's labels and annotations onto the pod)",
+                    f"bind without {key}: gpugate sets its labels and annotations when it admits a pod",
+                    security=True,
+                )
+            )
+    return violations
