@@ -126,8 +126,12 @@ def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads |
         _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
     if shapes_of(obj, workloads=workloads) is not None:
         for pod in operated_pods(obj):  # what an operator builds its pods from (pods.operated), as the rules read it
-            _check(pod.metadata, OBJECT_META, f"{path}.{pod.fields['metadata']}", problems)
-            _check(pod.spec, POD_SPEC, f"{path}.{pod.fields['spec']}", problems)
+            found: list[str] = []
+            _check(pod.metadata, OBJECT_META, "metadata", found)
+            _check(pod.spec, POD_SPEC, "spec", found)
+            for problem in found:  # named by the field the user wrote
+                where, _, what = problem.partition(": ")
+                problems.append(f"{path}.{pod.locate(where)}: {what}")
     return problems
 
 

@@ -78,8 +78,9 @@ def _trainjob(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
     yield OperatedPod("trainer", {}, spec, fields, tuple(notes))
 
 
-def _dynamo_resources(item: Any, path: str) -> tuple[dict[str, Any], dict[str, str], str]:
-    """One of Dynamo's ResourceItems as a ResourceList, the field each entry came from, and the GPU resource."""
+def _dynamo_resources(item: Any, path: str, *, gpu: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """One of Dynamo's ResourceItems as a ResourceList and the field each entry came from; ``gpu``: whether its
+    ``gpu`` counts (only in limits: GetResourcesConfig never reads requests.gpu)."""
     values = _strings(item)
     out: dict[str, Any] = {}
     fields: dict[str, str] = {}
@@ -88,10 +89,10 @@ def _dynamo_resources(item: Any, path: str) -> tuple[dict[str, Any], dict[str, s
     for name, value in _strings(values.get("custom")).items():
         out[name] = value
         fields[name] = f"{path}.custom[{name}]"
-    if "gpu" in values and values["gpu"] not in ("", None):
+    if gpu and values.get("gpu") not in ("", None):
         out[resource] = values["gpu"]
         fields[resource] = f"{path}.gpu"
-    return out, fields, resource
+    return out, fields
 
 
 def _dynamo(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
@@ -100,13 +101,15 @@ def _dynamo(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
         spec_of = _strings(raw)
         where = f"spec.services.{service}"
         extra = _strings(spec_of.get("extraPodSpec"))
-        main = _strings(extra.pop("mainContainer", None))
+        raw_main = extra.pop("mainContainer", None)
+        main = _strings(raw_main)
         listed = extra.get("containers")
-        containers = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
+        containers = list(listed) if isinstance(listed, list) else []
         resources = _strings(spec_of.get("resources"))
-        limits, limit_fields, gpu = _dynamo_resources(resources.get("limits"), f"{where}.resources.limits")
-        requests, request_fields, _ = _dynamo_resources(resources.get("requests"), f"{where}.resources.requests")
-        requests.pop(gpu, None)  # requests.gpu is never read by the operator: the limit is the request
+        limits, limit_fields = _dynamo_resources(resources.get("limits"), f"{where}.resources.limits", gpu=True)
+        requests, request_fields = _dynamo_resources(
+            resources.get("requests"), f"{where}.resources.requests", gpu=False
+        )
         notes = []
         if "gpu" in _strings(resources.get("requests")) and "gpu" not in _strings(resources.get("limits")):
             notes.append(f"{where}.resources.requests.gpu is ignored by the Dynamo operator; set limits.gpu")
@@ -120,15 +123,21 @@ def _dynamo(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
         }
         fields |= {f"{base}.resources.limits[{k}]": v for k, v in limit_fields.items()}
         fields |= {f"{base}.resources.requests[{k}]": v for k, v in request_fields.items()}
-        merged = {**main, "name": main.get("name") or "main", "resources": {"limits": limits, "requests": requests}}
+        merged: Any = {
+            **main,
+            "name": main.get("name") or "main",
+            "resources": {"limits": limits, "requests": requests},
+        }
+        if raw_main is not None and not isinstance(raw_main, Mapping):
+            merged = raw_main  # as written, for the type check to name (admission.shapes)
         meta_of = _strings(spec_of.get("extraPodMetadata"))
         metadata = {
             "labels": {**_strings(spec_of.get("labels")), **_strings(meta_of.get("labels"))},
             "annotations": {**_strings(spec_of.get("annotations")), **_strings(meta_of.get("annotations"))},
         }
-        yield OperatedPod(
-            f"services.{service}", metadata, {**extra, "containers": [*containers, merged]}, fields, tuple(notes)
-        )
+        # containers that are not a list stay as written, for the type check to name; the rules skip them
+        pod = {**extra, "containers": [*containers, merged] if listed is None or isinstance(listed, list) else listed}
+        yield OperatedPod(f"services.{service}", metadata, pod, fields, tuple(notes))
 
 
 _READERS = {
