@@ -14,6 +14,7 @@ from .vendors import (
     BUILTIN_DRA,
     DEFAULT_GPU_RUNTIME_CLASSES,
     DEFAULT_HOLDER_ANNOTATIONS,
+    DEFAULT_HOLDER_SCHEDULERS,
     IMPLICIT_DRA_PREFIX,
     RUNTIME_CLASS_PODS,
 )
@@ -106,6 +107,8 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The schedulers that implement those annotations: only a pod one of them places holds a GPU by one.
+    annotation_schedulers: tuple[str, ...] = DEFAULT_HOLDER_SCHEDULERS
     #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
     #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
     annotation_device: str | None = "nvidia"
@@ -148,8 +151,13 @@ class Policy:
     #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
     visible_devices_override: Literal["deny", "allow"] = "deny"
     attribution_edits: Literal["deny", "allow"] = "deny"
+    privileged_gpu_containers: Literal["deny", "allow"] = "deny"
     #: Containers (by name) of a GPU pod that may see its GPUs without requesting any: no ``void`` for them.
     shared_gpu_containers: frozenset[str] = frozenset()
+    #: ``envFrom`` that can set ``NVIDIA_*`` in a container that sees GPUs (``allow``: a trusted namespace).
+    visible_devices_env_from: Literal["deny", "allow"] = "deny"
+    #: CDI device annotations (``cdi.k8s.io/...``) on a pod (``allow``: a trusted namespace).
+    cdi_annotations: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

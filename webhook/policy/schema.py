@@ -152,6 +152,7 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "resourceClaims": {"type": "boolean"},
                         "annotations": _STRINGS,
+                        "annotationSchedulers": _STRINGS,
                         "annotationDevice": {"type": ["string", "null"]},
                     }
                 ),
@@ -181,6 +182,9 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
                         "sharedGPUContainers": _STRINGS,
+                        "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
+                        "cdiAnnotations": {"enum": ["deny", "allow"]},
+                        "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},
