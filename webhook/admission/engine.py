@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
 from ..pods.gpus import gpu_use
-from ..pods.objects import dig, shapes_of, workload_kinds
+from ..pods.objects import DEFAULTED_GROUPS, dig, group_of, shapes_of, workload_kinds
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
 from ..policy.model import BUILTIN, NamespaceLabelsUnavailable
 from ..rules.attribution import binding_violations
@@ -33,6 +33,7 @@ def _subjects(
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
     fleet = env.fleet()
+    defaulted = group_of(str(obj.get("apiVersion") or "")) in DEFAULTED_GROUPS
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
@@ -70,7 +71,9 @@ def _subjects(
             namespace_labels=labels,
             operation=str(request.get("operation")),
             object_meta=obj.get("metadata") or {},
-            gpu=gpu_use(meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims),
+            gpu=gpu_use(
+                meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims, defaulted=defaulted
+            ),
             old=before,
             mutable=mutable,
             fleet=fleet,

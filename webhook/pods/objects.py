@@ -111,6 +111,9 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     ),
 )
 _BUILTIN_BY_KIND = {(w.group, w.kind): w for w in BUILTIN_WORKLOADS}
+#: API groups whose pod specs (a Pod's, a workload's template) the apiserver fills with defaults before admission
+#: (``schedulerName: default-scheduler`` among them); a custom resource's templates arrive as written.
+DEFAULTED_GROUPS = frozenset({"", "apps", "batch"})
 
 Key = str | int
 

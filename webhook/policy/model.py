@@ -14,6 +14,7 @@ from .vendors import (
     BUILTIN_DRA,
     DEFAULT_GPU_RUNTIME_CLASSES,
     DEFAULT_HOLDER_ANNOTATIONS,
+    DEFAULT_HOLDER_SCHEDULERS,
     IMPLICIT_DRA_PREFIX,
     RUNTIME_CLASS_PODS,
 )
@@ -106,6 +107,8 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The schedulers that implement those annotations: only a pod one of them places holds a GPU by one.
+    annotation_schedulers: tuple[str, ...] = DEFAULT_HOLDER_SCHEDULERS
     #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
     #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
     annotation_device: str | None = "nvidia"
