@@ -179,7 +179,7 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
                     f'takes every key of {ref} "{name}" as a variable ({how}), so a key can set {VARIABLE} (or '
                     "any NVIDIA_* variable) in a container that sees GPUs: it overrides the device plugin's value "
                     "and exposes GPUs the pod did not request",
-                    f'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"), or list the keys it needs '
+                    'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"), or list the keys it needs '
                     "under env instead; for a trusted namespace, spec.security.visibleDevicesEnvFrom: allow, "
                     "together with accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA "
                     "Container Toolkit on GPU nodes",
