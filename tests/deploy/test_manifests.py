@@ -273,7 +273,14 @@ def test_validating_webhook(base: list[dict[str, Any]]) -> None:
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["UPDATE"],
-            "resources": ["pods/ephemeralcontainers"],
+            "resources": ["pods/ephemeralcontainers", "pods/status"],
+            "scope": "Namespaced",
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods/binding", "bindings"],
             "scope": "Namespaced",
         },
         *WORKLOAD_RULES,
@@ -408,11 +415,14 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == NAMESPACE_SELECTOR
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/status"]},
     ]
     # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs, then CDI device annotations on any
-    # pod. Whether a GPU pod needs a runtime class is gpugate's to judge (DRA, CDI), never the backstop's.
-    tolerations, runtime_class, cdi = policy["spec"]["validations"]
+    # pod, then gpugate.io metadata on pods/status. Whether a GPU pod needs a runtime class is gpugate's to judge
+    # (DRA, CDI), never the backstop's.
+    tolerations, runtime_class, cdi, status = policy["spec"]["validations"]
+    assert status["expression"] == "variables.gpugateMetadataKept"
     assert "toleratesGPUTaint" in tolerations["expression"]
     assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
     assert "variables.newCDIAnnotations" in cdi["expression"]
@@ -696,6 +706,65 @@ def test_match_condition_returns_bool(match_condition: Any) -> None:
     assert match_condition.return_type() == cel.Type.BOOL
 
 
+def labelled(spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    out = pod(spec, annotations=annotations)
+    out["metadata"]["labels"] = labels
+    return out
+
+
+POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
+STATUS = {"operation": "UPDATE", "resource": POD_RESOURCE, "subResource": "status"}
+TEAM = {"gpugate.io/team": "vision", "app": "x"}
+# (case, new, old, sent): a status update is sent only when it changes labels or annotations, of a GPU pod.
+STATUS_CASES = [
+    ("status report of a GPU pod", labelled(GPU, TEAM), labelled(GPU, TEAM), False),
+    ("status update rewriting the team", labelled(GPU, {**TEAM, "gpugate.io/team": "x"}), labelled(GPU, TEAM), True),
+    ("status update removing the labels", pod(GPU), labelled(GPU, TEAM), True),
+    ("status update adding an annotation", labelled(GPU, TEAM, {"a": "b"}), labelled(GPU, TEAM), True),
+    ("status update rewriting a CPU pod's labels", labelled(CPU, {"app": "y"}), labelled(CPU, TEAM), False),
+]
+
+
+@pytest.mark.parametrize(("case", "new", "old", "sent"), STATUS_CASES, ids=[c[0] for c in STATUS_CASES])
+def test_match_condition_sends_status_updates_only_when_they_change_metadata(
+    match_condition: Any, case: str, new: dict[str, Any], old: dict[str, Any], sent: bool
+) -> None:
+    assert evaluate(match_condition, object=new, oldObject=old, request=STATUS) is sent
+    ordinary = {"operation": "UPDATE", "resource": POD_RESOURCE}  # the pod itself: as before
+    assert evaluate(match_condition, object=old, oldObject=old, request=ordinary) is ("nvidia.com/gpu" in str(old))
+
+
+def binding(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "ml"}
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": {"kind": "Node", "name": "n"}}
+
+
+@pytest.mark.parametrize(
+    ("new", "sent"),
+    [
+        (binding(), False),  # the scheduler's: never sent, so gpugate is never in the way of scheduling
+        (binding(labels={"topology.kubernetes.io/zone": "a"}), False),
+        (binding(labels={"gpugate.io/team": "x"}), True),
+        (binding(annotations={"gpugate.io/workload": "Pod/x"}), True),
+    ],
+)
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"operation": "CREATE", "resource": POD_RESOURCE, "subResource": "binding"},
+        {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "bindings"}},
+    ],
+)
+def test_match_condition_sends_bindings_only_with_gpugate_keys(
+    match_condition: Any, new: dict[str, Any], sent: bool, request_: dict[str, Any]
+) -> None:
+    assert evaluate(match_condition, object=new, oldObject=None, request=request_) is sent
+
+
 class Backstop:
     """The ValidatingAdmissionPolicy evaluated as the apiserver does: variables in order, then rules."""
 
@@ -706,11 +775,13 @@ class Backstop:
             for v in policy["spec"]["validations"]
         ]
 
-    def denials(self, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    def denials(
+        self, new: dict[str, Any], old: dict[str, Any] | None = None, request: dict[str, Any] | None = None
+    ) -> list[str]:
         data: dict[str, Any] = {
             "object": new,
             "oldObject": old,
-            "request": {"operation": "UPDATE" if old else "CREATE"},
+            "request": request or {"operation": "UPDATE" if old else "CREATE"},
         }
         variables: dict[str, Any] = {}
         for name, program in self.variables:
@@ -928,10 +999,45 @@ def test_backstop_policy_verdicts(
         assert fragment in message
 
 
+STATUS_REFUSED = "gpugate: a status update must not add, change or remove a gpugate.io label or annotation"
+
+
+@pytest.mark.parametrize(
+    ("case", "new", "old", "refused"),
+    [
+        ("status report", labelled(GPU, TEAM), labelled(GPU, TEAM), False),
+        ("status update renaming app", labelled(GPU, {**TEAM, "app": "y"}), labelled(GPU, TEAM), False),
+        ("status update adding an annotation", labelled(GPU, TEAM, {"a": "b"}), labelled(GPU, TEAM), False),
+        (
+            "status update rewriting the team",
+            labelled(GPU, {**TEAM, "gpugate.io/team": "x"}),
+            labelled(GPU, TEAM),
+            True,
+        ),
+        ("status update removing the team", labelled(GPU, {"app": "x"}), labelled(GPU, TEAM), True),
+        ("status update adding a team", labelled(GPU, {"gpugate.io/team": "x"}), pod(GPU), True),
+        (
+            "status update adding gpugate's annotation",
+            labelled(GPU, TEAM, {"gpugate.io/policy": "x"}),
+            labelled(GPU, TEAM),
+            True,
+        ),
+        ("status update of a CPU pod adding a team", labelled(CPU, {"gpugate.io/team": "x"}), pod(CPU), True),
+    ],
+)
+def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
+    backstop: Backstop, case: str, new: dict[str, Any], old: dict[str, Any], refused: bool
+) -> None:
+    denials = backstop.denials(new, old, STATUS)
+    assert [d[: len(STATUS_REFUSED)] for d in denials] == ([STATUS_REFUSED] if refused else []), denials
+    # The same change through an UPDATE of the pod itself is gpugate's to judge (attributionEdits), not the backstop's.
+    assert backstop.denials(new, old, {"operation": "UPDATE", "resource": POD_RESOURCE}) == []
+
+
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 11 variables, 3 validations and the message expression of one
-    assert len(expressions) == 2 + 11 + 3 + 1
+    # a match condition per webhook, 12 variables, 4 validations and the message expression of one
+    assert len(expressions) == 2 + 12 + 4 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

@@ -294,3 +294,45 @@ def deployment(*, kind="Deployment", selector=None, template_labels=None):
     if kind == "CronJob":
         spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": {**spec, "manualSelector": True}}}
     return {"apiVersion": group, "kind": kind, "metadata": meta, "spec": spec}
+
+
+# ----------------------------------------------------------------------------------------------- Bindings
+
+
+def binding(labels=None, annotations=None):
+    meta = {"name": "p", "namespace": "default"}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": {"kind": "Node", "name": "n1"}}
+
+
+@pytest.mark.parametrize("sub_resource", [None, "binding"])  # POST .../bindings, POST .../pods/p/binding
+def test_a_binding_carrying_gpugates_labels_or_annotations_is_denied(sub_resource):
+    obj = binding(labels={"gpugate.io/team": "x", "app": "y"}, annotations={"gpugate.io/workload": "Pod/x"})
+    req = request(obj, sub_resource=sub_resource)
+    if sub_resource:
+        req["resource"] = {"group": "", "version": "v1", "resource": "pods"}
+    verdict = validate(req, env(governed(mode="audit"), TEAM))
+    assert not verdict.allowed and verdict.code == 403
+    assert verdict.message.splitlines() == [
+        'Binding of pod "p" in namespace "default" is refused by gpugate:',
+        "- metadata.labels[gpugate.io/team]: a Binding cannot set gpugate's label gpugate.io/team on the pod it "
+        "binds (the apiserver copies a Binding's labels and annotations onto the pod); bind without "
+        "gpugate.io/team: gpugate sets its labels and annotations when it admits a pod",
+        "- metadata.annotations[gpugate.io/workload]: a Binding cannot set gpugate's annotation gpugate.io/workload "
+        "on the pod it binds (the apiserver copies a Binding's labels and annotations onto the pod); bind without "
+        "gpugate.io/workload: gpugate sets its labels and annotations when it admits a pod",
+    ]
+
+
+def test_a_binding_with_a_policys_attribution_key_outside_gpugates_group_is_denied():
+    own = standard(attribution={"labels": {"billing.example.com/team": {"value": "b"}}})
+    assert not validate(request(binding(labels={"billing.example.com/team": "x"})), env(own)).allowed
+
+
+def test_the_schedulers_bindings_are_allowed():
+    topology = {"topology.kubernetes.io/zone": "a", "topology.kubernetes.io/region": "r"}
+    assert validate(request(binding()), env(governed(), TEAM)).allowed
+    assert validate(request(binding(labels=topology)), env(governed(), TEAM)).allowed

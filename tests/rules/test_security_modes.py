@@ -47,6 +47,13 @@ def _env_from_in_a_gpu_container(policy):
     return validated(result, policy, labels=TEAM)
 
 
+def _privileged_gpu_container(policy):
+    obj = gpu_pod(1)
+    obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    result, _ = mutated(obj, policy, labels=TEAM)
+    return validated(result, policy, labels=TEAM)
+
+
 CASES = {
     "visible-devices override": (_visible_devices, {"security": {"visibleDevicesOverride": "allow"}}),
     "attribution edit": (_attribution_edit, {"security": {"attributionEdits": "allow"}}),
@@ -54,6 +61,7 @@ CASES = {
     "GPU toleration without a GPU": (_toleration_without_gpu, {"nonGPUPods": {"gpuTolerations": "allow"}}),
     "CDI device annotation": (_cdi_annotation, {"security": {"cdiAnnotations": "allow"}}),
     "envFrom that can set NVIDIA_*": (_env_from_in_a_gpu_container, {"security": {"visibleDevicesEnvFrom": "allow"}}),
+    "privileged GPU container": (_privileged_gpu_container, {"security": {"privilegedGPUContainers": "allow"}}),
 }
 
 

@@ -107,6 +107,12 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield served
 
 
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("defaults"), "--threads", "2") as served:
+        yield served
+
+
 def handshaken(port: int, certs: Path) -> ssl.SSLSocket:
     return wrapped(socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT), certs)
 
@@ -229,4 +235,29 @@ def test_clients_that_keep_their_end_open_after_a_closing_answer_do_not_stall_th
         assert time.monotonic() - started < ANSWER_TIMEOUT
     finally:
         for sock in held:
+            sock.close()
+
+
+# gunicorn's gthread worker stops accepting at worker_connections (1000) open connections.
+WORKER_CONNECTIONS = 1000
+
+
+def test_a_flood_of_silent_connections_past_gunicorns_limit_does_not_lock_fresh_ones_out(defaults: Served) -> None:
+    """1,200 TCP connections that never send a byte, on one worker with the default bound (100): gthread alone
+    stops accepting at 1,000 open connections, so a fresh connection would wait in the listen queue until the
+    silent ones time out (the 120 s keep-alive). Here the oldest are closed as new ones arrive: a fresh
+    connection gets its review answered while the flood is open, the first 1,000 are closed by the server, and
+    the newest still answers."""
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(WORKER_CONNECTIONS + 200):
+            flood.append(socket.create_connection(("127.0.0.1", defaults.port), timeout=ANSWER_TIMEOUT))
+        with handshaken(defaults.port, defaults.certs) as fresh:
+            assert answered(mutate(fresh, "fresh"), "fresh")
+        for number, sock in enumerate(flood[:WORKER_CONNECTIONS]):
+            assert closed_by_server(sock), f"connection {number} of {len(flood)} is still open"
+        flood[-1] = wrapped(flood[-1], defaults.certs)
+        assert answered(mutate(flood[-1], "newest"), "newest")
+    finally:
+        for sock in flood:
             sock.close()

@@ -9,10 +9,11 @@ from .. import rules  # noqa: F401  (registers every rule)
 from ..pods.gpus import gpu_use
 from ..pods.objects import dig, shapes_of, workload_kinds
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
-from ..policy.model import NamespaceLabelsUnavailable
+from ..policy.model import BUILTIN, NamespaceLabelsUnavailable
+from ..rules.attribution import binding_violations
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.registry import Check, mutations, validate_pod, validations
-from .decision import Decision, Environment, Subject, allowed, labels_unavailable, pack, shorten, verdict
+from .decision import Decision, Environment, Subject, allowed, denied, labels_unavailable, pack, shorten, verdict
 from .patch import make_patch
 
 # --------------------------------------------------------------------------------------------- subjects
@@ -184,6 +185,8 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     if operation not in ("CREATE", "UPDATE"):
         return allowed()
     obj = request.get("object")
+    if _is_binding(request):
+        return _binding(obj, request, env)
     old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
         subjects = _subjects(obj, request, env, old=old_obj if isinstance(old_obj, Mapping) else None)
@@ -216,6 +219,27 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
             violations += [v for v in unapplied if (v.rule, v.path, v.text) not in before]
         found += [(subject, v) for v in violations]
     return verdict(subjects, found, warnings=warnings)
+
+
+def _is_binding(request: Mapping[str, Any]) -> bool:
+    resource = request.get("resource") or {}
+    return request.get("subResource") == "binding" or (
+        isinstance(resource, Mapping) and resource.get("group") == "" and resource.get("resource") == "bindings"
+    )
+
+
+def _binding(obj: Any, request: Mapping[str, Any], env: Environment) -> Decision:
+    """A Binding writes its labels and annotations into the pod it binds: none may be gpugate's."""
+    if not isinstance(obj, Mapping):
+        return allowed()
+    keys = {a.key for p in env.policies.policies for a in p.attribution}
+    violations = binding_violations(obj, keys)
+    if not violations:
+        return allowed()
+    name = str((obj.get("metadata") or {}).get("name") or request.get("name") or "")
+    where = f' in namespace "{request.get("namespace")}"' if request.get("namespace") else ""
+    lines = [f'Binding of pod "{name}"{where} is refused by gpugate:'] + [f"- {v.message()}" for v in violations]
+    return denied("\n".join(lines), violations=violations, policy=BUILTIN.name)
 
 
 def _where(subject: Subject) -> str:

@@ -231,6 +231,7 @@ SECURITY_FIELDS = (
     "sharedGPUContainers",
     "visibleDevicesEnvFrom",
     "cdiAnnotations",
+    "privilegedGPUContainers",
 )
 
 
@@ -309,6 +310,9 @@ def parse_policy(
     cdi_annotations = doc.choice(
         security.get("cdiAnnotations"), "spec.security.cdiAnnotations", ("deny", "allow"), "deny"
     )
+    privileged = doc.choice(
+        security.get("privilegedGPUContainers"), "spec.security.privilegedGPUContainers", ("deny", "allow"), "deny"
+    )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
     if not isinstance(mutate_templates, bool):
@@ -334,6 +338,7 @@ def parse_policy(
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]
+        privileged_gpu_containers=privileged,  # type: ignore[arg-type]
         shared_gpu_containers=frozenset(shared),
         visible_devices_env_from=env_from,  # type: ignore[arg-type]
         cdi_annotations=cdi_annotations,  # type: ignore[arg-type]

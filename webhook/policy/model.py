@@ -148,6 +148,7 @@ class Policy:
     #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
     visible_devices_override: Literal["deny", "allow"] = "deny"
     attribution_edits: Literal["deny", "allow"] = "deny"
+    privileged_gpu_containers: Literal["deny", "allow"] = "deny"
     #: Containers (by name) of a GPU pod that may see its GPUs without requesting any: no ``void`` for them.
     shared_gpu_containers: frozenset[str] = frozenset()
     #: ``envFrom`` that can set ``NVIDIA_*`` in a container that sees GPUs (``allow``: a trusted namespace).

@@ -183,6 +183,7 @@ def policy_schema() -> dict[str, Any]:
                         "sharedGPUContainers": _STRINGS,
                         "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
                         "cdiAnnotations": {"enum": ["deny", "allow"]},
+                        "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     gpu_quantities,
     gpu_shapes,
     model_selection,
+    privileged,
     runtime_class,
     tolerations,
     visible_devices,

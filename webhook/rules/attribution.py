@@ -16,6 +16,7 @@ getJobName).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -216,13 +217,12 @@ def forbid_look_alike_keys(pod: PodView, ctx: PodContext) -> list[Violation]:
     carries neither under that name: it sorts the keys and renames every key of a shared name ``<name>_conflict1``,
     ``_conflict2``... (kubernetes/kube-state-metrics internal/store/utils.go mapToPrometheusLabels), so the
     pod's GPUs leave its team. dcgm-exporter only replaces characters, so its collisions are among these."""
-    ours = {metric_label_name(k): k for k in sorted(owned_label_keys(ctx))}
+    ours = _exported_names(frozenset(owned_label_keys(ctx)))
+    look_alikes = [k for k in pod.labels if ours.get(metric_label_name(k), k) != k]
     violations = []
-    for key in sorted(pod.labels):
+    for key in sorted(look_alikes):
         name = metric_label_name(key)
-        owned = ours.get(name)
-        if owned is None or owned == key:
-            continue
+        owned = ours[name]
         violations.append(
             Violation(
                 RULE,
@@ -236,6 +236,12 @@ def forbid_look_alike_keys(pod: PodView, ctx: PodContext) -> list[Violation]:
             )
         )
     return violations
+
+
+@functools.lru_cache(maxsize=256)
+def _exported_names(keys: frozenset[str]) -> Mapping[str, str]:
+    """kube-state-metrics' name of each of ``keys`` -> the key (a policy's attribution keys, once per policy)."""
+    return {metric_label_name(k): k for k in sorted(keys)}
 
 
 def _selector_keys(selector: Any) -> list[tuple[str, str]]:
@@ -275,3 +281,26 @@ def forbid_selectors_on_attribution_labels(pod: PodView, ctx: PodContext) -> lis
         for where, key in _selector_keys(ctx.selector)
         if key in owned
     ]
+
+
+def binding_violations(binding: Mapping[str, Any], attribution_keys: set[str]) -> list[Violation]:
+    """A Binding (``pods/binding`` or ``bindings``, the scheduler's) merges its annotations, and with
+    PodTopologyLabelsAdmission (beta, on since 1.35) its labels, into the pod it binds (k/k
+    pkg/registry/core/pod/storage/storage.go setPodNodeAndMetadata): none of them may be gpugate's."""
+    meta = binding.get("metadata") or {}
+    violations = []
+    for what in ("labels", "annotations"):
+        found = meta.get(what) or {}
+        for key in sorted(k for k in found if k in attribution_keys or k.startswith(f"{GROUP}/")):
+            violations.append(
+                Violation(
+                    RULE,
+                    f"metadata.{what}[{key}]",
+                    "",
+                    f"a Binding cannot set gpugate's {what[:-1]} {key} on the pod it binds (the apiserver copies a "
+                    "Binding's labels and annotations onto the pod)",
+                    f"bind without {key}: gpugate sets its labels and annotations when it admits a pod",
+                    security=True,
+                )
+            )
+    return violations
