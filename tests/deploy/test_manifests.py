@@ -559,6 +559,7 @@ CLAIM = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single
 DRA = pod_spec({**container(), "resources": {"claims": [{"name": "gpu"}]}}, **CLAIM)
 # KAI Scheduler GPU sharing: a fraction of a GPU by annotation, no GPU resource.
 KAI_FRACTION = {"gpu-fraction": "0.5"}
+KAI = {"schedulerName": "kai-scheduler"}  # the annotations hold a GPU only for the scheduler implementing them
 INTEL_GAS = pod_spec(
     container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "gpu.intel.com/memory.max": "1G"})
 )
@@ -831,7 +832,13 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ),
     ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
     ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),
-    ("KAI pod under nvidia", pod(pod_spec(**NVIDIA), annotations=KAI_FRACTION), None, []),
+    ("KAI pod under nvidia", pod(pod_spec(**NVIDIA, **KAI), annotations=KAI_FRACTION), None, []),
+    (
+        "KAI annotation on a default-scheduler pod under nvidia",
+        pod(pod_spec(**NVIDIA, schedulerName="default-scheduler"), annotations=KAI_FRACTION),
+        None,
+        ['GPU runtime class "nvidia"'],
+    ),
     ("DRA pod under nvidia-cdi", pod({**DRA, "runtimeClassName": "nvidia-cdi"}), None, []),
     ("UPDATE of a CPU pod stored under nvidia", pod(pod_spec(**NVIDIA)), pod(pod_spec(**NVIDIA)), []),
     (
@@ -953,15 +960,28 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
     (
         "KAI gpu-fraction pod tolerating the GPU taint",
-        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations=KAI_FRACTION),
+        pod(pod_spec(tolerations=[GPU_TOLERATION], **KAI), annotations=KAI_FRACTION),
         None,
         [],
     ),
     (
         "KAI gpu-memory pod tolerating the GPU taint",
-        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"gpu-memory": "2000"}),
+        pod(pod_spec(tolerations=[GPU_TOLERATION], **KAI), annotations={"gpu-memory": "2000"}),
         None,
         [],
+    ),
+    # Another scheduler ignores the annotation: the pod holds no GPU.
+    (
+        "gpu-fraction on a default-scheduler pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], schedulerName="default-scheduler"), annotations=KAI_FRACTION),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "gpu-memory on a volcano pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], schedulerName="volcano"), annotations={"gpu-memory": "2000"}),
+        None,
+        ["GPU node taint"],
     ),
     (
         "another annotation does not hold a GPU",
@@ -1036,8 +1056,8 @@ def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 12 variables, 4 validations and the message expression of one
-    assert len(expressions) == 2 + 12 + 4 + 1
+    # a match condition per webhook, 13 variables, 4 validations and the message expression of one
+    assert len(expressions) == 2 + 13 + 4 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

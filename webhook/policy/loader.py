@@ -24,7 +24,7 @@ from .model import (
     WorkloadKind,
 )
 from .reader import Doc, PolicyError, PolicyIssue
-from .vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_ANNOTATIONS
+from .vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_ANNOTATIONS, DEFAULT_HOLDER_SCHEDULERS
 
 # The errors are the reader's; they are part of what loading raises and reports, so they are named here too.
 __all__ = ["PolicyError", "PolicyIssue", "parse_policy", "parse_workload_kind"]
@@ -147,12 +147,15 @@ def _models(doc: Doc, value: Any, path: str, devices: Mapping[str, Device], lega
 
 
 def _holders(doc: Doc, value: Any, path: str) -> GPUHolders:
-    raw = doc.mapping(value, path, ("resourceClaims", "annotations", "annotationDevice"))
+    raw = doc.mapping(value, path, ("resourceClaims", "annotations", "annotationSchedulers", "annotationDevice"))
     claims = raw.get("resourceClaims", True)
     if not isinstance(claims, bool):
         doc.fail(f"{path}.resourceClaims", f"must be true or false, got {claims!r}")
         claims = True
     annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key, what="annotation key")
+    schedulers = doc.strings(
+        raw.get("annotationSchedulers"), f"{path}.annotationSchedulers", check=is_dns_subdomain, what="scheduler name"
+    )
     device = raw.get("annotationDevice", "nvidia")
     if device is not None and (not isinstance(device, str) or not is_label_value(device)):
         doc.fail(f"{path}.annotationDevice", f"must be a device name such as nvidia, or null, got {device!r}")
@@ -161,6 +164,7 @@ def _holders(doc: Doc, value: Any, path: str) -> GPUHolders:
         resource_claims=claims,
         annotation_device=device,
         annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS,
+        annotation_schedulers=schedulers if schedulers is not None else DEFAULT_HOLDER_SCHEDULERS,
     )
 
 

@@ -14,6 +14,7 @@ from .vendors import (
     BUILTIN_DRA,
     DEFAULT_GPU_RUNTIME_CLASSES,
     DEFAULT_HOLDER_ANNOTATIONS,
+    DEFAULT_HOLDER_SCHEDULERS,
     IMPLICIT_DRA_PREFIX,
     RUNTIME_CLASS_PODS,
 )
@@ -106,6 +107,8 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The schedulers that implement those annotations: only a pod one of them places holds a GPU by one.
+    annotation_schedulers: tuple[str, ...] = DEFAULT_HOLDER_SCHEDULERS
     #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
     #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
     annotation_device: str | None = "nvidia"
@@ -223,6 +226,10 @@ class WorkloadKind:
     source: str = "built-in"
     #: Cluster-scoped kind (ClusterTrainingRuntime): its webhook rule has ``scope: Cluster``.
     cluster_scoped: bool = False
+    #: Bare PodSpecs (no PodTemplateSpec around them), each with where the operator takes its pods' labels and
+    #: annotations from, relative to the PodSpec's parent ("" for the parent itself): KServe's
+    #: LLMInferenceService puts ``spec.labels`` on the pods of ``spec.template`` and ``spec.worker``.
+    pod_specs: tuple[tuple[str, str], ...] = ()
 
 
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the

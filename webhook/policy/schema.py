@@ -152,6 +152,7 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "resourceClaims": {"type": "boolean"},
                         "annotations": _STRINGS,
+                        "annotationSchedulers": _STRINGS,
                         "annotationDevice": {"type": ["string", "null"]},
                     }
                 ),

@@ -50,6 +50,13 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RE
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
 #: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
 DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+#: The schedulers that implement those annotations: a pod holds a GPU by annotation only when one of them places
+#: it. KAI's ``kai-scheduler`` (NVIDIA/KAI-Scheduler pkg/common/constants/constants.go ``DefaultSchedulerName``);
+#: its webhooks leave pods of any other scheduler alone (pkg/admission/webhook/v1alpha2/podhooks/pod_mutator.go),
+#: and the default scheduler ignores the annotations, so such a pod gets no GPU at all.
+DEFAULT_HOLDER_SCHEDULERS: tuple[str, ...] = ("kai-scheduler",)
+#: What the apiserver fills into a pod spec that names no scheduler (k/k pkg/apis/core/v1/defaults.go).
+DEFAULT_SCHEDULER = "default-scheduler"
 #: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into
 #: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
 #: init containers.

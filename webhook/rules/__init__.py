@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     attribution,
     cdi_devices,
     feasibility,
+    fraction_annotations,
     gpu_limits,
     gpu_placement,
     gpu_quantities,

@@ -266,6 +266,8 @@ def _selector_keys(selector: Any) -> list[tuple[str, str]]:
 def forbid_selectors_on_attribution_labels(pod: PodView, ctx: PodContext) -> list[Violation]:
     """A workload whose selector names a label gpugate sets on its pods: a pod gpugate labelled otherwise than
     the selector wants is orphaned by its controller (with its GPUs) and replaced, without end."""
+    if ctx.selector is None:  # a Pod, or a kind without one
+        return []
     owned = owned_label_keys(ctx)
     return [
         Violation(
