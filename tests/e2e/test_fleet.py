@@ -43,6 +43,8 @@ SERVED_GROUPS = {
     "kubeflow.org/v2beta1",
     "trainer.kubeflow.org/v1alpha1",
     "orchestration.aibrix.ai/v1alpha1",
+    "serving.kserve.io/v1alpha2",
+    "nvidia.com/v1alpha1",
 }
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..inventory.model import Inventory
 from ..pods.claims import ClaimLookup
 from ..pods.objects import PodShape
+from ..pods.operated import OperatedPod
 from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
 from .patch import Operation
@@ -83,10 +84,21 @@ def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]
 
 @dataclass(frozen=True, eq=False)
 class Subject:
-    """One pod (or pod template) found in an admitted object, with its governing policy."""
+    """One pod (or pod template) found in an admitted object, with its governing policy. ``operated``: a pod
+    an operator builds from fields that are not a pod template (a TrainJob's resourcesPerNode), judged as
+    that pod inside ``root``, a stand-in object whose ``operated[i]`` holds it."""
 
     view: PodView
     ctx: PodContext
+    operated: OperatedPod | None = None
+    root: Mapping[str, Any] | None = None
+
+    def located(self, violation: Violation) -> Violation:
+        """The violation naming the field of the admitted object (an operated pod's own field otherwise)."""
+        if self.operated is None:
+            return violation
+        within = violation.path.removeprefix(f"{self.shape.template_path}.")
+        return replace(violation, path=self.operated.locate(within))
 
     @property
     def policy(self) -> Policy:
