@@ -112,7 +112,12 @@ CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
 # message answers instead of gpugate's (deploy/base/admission-policy.yaml).
 # The GPU Operator's CUDA validator also tolerates the GPU taint without holding a GPU; its namespace is
 # meant to be excluded (components/exclude-gpu-operator), which this control plane does not do.
-BACKSTOP_FIRST = {"pod-cpu-tolerating-gpu-taint.yaml", "nvidia-gpu-operator-cuda-validator.yaml"}
+# So is a pod with a CDI device annotation.
+BACKSTOP_FIRST = {
+    "pod-cpu-tolerating-gpu-taint.yaml",
+    "nvidia-gpu-operator-cuda-validator.yaml",
+    "pod-cdi-annotation.yaml",
+}
 
 
 @pytest.mark.parametrize(("source", "case"), CASES, ids=[f"{p.parent.name}/{p.name}" for p, _ in CASES])

@@ -176,3 +176,20 @@ def test_a_workload_with_only_a_cdi_device_annotation_is_refused_by_gpugate(stac
     assert message is not None, result
     assert "spec.template.metadata.annotations[cdi.k8s.io/debug]" in message, message
     assert "spec.security.cdiAnnotations: allow" in message, message
+
+
+def test_a_cdi_device_annotation_added_through_pods_status_is_refused(stack: Stack, namespace: str) -> None:
+    """pods/status keeps the annotations an update changes; the pod is still Pending, so its sandbox would be made
+    with the annotation."""
+    stack.kubectl("create", "-f", "-", stdin=pod("cdi-later", namespace, container("app")))
+
+    patch = '{"metadata":{"annotations":{"cdi.k8s.io/debug":"nvidia.com/gpu=all"}}}'
+    result = stack.kubectl(
+        "patch", "pod", "cdi-later", "-n", namespace, "--subresource=status", "--type=merge", "-p", patch, check=False
+    )
+
+    assert not result.ok, f"a CDI device annotation was added through pods/status:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and "CDI device" in message, result
+    stored = stack.kubectl("get", "pod", "cdi-later", "-n", namespace, "-o", "json").json()
+    assert "cdi.k8s.io/debug" not in (stored["metadata"].get("annotations") or {})

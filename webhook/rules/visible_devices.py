@@ -11,7 +11,16 @@ themselves, so a container of it that requests no GPU (a sidecar, an init contai
 the node. The mutator gives each such container ``NVIDIA_VISIBLE_DEVICES=void`` (later ``env`` entries win
 over the image's and over ``envFrom``), unless the policy lists it in ``spec.security.sharedGPUContainers``.
 Only for pods whose GPUs come from the NVIDIA device plugin: DRA (CDI) and fractional holds inject devices
-their own way.
+their own way. Ephemeral containers (``kubectl debug``) cannot request resources, so each one an UPDATE of the
+``pods/ephemeralcontainers`` subresource adds gets the same ``void``; only those (not in the old pod, by name):
+the apiserver refuses any change to an existing one (k/k pkg/apis/core/validation/validation.go,
+ValidatePodEphemeralContainersUpdate).
+
+An ``envFrom`` source without a prefix, or with one that can begin a name with ``NVIDIA_``, can set the
+variable unseen (from a ConfigMap or Secret key only the kubelet reads), and it wins over the device plugin's
+value. In a GPU pod that is refused for every container that sees GPUs: one without an ``env`` entry of the
+variable (an ``env`` entry wins over ``envFrom``), i.e. one that holds GPUs or that ``sharedGPUContainers``
+names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an exception.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
 _CONFIG_MAP_REF = {"name": str, "key": str}
 VOID = "void"
+NVIDIA_PREFIX = "NVIDIA_"
 VOIDED = {"name": VARIABLE, "value": VOID}
 
 
@@ -62,6 +72,7 @@ record = rule(
     order=90,
     reads={
         "container.env": [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": _CONFIG_MAP_REF}}],
+        "container.envFrom": [{"prefix": str, "configMapRef": {"name": str}, "secretRef": {"name": str}}],
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
@@ -135,6 +146,52 @@ def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Viola
                 )
             )
     return violations
+
+
+# The kubelet puts the device plugin's variables first and the container's own after them, env over envFrom
+# (k/k pkg/kubelet/kubelet_pods.go GenerateRunContainerOptions, makeEnvironmentVariables: "Env will override
+# EnvFrom variables"); containerd appends them to the image's ENV (internal/cri/server/container_create.go) and
+# the NVIDIA toolkit keeps the last value of a name (internal/config/image/builder.go WithEnv). So an envFrom
+# that can make NVIDIA_VISIBLE_DEVICES replaces the value the device plugin chose, unless an env entry names
+# the variable itself (gpugate's void, or a value the check above judges).
+@record.validator(pods="gpu", needs_policy=False)
+def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext) -> list[Violation]:
+    if ctx.policy.visible_devices_env_from == "allow":
+        return []
+    violations = []
+    for fld, index, container in containers(pod.spec):
+        if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
+            continue
+        for e, source in enumerate(container.get("envFrom") or []):
+            if not isinstance(source, Mapping):
+                continue
+            prefix = str(source.get("prefix") or "")
+            ref = next((k for k in ("configMapRef", "secretRef") if isinstance(source.get(k), Mapping)), None)
+            if ref is None or not can_make_nvidia_variable(prefix):
+                continue
+            name = source[ref].get("name", "?")
+            how = f'prefix "{prefix}"' if prefix else "no prefix"
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field(f"{fld}[{index}].envFrom[{e}]"),
+                    container_label(fld, container),
+                    f'takes every key of {ref} "{name}" as a variable ({how}), so a key can set {VARIABLE} (or '
+                    "any NVIDIA_* variable) in a container that sees GPUs: it overrides the device plugin's value "
+                    "and exposes GPUs the pod did not request",
+                    'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"), or list the keys it needs '
+                    "under env instead; for a trusted namespace, spec.security.visibleDevicesEnvFrom: allow, "
+                    "together with accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA "
+                    "Container Toolkit on GPU nodes",
+                    security=True,
+                )
+            )
+    return violations
+
+
+def can_make_nvidia_variable(prefix: str) -> bool:
+    """Whether ``prefix`` + some key can be a name that starts with ``NVIDIA_``."""
+    return NVIDIA_PREFIX.startswith(prefix) or prefix.startswith(NVIDIA_PREFIX)
 
 
 def _set_by_kai(pod: PodView, ctx: PodContext, fld: str, index: int, env: Mapping[str, Any]) -> bool:
