@@ -18,9 +18,10 @@ ValidatePodEphemeralContainersUpdate).
 
 An ``envFrom`` source without a prefix, or with one that can begin a name with ``NVIDIA_``, can set the
 variable unseen (from a ConfigMap or Secret key only the kubelet reads), and it wins over the device plugin's
-value. In a GPU pod (unless its GPUs are all another vendor's) that is refused for every container that sees GPUs: one without an ``env`` entry of the
-variable (an ``env`` entry wins over ``envFrom``), i.e. one that holds GPUs or that ``sharedGPUContainers``
-names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an exception.
+value. In a GPU pod (unless its GPUs are all another vendor's) that is refused for every container that
+sees GPUs: one without an ``env`` entry of the variable (an ``env`` entry wins over ``envFrom``), i.e. one that
+holds GPUs or that ``sharedGPUContainers`` names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an
+exception.
 """
 
 from __future__ import annotations
