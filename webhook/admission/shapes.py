@@ -120,11 +120,12 @@ def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads |
     _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
     if problems:
         return problems  # finding the pod templates reads the metadata
-    for shape in shapes_of(obj, workloads=workloads) or ():  # kinds gpugate does not read are not looked into
+    shapes = shapes_of(obj, workloads=workloads)
+    for shape in shapes or ():  # kinds gpugate does not read are not looked into
         if shape.template:
             _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
         _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
-    if shapes_of(obj, workloads=workloads) is not None:
+    if shapes is not None:
         for pod in operated_pods(obj):  # what an operator builds its pods from (pods.operated), as the rules read it
             found: list[str] = []
             _check(pod.metadata, OBJECT_META, "metadata", found)
