@@ -153,13 +153,14 @@ SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A control plane of its own where gpugate serves the SHIPPED policies (policies/*.yaml, the reference
     fleet), registered from deploy/ plus components/workload-crds, with the workload CRDs installed
-    (tests/fixtures/crds) and the RuntimeClass `nvidia`."""
+    (tests/fixtures/crds) and the GPU Operator's RuntimeClasses (`nvidia`, `nvidia-cdi`, `nvidia-legacy`)."""
     cp = ControlPlane(e2e_bin, tmp_path_factory.mktemp("cluster-fleet"))
     _RUNNING.append(cp)
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.ensure_runtime_class("nvidia")
+        for runtime_class in ("nvidia", "nvidia-cdi", "nvidia-legacy"):
+            cp.ensure_runtime_class(runtime_class)
         # The DeviceClasses NVIDIA's DRA driver installs (and the CPU driver's), before gpugate starts: its live
         # inventory refuses a pod naming a DeviceClass the cluster does not have.
         for device_class in device_classes():

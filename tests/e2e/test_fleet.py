@@ -117,6 +117,7 @@ BACKSTOP_FIRST = {
     "pod-cpu-tolerating-gpu-taint.yaml",
     "nvidia-gpu-operator-cuda-validator.yaml",
     "pod-cdi-annotation.yaml",
+    "pod-cpu-nvidia-cdi.yaml",
 }
 
 

@@ -157,9 +157,12 @@ def test_a_sidecar_given_void_is_safe_but_a_shared_gpu_container_is_not():
     assert 'container "log-shipper"' not in decision.message
 
 
-def test_env_from_in_pods_without_gpus_and_the_policy_exception_are_allowed():
+def test_env_from_in_pods_without_gpus_or_nvidia_gpus_and_the_policy_exception_are_allowed():
     cpu = pod(container("web", envFrom=_env_from()))
     assert validated(mutated(cpu, standard(), labels=TEAM)[0], standard(), labels=TEAM).allowed
+    amd = pod(container("rocm", limits={"amd.com/gpu": 1}, envFrom=_env_from()))
+    decision = validated(mutated(amd, standard(), labels=TEAM)[0], standard(), labels=TEAM)
+    assert "envFrom" not in decision.message, decision.message
     allowing = standard(security={"visibleDevicesEnvFrom": "allow"})
     gpu = pod(container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()))
     assert validated(mutated(gpu, allowing, labels=TEAM)[0], allowing, labels=TEAM).allowed

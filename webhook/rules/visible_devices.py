@@ -18,9 +18,10 @@ ValidatePodEphemeralContainersUpdate).
 
 An ``envFrom`` source without a prefix, or with one that can begin a name with ``NVIDIA_``, can set the
 variable unseen (from a ConfigMap or Secret key only the kubelet reads), and it wins over the device plugin's
-value. In a GPU pod that is refused for every container that sees GPUs: one without an ``env`` entry of the
-variable (an ``env`` entry wins over ``envFrom``), i.e. one that holds GPUs or that ``sharedGPUContainers``
-names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an exception.
+value. In a GPU pod (unless its GPUs are all another vendor's) that is refused for every container that
+sees GPUs: one without an ``env`` entry of the variable (an ``env`` entry wins over ``envFrom``), i.e. one that
+holds GPUs or that ``sharedGPUContainers`` names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an
+exception.
 """
 
 from __future__ import annotations
@@ -156,8 +157,9 @@ def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Viola
 # the variable itself (gpugate's void, or a value the check above judges).
 @record.validator(pods="gpu", needs_policy=False)
 def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext) -> list[Violation]:
-    if ctx.policy.visible_devices_env_from == "allow":
-        return []
+    devices = ctx.gpu.devices
+    if ctx.policy.visible_devices_env_from == "allow" or (devices and all(d.name != "nvidia" for d in devices)):
+        return []  # AMD's and Intel's runtimes read no NVIDIA_* variable
     violations = []
     for fld, index, container in containers(pod.spec):
         if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):

@@ -3,7 +3,7 @@ how many may wait there.
 
 kube-apiserver's webhook client (Go net/http, up to 25 idle connections per host: k8s.io/client-go
 transport/cache.go) dials a new connection when none is idle, and when another connection frees up first it
-sends the request there and parks the new one, fully handshaken, in its idle pool. gthread (gunicorn 25+,
+sends the request there and parks the new one, fully handshaken, in its idle pool. gthread (gunicorn 26+,
 gunicorn/workers/gthread.py ``ThreadWorker.handle``) performs the handshake in a pool thread and then
 blocks that thread reading the first request, with no timeout. Parked connections thus pin threads, and
 once a worker's threads are all pinned, requests on its other connections wait until the apiserver gives up
@@ -42,9 +42,10 @@ from gunicorn.workers import gthread
 
 from .tls import HANDSHAKE_TIMEOUT
 
-# gthread's sentinel for "no data yet: watch this connection in the poller" (gunicorn >= 25); without it
-# this worker is gthread unchanged.
-_DEFER: Any = getattr(gthread, "_DEFER", None)
+# gthread's sentinel for "no data yet: watch this connection in the poller" (gunicorn >= 26, which
+# pyproject.toml requires: the pending connections, their deadlines and the poller callbacks this worker
+# builds on came with it).
+_DEFER: Any = gthread._DEFER
 # kube-apiserver keeps at most 25 idle connections to one webhook host (client-go transport/cache.go
 # idleConnsPerHost, the http.Transport's MaxIdleConnsPerHost), and every connection can land on one
 # worker; 100 is the idle pools of four apiservers.
@@ -73,7 +74,7 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self.lingering: deque[Any] = deque()  # half-closed connections being drained, oldest first
 
     def handle(self, conn: Any) -> Any:
-        if _DEFER is None or conn.initialized or not self.cfg.is_ssl:
+        if conn.initialized or not self.cfg.is_ssl:
             return super().handle(conn)
         if not conn.data_ready and not conn.wait_for_data(0):
             return _DEFER
