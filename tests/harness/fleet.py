@@ -511,8 +511,8 @@ def device_classes() -> list[dict[str, Any]]:
     ]
 
 
-# The GPU Operator's container toolkit creates these three RuntimeClasses (nvidia, and nvidia-cdi /
-# nvidia-legacy for its CDI and legacy modes), each with the handler of the same name.
+#: What NVIDIA's GPU Operator creates with CDI on, its default: nvidia, nvidia-cdi and nvidia-legacy
+#: (NVIDIA/gpu-operator assets/pre-requisites/0210_runtime_class_legacy.yaml, 0220_runtime_class_cdi.yaml).
 RUNTIME_CLASSES = [
     {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
     for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")
