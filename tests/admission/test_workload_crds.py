@@ -297,3 +297,14 @@ def test_operator_fields_of_the_wrong_type_are_named_by_their_own_field_and_neve
     assert f"request.object.{problem}" in object_problems(obj, path="request.object")
     assert validate(request(obj), env(standard())).code < 500
     assert mutate(request(obj), env(standard())).code < 500
+
+
+def test_dynamo_main_container_resources_count_unless_the_service_resources_replace_them():
+    main = {"image": "x", "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}
+    decision = mutate(request(dynamo(worker={"extraPodSpec": {"mainContainer": main}})), env(standard()))
+    assert not decision.allowed
+    assert 'spec.services.worker.extraPodSpec.mainContainer.resources.limits[nvidia.com/gpu]: container "main"' in (
+        decision.message
+    )
+    replaced = dynamo(worker={"resources": {"limits": {"gpu": "1"}}, "extraPodSpec": {"mainContainer": main}})
+    assert mutate(request(replaced), env(standard())).allowed

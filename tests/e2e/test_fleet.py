@@ -335,3 +335,59 @@ def test_metadata_only_updates_of_a_raycluster_skip_gpugate(fleet: Stack) -> Non
     assert patched.warnings, patched
     assert fleet.gpugate.admission_requests() > before
     fleet.kubectl("patch", "raycluster", "kept", "-n", ns, "--type=merge", "-p", '{"metadata": {"finalizers": null}}')
+
+
+# ---- pods an operator builds from its own fields, with real objects (upstream TrainJob CRD) ---------------
+
+
+def trainjob(name: str, namespace: str, gpus: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "trainjob-gpu.yaml").read_text())
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return doc
+
+
+def test_a_trainjob_is_stored_as_sent_and_a_fractional_resources_per_node_never_is(fleet: Stack) -> None:
+    """A TrainJob whose runtime is not installed: stored unchanged, with the warnings naming where its template
+    is and what its trainer pods will get; an UPDATE to half a GPU per node is refused by the mutating webhook
+    naming spec.trainer.resourcesPerNode, and the stored object keeps its whole GPUs."""
+    ns = fleet.cluster.create_namespace("fleet-trainer")
+    sent = trainjob("train", ns, "2")
+
+    made = fleet.kubectl("create", "-o", "json", "-f", "-", stdin=sent)
+    said = _squashed(made.stderr)
+    assert 'pod template in ClusterTrainingRuntime "torch-distributed", judged when that is applied' in said, made
+    assert 'TrainJob "train" trainer: pods will get runtimeClassName=nvidia' in said, made
+    kept = stored(fleet.cluster, "trainjob", "train", ns)
+    assert kept["spec"]["trainer"] == sent["spec"]["trainer"]
+    assert "operated" not in kept
+
+    half = fleet.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=trainjob("train", ns, "500m"), check=False
+    )
+    assert not half.ok, half
+    assert 'admission webhook "mutate-workloads.gpugate.io" denied the request' in half.stderr, half
+    assert 'spec.trainer.resourcesPerNode.limits[nvidia.com/gpu]: container "node": Invalid value: "500m"' in (
+        _squashed(half.stderr)
+    ), half
+    assert stored(fleet.cluster, "trainjob", "train", ns)["spec"]["trainer"]["resourcesPerNode"] == {
+        "limits": {"nvidia.com/gpu": "2"}
+    }
+
+
+def test_a_cluster_training_runtime_is_judged_without_a_namespace(fleet: Stack) -> None:
+    """Cluster-scoped: the webhook rule with scope Cluster routes it, gpugate needs no namespace labels for it,
+    and a fractional node container is refused before anything is stored."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "clustertrainingruntime-gpu.yaml").read_text())
+    doc["metadata"]["name"] = "e2e-runtime-half"
+    [job] = doc["spec"]["template"]["spec"]["replicatedJobs"]
+    [node] = job["template"]["spec"]["template"]["spec"]["containers"]
+    node["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+
+    refused = fleet.kubectl("create", "-f", "-", stdin=doc, check=False)
+
+    assert not refused.ok, refused
+    message = gpugate_denial(refused.stderr)
+    assert message is not None and 'ClusterTrainingRuntime "e2e-runtime-half" violates' in message, refused
+    gone = fleet.kubectl("get", "clustertrainingruntime", "e2e-runtime-half", check=False)
+    assert "NotFound" in gone.stderr, gone

@@ -182,3 +182,24 @@ def test_env_from_in_a_debug_container_of_a_gpu_pod_is_settled_by_its_void():
         result, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="ephemeralcontainers"
     )
     assert verdict.allowed, verdict.message
+
+
+def test_a_workload_sidecar_with_env_from_is_settled_by_the_void_its_pods_will_get():
+    """Templates are checked as written (not mutated by default): the sidecar has no void yet, but every pod made
+    from it gets one at /mutate; the GPU container's envFrom is refused all the same."""
+    spec = pod(
+        container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()),
+        container("log-shipper", envFrom=_env_from()),
+    )["spec"]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec},
+        },
+    }
+    decision = validated(deployment, standard(), labels=TEAM)
+    assert 'spec.template.spec.containers[0].envFrom[0]: container "trainer"' in decision.message
+    assert 'container "log-shipper": takes' not in decision.message

@@ -133,7 +133,10 @@ def check_objects(
             nothing = Decision(allowed=True)
             results.append(Result(obj, obj, [], nothing, None, skipped=True))
             continue
-        mutation, validation, mutated = judge(obj, env, namespace=namespace, uid=f"check-{index}")
+        known_kind = kinds.get((group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or "")))
+        # A cluster-scoped object (a ClusterTrainingRuntime) is in no namespace, as the apiserver sends it.
+        where = "" if known_kind is not None and known_kind.cluster_scoped else namespace
+        mutation, validation, mutated = judge(obj, env, namespace=where, uid=f"check-{index}")
         if validation is None:
             results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
             continue

@@ -11,7 +11,11 @@ its own words, as the pod the operator will make of it.
   ``custom`` maps are copied as resource names; ``requests.gpu`` is not used at all (ai-dynamo/dynamo
   deploy/cloud/operator/internal/controller_common/resource.go GetResourcesConfig and getGPUResourceName,
   commit 21cb4d447eb1007facff34a376f0341a78f91b16; the types in deploy/cloud/operator/api/dynamo/common/common.go).
-  ``extraPodSpec`` is a PodSpec the operator builds the pod from, with ``extraPodMetadata`` for its labels.
+  ``extraPodSpec`` is the PodSpec the operator builds the pod from: ``mainContainer`` is merged into its own
+  main container, appended after ``extraPodSpec.containers``, whose resources ``resources`` replaces when set;
+  ``extraPodMetadata`` goes onto the pods (deploy/cloud/operator/internal/dynamo/graph.go GenerateBasePodSpec
+  and GenerateGrovePodGangSet, commit 010c68fa39cf2e0820721849c47b19a5b4f0e393). ``labels``/``annotations``
+  are "added to generated Kubernetes resources for this component (such as Pod ...)" (the type's own doc).
 
 Each becomes an :class:`OperatedPod`: a pod spec for the rules, and how each of its fields maps back to the
 field the user wrote, so every message names the CRD's own field.
@@ -123,11 +127,11 @@ def _dynamo(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
         }
         fields |= {f"{base}.resources.limits[{k}]": v for k, v in limit_fields.items()}
         fields |= {f"{base}.resources.requests[{k}]": v for k, v in request_fields.items()}
-        merged: Any = {
-            **main,
-            "name": main.get("name") or "main",
-            "resources": {"limits": limits, "requests": requests},
-        }
+        merged: Any = {**main, "name": main.get("name") or "main"}
+        if resources:  # replaces the main container's own resources (GenerateBasePodSpec)
+            merged["resources"] = {"limits": limits, "requests": requests}
+        else:  # the main container's own, named where they are
+            fields[f"{base}.resources"] = f"{where}.extraPodSpec.mainContainer.resources"
         if raw_main is not None and not isinstance(raw_main, Mapping):
             merged = raw_main  # as written, for the type check to name (admission.shapes)
         meta_of = _strings(spec_of.get("extraPodMetadata"))

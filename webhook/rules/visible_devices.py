@@ -32,6 +32,7 @@ from typing import Any
 from ..pods.fields import STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
+from ..policy.model import BUILTIN
 from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
@@ -82,25 +83,39 @@ record = rule(
 )
 
 
-@record.mutator(pods="gpu")
-def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) -> list[Change]:
+def _voids_containers(ctx: PodContext) -> bool:
+    """Whether the mutator gives this pod's containers without GPUs ``void``: NVIDIA device-plugin GPUs only."""
     gpu = ctx.gpu
     device = gpu.device
-    if device is None or device.name != "nvidia" or gpu.holders or gpu.dra is not None:
-        return []
-    if not gpu.device_plugin_resources:
+    return (
+        device is not None
+        and device.name == "nvidia"
+        and not gpu.holders
+        and gpu.dra is None
+        and bool(gpu.device_plugin_resources)
+    )
+
+
+def _hidden(container: Mapping[str, Any], ctx: PodContext) -> bool:
+    """A container of such a pod that requests no GPU and that no ``sharedGPUContainers`` entry names."""
+    return container.get("name") not in ctx.policy.shared_gpu_containers and not any(
+        amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()
+    )
+
+
+@record.mutator(pods="gpu")
+def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    if not _voids_containers(ctx):
         return []
     changes = []
     existing = _ephemeral_names(ctx.old.spec) if ctx.old is not None else frozenset()
     for fld in ("initContainers", "containers", "ephemeralContainers"):
         items = editor.spec.get(fld)
         for index, container in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(container, Mapping) or container.get("name") in ctx.policy.shared_gpu_containers:
+            if not isinstance(container, Mapping) or not _hidden(container, ctx):
                 continue
             if fld == "ephemeralContainers" and container.get("name") in existing:
                 continue  # added before: the apiserver keeps it as it is
-            if any(amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()):
-                continue
             env = container.get("env")
             if env is not None and not isinstance(env, list):
                 continue
@@ -160,9 +175,13 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
     devices = ctx.gpu.devices
     if ctx.policy.visible_devices_env_from == "allow" or (devices and all(d.name != "nvidia" for d in devices)):
         return []  # AMD's and Intel's runtimes read no NVIDIA_* variable
+    # A workload's template is checked as written: its pods get the void at /mutate, if a policy governs them.
+    voided = ctx.policy is not BUILTIN and _voids_containers(ctx)
     violations = []
     for fld, index, container in containers(pod.spec):
         if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
+            continue
+        if voided and _hidden(container, ctx):
             continue
         for e, source in enumerate(container.get("envFrom") or []):
             if not isinstance(source, Mapping):
