@@ -297,7 +297,8 @@ def _dynamo(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """NVIDIA Dynamo: each service becomes a DynamoComponentDeployment `<graph>-<service>` (lower case) whose
     controller makes a Deployment (one node per service here: no multinode, no Grove); its pod is extraPodSpec
     with the main container last, named `main`, extraPodSpec.mainContainer merged into it, and resources from
-    the service's: limits.gpu as a limit on gpuType or nvidia.com/gpu, custom copied, requests.gpu unused
+    the service's when it sets any: limits.gpu as a limit on gpuType or nvidia.com/gpu, custom copied,
+    requests.gpu unused
     (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/graph.go GenerateDynamoComponentsDeployments,
     GetDynamoComponentName, GenerateBasePodSpec, commit 010c68fa39cf2e0820721849c47b19a5b4f0e393;
     controller_common/resource.go GetResourcesConfig, as webhook/pods/operated.py reads it). The
@@ -316,7 +317,8 @@ def _dynamo(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 values[item.get("gpuType") or "nvidia.com/gpu"] = item["gpu"]
             if values:
                 resources[part] = values
-        main["resources"] = resources
+        if shared.get("resources"):  # the service's resources replace the main container's own
+            main["resources"] = resources
         extra["containers"] = [*(extra.get("containers") or []), main]
         component = f"{graph}-{service.lower()}"
         meta = shared.get("extraPodMetadata") or {}
