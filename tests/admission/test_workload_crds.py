@@ -199,9 +199,10 @@ def test_resources_per_node_is_judged_as_the_trainer_pods_request(resources, fie
 
 
 def test_a_request_only_resources_per_node_is_allowed_and_told_the_runtime_must_limit_it():
-    verdict = validate(request(trainjob({"requests": {"nvidia.com/gpu": "2"}})), env(standard()))
+    verdict = validate(request(trainjob({"requests": {"nvidia.com/gpu": "2", "cpu": "8"}})), env(standard()))
     assert verdict.allowed
     assert any("resourcesPerNode.requests[nvidia.com/gpu] has no limit" in w for w in verdict.warnings)
+    assert not any("requests[cpu]" in w for w in verdict.warnings)  # CPU needs no limit
 
 
 def test_a_trainjob_over_the_policy_limit_names_resources_per_node():

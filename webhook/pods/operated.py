@@ -73,8 +73,9 @@ def _trainjob(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
     fields = {"spec": "spec.trainer", "metadata": "spec.trainer", "spec.containers[0].resources": real}
     notes = []
     for resource, value in requests.items():
-        if resource not in limits:
-            # Merged into the runtime's node container, whose own limit stays: judged as the limit it must equal.
+        # An extended resource (a domain-prefixed name: GPUs, NICs) needs a limit equal to its request. Merged into
+        # the runtime's node container, whose own limit stays, so it is judged as the limit it must equal.
+        if "/" in resource and resource not in limits:
             limits[resource] = value
             fields[f"spec.containers[0].resources.limits[{resource}]"] = f"{real}.requests[{resource}]"
             notes.append(f"{real}.requests[{resource}] has no limit: the runtime's node container must set it equal")
