@@ -113,7 +113,8 @@ def _runtimes(objects: list[Mapping[str, Any]], namespace: str) -> dict[tuple[st
         kind = o.get("kind")
         if group_of(str(o.get("apiVersion") or "")) != "trainer.kubeflow.org" or kind not in TRAINER_RUNTIMES:
             continue
-        meta = o.get("metadata") if isinstance(o.get("metadata"), Mapping) else {}
+        raw = o.get("metadata")
+        meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         where = "" if kind == "ClusterTrainingRuntime" else str(meta.get("namespace") or namespace)
         found[(str(kind), where, str(meta.get("name") or ""))] = o
     return found

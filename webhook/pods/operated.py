@@ -74,7 +74,8 @@ def runtime_ref(obj: Mapping[str, Any]) -> tuple[str, str]:
     """The kind (default ClusterTrainingRuntime, as the CRD defaults it) and name of a TrainJob's runtime."""
     ref = _strings(_strings(obj.get("spec")).get("runtimeRef"))
     kind = ref.get("kind") if isinstance(ref.get("kind"), str) and ref.get("kind") else "ClusterTrainingRuntime"
-    return str(kind), ref.get("name") if isinstance(ref.get("name"), str) else "?"
+    name = ref.get("name")
+    return str(kind), name if isinstance(name, str) else "?"
 
 
 def _trainjob(obj: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> Iterator[OperatedPod]:
