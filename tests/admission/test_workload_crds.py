@@ -309,3 +309,65 @@ def test_dynamo_main_container_resources_count_unless_the_service_resources_repl
     )
     replaced = dynamo(worker={"resources": {"limits": {"gpu": "1"}}, "extraPodSpec": {"mainContainer": main}})
     assert mutate(request(replaced), env(standard())).allowed
+
+
+def runtime(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    node = container("node", limits=limits, requests=requests)
+    trainer_job = {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}}
+    initializer = {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-distributed"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "dataset-initializer",
+                            "template": {
+                                **initializer,
+                                "spec": {"template": {"spec": {"containers": [container("init")]}}},
+                            },
+                        },
+                        {
+                            "name": "node",
+                            "template": {**trainer_job, "spec": {"template": {"spec": {"containers": [node]}}}},
+                        },
+                    ]
+                }
+            }
+        },
+    }
+
+
+def with_runtime(found: dict[str, Any] | None):
+    return lambda kind, ns, name: (
+        found if (kind, ns, name) == ("ClusterTrainingRuntime", "", "torch-distributed") else None
+    )
+
+
+def test_a_visible_runtime_is_merged_with_resources_per_node_as_the_trainer_merges_it():
+    from webhook.admission.decision import Environment
+
+    base = env(standard())
+    one = runtime(requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "1"})
+    seen = Environment(policies=base.policies, namespace_labels=base.namespace_labels, runtimes=with_runtime(one))
+    raised = trainjob({"limits": {"nvidia.com/gpu": "2"}})
+    verdict = mutate(request(raised), seen)
+    assert not verdict.allowed
+    assert (
+        'ClusterTrainingRuntime "torch-distributed" spec.template.spec.replicatedJobs[1].template.spec.template.spec'
+        '.containers[0].resources.requests[nvidia.com/gpu]: container "node": Invalid value: "1": must be equal to '
+        "nvidia.com/gpu limit of 2"
+    ) in verdict.message
+    assert mutate(request(raised), base).allowed  # the runtime unseen: not refused for it
+    both = trainjob({"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}})
+    allowed = validate(request(both), seen)
+    assert allowed.allowed, allowed.message
+    assert (
+        'TrainJob "t": judged with ClusterTrainingRuntime "torch-distributed" of this manifest (resourcesPerNode merged)'
+        in (allowed.warnings)
+    )
+    # Only the trainer job's pods get resourcesPerNode: the initializer is not judged here.
+    assert not any("init" in w for w in allowed.warnings)

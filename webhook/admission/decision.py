@@ -10,7 +10,7 @@ from typing import Any
 from ..inventory.model import Inventory
 from ..pods.claims import ClaimLookup
 from ..pods.objects import PodShape
-from ..pods.operated import OperatedPod
+from ..pods.operated import OperatedPod, RuntimeLookup
 from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
 from .patch import Operation
@@ -62,6 +62,9 @@ class Environment:
     fleet: Callable[[], Inventory | None] = lambda: None
     #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
     claims: ClaimLookup | None = None
+    #: Finds a TrainJob's TrainingRuntime or ClusterTrainingRuntime where it is visible (``gpugate check`` of a
+    #: manifest holding it); None in the server, which judges a runtime when it is applied.
+    runtimes: RuntimeLookup | None = None
 
 
 def shorten(text: str, limit: int = WARNING_LIMIT) -> str:

@@ -89,12 +89,12 @@ def _subjects(
             else None
         )
         subjects.append(subject(shape, meta, spec, before, operated=False))
-    pods = operated_pods(obj)
+    pods = operated_pods(obj, namespace=namespace, runtimes=env.runtimes)
     if pods:
         # Each judged inside a stand-in object (operated[i]), so that the rules and mutators read and name it as
         # any template; Subject.located names the field of the admitted object instead.
         root = {**obj, "operated": [{"metadata": p.metadata, "spec": p.spec} for p in pods]}
-        previous = {p.label: p for p in operated_pods(old)} if old is not None else {}
+        previous = {p.label: p for p in operated_pods(old, namespace=namespace, runtimes=env.runtimes)} if old else {}
         name = shapes[0].name if shapes else str((obj.get("metadata") or {}).get("name") or request.get("name") or "")
         for index, pod in enumerate(pods):
             was = previous.get(pod.label)
@@ -221,7 +221,8 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
         olds = _subjects(old_obj, request, env) if isinstance(old_obj, Mapping) else None
     except NamespaceLabelsUnavailable as err:
         return labels_unavailable(err)
-    note = runtime_note(obj) if isinstance(obj, Mapping) else None
+    where = str(request.get("namespace") or "")
+    note = runtime_note(obj, namespace=where, runtimes=env.runtimes) if isinstance(obj, Mapping) else None
     if not subjects or not isinstance(obj, Mapping):
         return allowed(warnings=[shorten(f"{_named(obj, request)}: {note}")] if note else [])
     found: list[tuple[Subject, Violation]] = []

@@ -23,11 +23,18 @@ field the user wrote, so every message names the CRD's own field.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .objects import group_of
+
+#: (kind, namespace, name) of a TrainingRuntime or ClusterTrainingRuntime -> the object, or None when it is not
+#: visible (a server never sees it; `gpugate check` does when the manifest holds it).
+RuntimeLookup = Callable[[str, str, str], Mapping[str, Any] | None]
+#: The label that marks a runtime's trainer job (kubeflow/trainer pkg/constants LabelTrainJobAncestor and
+#: AncestorTrainer).
+TRAINER_ANCESTOR = ("trainer.kubeflow.org/trainjob-ancestor-step", "trainer")
 
 #: The resource Dynamo's operator requests for ``limits.gpu`` when ``gpuType`` is empty
 #: (deploy/cloud/operator/internal/consts KubeResourceGPUNvidia).
@@ -63,9 +70,20 @@ def _strings(value: Any) -> dict[str, Any]:
     return {k: v for k, v in value.items() if isinstance(k, str)} if isinstance(value, Mapping) else {}
 
 
-def _trainjob(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
+def runtime_ref(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """The kind (default ClusterTrainingRuntime, as the CRD defaults it) and name of a TrainJob's runtime."""
+    ref = _strings(_strings(obj.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind") if isinstance(ref.get("kind"), str) and ref.get("kind") else "ClusterTrainingRuntime"
+    name = ref.get("name")
+    return str(kind), name if isinstance(name, str) else "?"
+
+
+def _trainjob(obj: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> Iterator[OperatedPod]:
     trainer = _strings(_strings(obj.get("spec")).get("trainer"))
     resources = _strings(trainer.get("resourcesPerNode"))
+    if runtime is not None:
+        yield from _with_runtime(obj, runtime, resources)
+        return
     if not resources:
         return
     limits, requests = _strings(resources.get("limits")), _strings(resources.get("requests"))
@@ -81,6 +99,41 @@ def _trainjob(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
             notes.append(f"{real}.requests[{resource}] has no limit: the runtime's node container must set it equal")
     spec = {"containers": [{"name": "node", "resources": {"limits": limits, "requests": requests}}]}
     yield OperatedPod("trainer", {}, spec, fields, tuple(notes))
+
+
+def _with_runtime(
+    obj: Mapping[str, Any], runtime: Mapping[str, Any], resources: Mapping[str, Any]
+) -> Iterator[OperatedPod]:
+    """The trainer pods of a runtime that is visible: each trainer job's pod template, resourcesPerNode merged
+    per resource into its ``node`` container, as the trainer merges it."""
+    kind, name = runtime_ref(obj)
+    real = "spec.trainer.resourcesPerNode"
+    limits, requests = _strings(resources.get("limits")), _strings(resources.get("requests"))
+    jobs = _strings(_strings(_strings(runtime.get("spec")).get("template")).get("spec")).get("replicatedJobs")
+    for index, raw in enumerate(jobs if isinstance(jobs, list) else []):
+        job = _strings(_strings(raw).get("template"))
+        key, value = TRAINER_ANCESTOR
+        if _strings(_strings(job.get("metadata")).get("labels")).get(key) != value:
+            continue
+        template = _strings(_strings(job.get("spec")).get("template"))
+        where = f'{kind} "{name}" spec.template.spec.replicatedJobs[{index}].template.spec.template'
+        fields = {"spec": f"{where}.spec", "metadata": f"{where}.metadata"}
+        spec = _strings(template.get("spec"))
+        listed = spec.get("containers")
+        containers = list(listed) if isinstance(listed, list) else []
+        for at, container in enumerate(containers):
+            if not isinstance(container, Mapping) or container.get("name") != "node":
+                continue
+            own = _strings(container.get("resources"))
+            merged = {
+                "limits": {**_strings(own.get("limits")), **limits},
+                "requests": {**_strings(own.get("requests")), **requests},
+            }
+            containers[at] = {**container, "resources": merged}
+            base = f"spec.containers[{at}].resources"
+            fields |= {f"{base}.limits[{r}]": f"{real}.limits[{r}]" for r in limits}
+            fields |= {f"{base}.requests[{r}]": f"{real}.requests[{r}]" for r in requests}
+        yield OperatedPod("trainer", _strings(template.get("metadata")), {**spec, "containers": containers}, fields)
 
 
 def _dynamo_resources(item: Any, path: str, *, gpu: bool) -> tuple[dict[str, Any], dict[str, str]]:
@@ -100,7 +153,7 @@ def _dynamo_resources(item: Any, path: str, *, gpu: bool) -> tuple[dict[str, Any
     return out, fields
 
 
-def _dynamo(obj: Mapping[str, Any]) -> Iterator[OperatedPod]:
+def _dynamo(obj: Mapping[str, Any], _runtime: Mapping[str, Any] | None) -> Iterator[OperatedPod]:
     services = _strings(_strings(obj.get("spec")).get("services"))
     for service, raw in services.items():
         spec_of = _strings(raw)
@@ -153,17 +206,29 @@ _READERS = {
 OPERATED_KINDS = frozenset(_READERS)
 
 
-def operated_pods(obj: Mapping[str, Any]) -> list[OperatedPod]:
-    """The pods an operator builds from fields of ``obj`` that are not pod templates (none for other kinds)."""
+def operated_pods(
+    obj: Mapping[str, Any], *, namespace: str = "", runtimes: RuntimeLookup | None = None
+) -> list[OperatedPod]:
+    """The pods an operator builds from fields of ``obj`` that are not pod templates (none for other kinds).
+    ``runtimes``: finds a TrainJob's runtime where it is visible (``gpugate check`` of a manifest that holds it)."""
     reader = _READERS.get((group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or "")))
-    return list(reader(obj)) if reader is not None else []
+    if reader is None:
+        return []
+    return list(reader(obj, _runtime_of(obj, namespace, runtimes)))
 
 
-def runtime_note(obj: Mapping[str, Any]) -> str | None:
-    """For a TrainJob: where its pod template is, which gpugate cannot see in this request."""
+def _runtime_of(obj: Mapping[str, Any], namespace: str, runtimes: RuntimeLookup | None) -> Mapping[str, Any] | None:
+    if runtimes is None or obj.get("kind") != "TrainJob":
+        return None
+    kind, name = runtime_ref(obj)
+    return runtimes(kind, "" if kind == "ClusterTrainingRuntime" else namespace, name)
+
+
+def runtime_note(obj: Mapping[str, Any], *, namespace: str = "", runtimes: RuntimeLookup | None = None) -> str | None:
+    """For a TrainJob: where its pod template is, and whether it was judged with it."""
     if group_of(str(obj.get("apiVersion") or "")) != "trainer.kubeflow.org" or obj.get("kind") != "TrainJob":
         return None
-    ref = _strings(_strings(obj.get("spec")).get("runtimeRef"))
-    kind = ref.get("kind") if isinstance(ref.get("kind"), str) and ref.get("kind") else "ClusterTrainingRuntime"
-    runtime = ref.get("name") if isinstance(ref.get("name"), str) else "?"
-    return f'pod template in {kind} "{runtime}", judged when that is applied'
+    kind, name = runtime_ref(obj)
+    if _runtime_of(obj, namespace, runtimes) is not None:
+        return f'judged with {kind} "{name}" of this manifest (resourcesPerNode merged)'
+    return f'pod template in {kind} "{name}", judged when that is applied'

@@ -39,7 +39,6 @@ from .registry import rule
 
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
-KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
 _CONFIG_MAP_REF = {"name": str, "key": str}
 VOID = "void"
@@ -219,14 +218,15 @@ def _set_by_kai(pod: PodView, ctx: PodContext, fld: str, index: int, env: Mappin
     """KAI Scheduler's webhook gives each container of a fractional-GPU pod ``NVIDIA_VISIBLE_DEVICES`` from
     a ConfigMap its binder fills when the pod is bound: ``<annotation>-<index>`` (``-i<index>`` for init
     containers), the annotation ``runai/shared-gpu-configmap`` set by the same webhook on a pod holding a
-    GPU by a fraction annotation and scheduled by ``kai-scheduler``, whose binder writes that ConfigMap
+    GPU by a fraction annotation and scheduled by ``kai-scheduler`` (or another of the policy's
+    ``gpuHolders.annotationSchedulers``, such as a KAI scheduling shard), whose binder writes that ConfigMap
     (KAI-Scheduler pkg/binder/common/gpu_access.go). Only that exact shape is accepted; the NVIDIA toolkit's
     ``accept-nvidia-visible-devices-envvar-when-unprivileged=false`` is what closes the variable to tenants
     for good (policies/README.md)."""
     prefix = pod.annotations.get(KAI_SHARED_CONFIGMAP_ANNOTATION)
     if (
         not prefix
-        or pod.spec.get("schedulerName") != KAI_SCHEDULER
+        or pod.spec.get("schedulerName") not in ctx.policy.holders.annotation_schedulers
         or not any(h.startswith("annotation ") for h in ctx.gpu.holders)
     ):
         return False
