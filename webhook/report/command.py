@@ -15,7 +15,7 @@ import yaml
 
 from .compute import BUCKETS, DEFAULT_THRESHOLD, GROUPS, Integrator, Prices, Report
 from .prometheus import Prometheus, PrometheusError
-from .queries import ReportError, iso, memory_peaks, node_prices, prefetched, preflight, stream_inputs
+from .queries import ReportError, iso, memory_peaks, node_prices, preflight, stream_inputs
 from .recommend import recommend
 from .render import FORMATS, render
 
@@ -250,7 +250,7 @@ def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
     integrator = Integrator(
         step=step, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top, bucket=bucket
     )
-    for chunk in prefetched(stream_inputs(prometheus, start=start, end=end, step=step, progress=progress)):
+    for chunk in stream_inputs(prometheus, start=start, end=end, step=step, progress=progress):
         integrator.add(chunk)
     if not integrator.workloads:
         raise ReportError(f"empty window: no pod held a GPU between {iso(start)} and {iso(end)}")

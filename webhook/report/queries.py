@@ -8,9 +8,7 @@ depend on that day.
 from __future__ import annotations
 
 import dataclasses
-import queue
 import re
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -271,34 +269,6 @@ def stream_inputs(
         size = max(1, min(CHUNK_POINTS, int(budget / per_step)))
     if progress:
         progress(len(steps), len(steps), "done")
-
-
-def prefetched(chunks: Iterator[Inputs]) -> Iterator[Inputs]:
-    """``chunks`` one ahead: the next chunk's queries run (Prometheus evaluating, its answer parsed) in a thread
-    while the caller integrates this one. Same chunks in the same order; at most two in memory at once."""
-    ahead: queue.Queue[Inputs | BaseException | None] = queue.Queue()
-    slot = threading.Semaphore(1)  # taken for each chunk fetched, given back when the caller takes it
-
-    def fetch() -> None:
-        try:
-            while True:
-                slot.acquire()
-                chunk = next(chunks, None)
-                ahead.put(chunk)
-                if chunk is None:
-                    return
-        except BaseException as err:  # handed to the caller, raised there
-            ahead.put(err)
-
-    threading.Thread(target=fetch, name="gpugate-report-prefetch", daemon=True).start()
-    while True:
-        item = ahead.get()
-        if isinstance(item, BaseException):
-            raise item
-        if item is None:
-            return
-        slot.release()  # the next chunk is fetched while this one is integrated
-        yield item
 
 
 def memory_peaks(prometheus: Prometheus, *, start: int, end: int, notes: list[str]) -> list[Series]:
