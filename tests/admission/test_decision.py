@@ -99,8 +99,36 @@ def gpu_template() -> dict:
             'JobSet "w" replicatedJobs[0]: pods will get ',
         ),
         (crd("Deployment", "apps/v1", {"selector": {}, "template": gpu_template()}), 'Deployment "w": pods will get '),
+        (
+            crd(
+                "StormService",
+                "orchestration.aibrix.ai/v1alpha1",
+                {"template": {"spec": {"roles": [{"name": "decode", "template": gpu_template()}]}}},
+            ),
+            'StormService "w" roles[0]: pods will get ',
+        ),
     ],
 )
 def test_a_warning_names_the_template_of_a_workload_with_several(obj, named):
     verdict = validated(obj, standard())
     assert any(w.startswith(named) for w in verdict.warnings), verdict.warnings
+
+
+def test_a_cluster_scoped_workload_needs_no_namespace_labels():
+    """A ClusterTrainingRuntime is in no namespace: there are no labels to read, so no 503 while the namespace
+    cache is unreachable, and its templates are judged with none."""
+    runtime = crd(
+        "ClusterTrainingRuntime",
+        "trainer.kubeflow.org/v1alpha1",
+        {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": gpu_template()}}}]}
+            }
+        },
+    )
+    del runtime["metadata"]["namespace"]
+    unreachable = Environment(policies=standard(), namespace_labels=lambda ns: None)
+    review = request(runtime)
+    review.pop("namespace", None)  # kube-apiserver sends none for a cluster-scoped object
+    decision = mutate(review, unreachable)
+    assert decision.allowed and decision.code == 200, decision.message

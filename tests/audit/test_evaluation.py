@@ -140,7 +140,10 @@ def test_a_pod_the_mutating_webhook_never_saw_lacks_what_it_would_add(tmp_path: 
     ]
     assert f["missingAttributionLabels"] == ["gpugate.io/team", "gpugate.io/workload-kind", "gpugate.io/workload-name"]
     assert "mutating webhook never saw this pod" in f["note"]
-    assert "runtimeClassName, nodeSelector, affinity, containers and initContainers cannot change" in f["note"]
+    assert (
+        "runtimeClassName, nodeSelector, affinity, containers, initContainers and ephemeralContainers cannot change"
+        in (f["note"])
+    )
     assert "delete and re-create it" in f["note"]
     assert a.found
 

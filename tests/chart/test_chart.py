@@ -107,6 +107,7 @@ VARIANTS: dict[str, list[str]] = {
         "replicas=3",
         "workers=4",
         "threads=8",
+        "maxParkedConnections=300",
         "logLevel=debug",
         "priorityClassName=system-cluster-critical",
         "webhooks.validating.failurePolicy=Ignore",
@@ -329,6 +330,7 @@ def test_failure_policies_and_exclusions(helm: Path) -> None:
     assert pod["priorityClassName"] == "system-cluster-critical"
     args = pod["containers"][0]["args"]
     assert args[args.index("--workers") + 1] == "4" and args[args.index("--threads") + 1] == "8"
+    assert args[args.index("--max-parked-connections") + 1] == "300"
     assert args[args.index("--log-level") + 1] == "debug"
 
 
@@ -376,8 +378,15 @@ def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> Non
     crd = hooks["mutate-workloads.gpugate.io"]
     assert "matchConditions" not in crd
     groups = [g for rule in crd["rules"] for g in rule["apiGroups"]]
-    assert groups == ["ray.io", "kubeflow.org", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io", "batch.volcano.sh"]
-    assert all(r["operations"] == ["CREATE", "UPDATE"] and r["scope"] == "Namespaced" for r in crd["rules"])
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert groups == [g for rule in values["workloadCRDs"]["rules"] for g in rule["apiGroups"]]
+    assert {"ray.io", "kubeflow.org", "trainer.kubeflow.org", "orchestration.aibrix.ai"} <= set(groups)
+    from webhook.pods.objects import BUILTIN_WORKLOADS
+
+    cluster_scoped = {w.plural for w in BUILTIN_WORKLOADS if w.cluster_scoped}
+    for r in crd["rules"]:
+        assert r["operations"] == ["CREATE", "UPDATE"]
+        assert r["scope"] == ("Cluster" if set(r["resources"]) <= cluster_scoped else "Namespaced"), r
     assert crd["failurePolicy"] == "Ignore" and hooks["validate-workloads.gpugate.io"]["failurePolicy"] == "Fail"
     assert hooks["mutate.gpugate.io"] == webhooks(default)[0] | {
         "clientConfig": hooks["mutate.gpugate.io"]["clientConfig"]
@@ -390,12 +399,16 @@ def test_workload_crd_rules_are_the_kinds_gpugate_reads() -> None:
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     ours = sorted(
-        (g, r, tuple(rule["apiVersions"]))
+        (g, r, tuple(rule["apiVersions"]), rule.get("scope", "Namespaced"))
         for rule in values["workloadCRDs"]["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
     )
-    builtin = sorted((w.group, w.plural, w.versions) for w in BUILTIN_WORKLOADS if w.group not in ("", "apps", "batch"))
+    builtin = sorted(
+        (w.group, w.plural, w.versions, "Cluster" if w.cluster_scoped else "Namespaced")
+        for w in BUILTIN_WORKLOADS
+        if w.group not in ("", "apps", "batch")
+    )
     assert ours == builtin
 
 

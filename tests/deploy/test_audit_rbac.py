@@ -10,6 +10,7 @@ import pytest
 
 from webhook import cli
 from webhook.audit import evaluation
+from webhook.kube import inventory
 
 from .test_manifests import DEPLOY, find, render
 
@@ -52,6 +53,22 @@ def test_the_auditor_can_list_every_kind_audit_reads(auditor: list[dict[str, Any
     }
     wanted = {(w.group, w.plural) for w in evaluation.audited_kinds()} | {("", "namespaces")}
     assert wanted <= granted, f"missing: {sorted(wanted - granted)}"
+
+
+def test_the_auditor_can_list_the_fleet_the_drift_audit_reads_and_no_more(auditor: list[dict[str, Any]]) -> None:
+    """`gpugate audit` reports fleet drift from Nodes, RuntimeClasses, DeviceClasses and ResourceSlices, which
+    it lists (webhook/kube/inventory.py read_fleet): the auditor may list exactly those, not get or watch."""
+    role = find(auditor, "ClusterRole", "gpugate-auditor")
+    paths = [kind.paths[0].split("/") for kind in inventory.KINDS]
+    fleet = {("" if path[1] == "api" else path[2], path[-1]) for path in paths}
+    granted = {
+        (group, resource): rule["verbs"]
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if (group, resource) in fleet
+    }
+    assert granted == {key: ["list"] for key in fleet}
 
 
 def test_the_installed_policies_are_readable_in_gpugates_namespace_only(auditor: list[dict[str, Any]]) -> None:

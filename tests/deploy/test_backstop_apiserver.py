@@ -6,6 +6,7 @@ locally without them and fails in CI, like that suite."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -39,18 +40,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         for obj in yaml.safe_load_all(text):
             if obj and obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
                 plane.kubectl("apply", "-f", "-", stdin=obj)
-        for runtime in ("nvidia", "runc"):  # pods may only name runtime classes that exist
-            plane.kubectl(
-                "apply",
-                "-f",
-                "-",
-                stdin={
-                    "apiVersion": "node.k8s.io/v1",
-                    "kind": "RuntimeClass",
-                    "metadata": {"name": runtime},
-                    "handler": runtime,
-                },
-            )
+        for runtime in ("nvidia", "nvidia-cdi", "nvidia-legacy", "runc"):  # pods may only name ones that exist
+            plane.ensure_runtime_class(runtime)
         plane.kubectl("create", "namespace", NAMESPACE)
         plane.ensure_default_service_account(NAMESPACE)
         plane.ensure_default_service_account("kube-system")
@@ -97,3 +88,38 @@ def test_excluded_namespaces_are_left_alone(apiserver: ControlPlane) -> None:
     for obj in (squatter, gpu_without_runtime):
         result = create(apiserver, obj, "kube-system")
         assert result.ok, result
+
+
+def test_a_status_update_rewriting_gpugate_labels_is_refused(apiserver: ControlPlane) -> None:
+    """pods/status can write labels and annotations; the backstop keeps every gpugate.io one as it was."""
+    stored = pod(pod_spec(container(limits={"nvidia.com/gpu": "1"})))
+    stored["metadata"] = {"name": "status", "namespace": NAMESPACE, "labels": {"gpugate.io/team": "vision"}}
+    apiserver.kubectl("create", "-f", "-", stdin=stored)
+
+    def status(patch: dict[str, Any]) -> Any:
+        return apiserver.kubectl(
+            "patch",
+            "pod",
+            "status",
+            "-n",
+            NAMESPACE,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+            check=False,
+        )
+
+    for metadata in (
+        {"labels": {"gpugate.io/team": "x"}},
+        {"labels": {"gpugate.io/team": None}},
+        {"annotations": {"gpugate.io/workload": "Pod/x"}},
+    ):
+        result = status({"metadata": metadata})
+        assert not result.ok, f"{metadata}: admitted"
+        assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr, result
+        assert "a status update must not add, change or remove a gpugate.io label or annotation" in result.stderr
+    assert status({"status": {"conditions": [{"type": "example.com/Ready", "status": "True"}]}}).ok
+    assert status({"metadata": {"labels": {"app": "renamed"}}}).ok
+    # The same edit through the pod itself is gpugate's to judge (spec.security.attributionEdits).
+    assert apiserver.kubectl("label", "pod", "status", "-n", NAMESPACE, "gpugate.io/team=x", "--overwrite").ok

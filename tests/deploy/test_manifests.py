@@ -273,7 +273,14 @@ def test_validating_webhook(base: list[dict[str, Any]]) -> None:
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["UPDATE"],
-            "resources": ["pods/ephemeralcontainers"],
+            "resources": ["pods/ephemeralcontainers", "pods/status"],
+            "scope": "Namespaced",
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods/binding", "bindings"],
             "scope": "Namespaced",
         },
         *WORKLOAD_RULES,
@@ -408,9 +415,17 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == NAMESPACE_SELECTOR
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/status"]},
     ]
-    assert len(policy["spec"]["validations"]) == 1  # the runtime class is gpugate's to judge (DRA, CDI)
+    # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs, then CDI device annotations on any
+    # pod, then gpugate.io metadata on pods/status. Whether a GPU pod needs a runtime class is gpugate's to judge
+    # (DRA, CDI), never the backstop's.
+    tolerations, runtime_class, cdi, status = policy["spec"]["validations"]
+    assert status["expression"] == "variables.gpugateMetadataKept"
+    assert "toleratesGPUTaint" in tolerations["expression"]
+    assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
+    assert "variables.newCDIAnnotations" in cdi["expression"]
 
 
 def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> None:
@@ -544,6 +559,7 @@ CLAIM = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single
 DRA = pod_spec({**container(), "resources": {"claims": [{"name": "gpu"}]}}, **CLAIM)
 # KAI Scheduler GPU sharing: a fraction of a GPU by annotation, no GPU resource.
 KAI_FRACTION = {"gpu-fraction": "0.5"}
+KAI = {"schedulerName": "kai-scheduler"}  # the annotations hold a GPU only for the scheduler implementing them
 INTEL_GAS = pod_spec(
     container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "gpu.intel.com/memory.max": "1G"})
 )
@@ -575,6 +591,10 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
     ("CPU pod under the NVIDIA runtime class", pod(pod_spec(runtimeClassName="nvidia")), None, True),
     ("CPU pod under another runtime class", pod(pod_spec(runtimeClassName="kata")), None, False),
+    # The GPU Operator's other runtime classes (assets/pre-requisites/0210_*, 0220_*): gpuRuntimeClasses.
+    ("CPU pod under nvidia-cdi", pod(pod_spec(runtimeClassName="nvidia-cdi")), None, True),
+    ("CPU pod under nvidia-legacy", pod(pod_spec(runtimeClassName="nvidia-legacy")), None, True),
+    ("Deployment under nvidia-cdi", workload("Deployment", pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     (
         "GPU only in an init container",
         pod(pod_spec(initContainers=[container(limits={"nvidia.com/gpu": "1"})])),
@@ -646,6 +666,22 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     ("CronJob with a KAI template", workload("CronJob", pod_spec(), annotations={"gpu-memory": "2000"}), None, True),
     ("PodTemplate with a DRA template", workload("PodTemplate", DRA), None, True),
     ("UPDATE removing the KAI annotation", pod(pod_spec()), pod(pod_spec(), annotations=KAI_FRACTION), True),
+    # CDI device annotations are refused, so they route on their own.
+    ("CDI annotation only", pod(pod_spec(), annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, True),
+    (
+        "NVIDIA NRI CDI annotation",
+        pod(pod_spec(), annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}),
+        None,
+        True,
+    ),
+    ("bare NVIDIA NRI CDI key", pod(pod_spec(), annotations={"nvidia.cdi.k8s.io": "nvidia.com/gpu=0"}), None, True),
+    ("look-alike CDI annotation", pod(pod_spec(), annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, False),
+    (
+        "Deployment with a CDI template",
+        workload("Deployment", CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        None,
+        True,
+    ),
     ("DELETE of a GPU pod (object null)", None, pod(GPU), True),
     ("DELETE of a CPU pod (object null)", None, pod(CPU), False),
     ("both null", None, None, False),
@@ -671,28 +707,92 @@ def test_match_condition_returns_bool(match_condition: Any) -> None:
     assert match_condition.return_type() == cel.Type.BOOL
 
 
+def labelled(spec: dict[str, Any], labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    out = pod(spec, annotations=annotations)
+    out["metadata"]["labels"] = labels
+    return out
+
+
+POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
+STATUS = {"operation": "UPDATE", "resource": POD_RESOURCE, "subResource": "status"}
+TEAM = {"gpugate.io/team": "vision", "app": "x"}
+# (case, new, old, sent): a status update is sent only when it changes labels or annotations, of a GPU pod.
+STATUS_CASES = [
+    ("status report of a GPU pod", labelled(GPU, TEAM), labelled(GPU, TEAM), False),
+    ("status update rewriting the team", labelled(GPU, {**TEAM, "gpugate.io/team": "x"}), labelled(GPU, TEAM), True),
+    ("status update removing the labels", pod(GPU), labelled(GPU, TEAM), True),
+    ("status update adding an annotation", labelled(GPU, TEAM, {"a": "b"}), labelled(GPU, TEAM), True),
+    ("status update rewriting a CPU pod's labels", labelled(CPU, {"app": "y"}), labelled(CPU, TEAM), False),
+]
+
+
+@pytest.mark.parametrize(("case", "new", "old", "sent"), STATUS_CASES, ids=[c[0] for c in STATUS_CASES])
+def test_match_condition_sends_status_updates_only_when_they_change_metadata(
+    match_condition: Any, case: str, new: dict[str, Any], old: dict[str, Any], sent: bool
+) -> None:
+    assert evaluate(match_condition, object=new, oldObject=old, request=STATUS) is sent
+    ordinary = {"operation": "UPDATE", "resource": POD_RESOURCE}  # the pod itself: as before
+    assert evaluate(match_condition, object=old, oldObject=old, request=ordinary) is ("nvidia.com/gpu" in str(old))
+
+
+def binding(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "ml"}
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": {"kind": "Node", "name": "n"}}
+
+
+@pytest.mark.parametrize(
+    ("new", "sent"),
+    [
+        (binding(), False),  # the scheduler's: never sent, so gpugate is never in the way of scheduling
+        (binding(labels={"topology.kubernetes.io/zone": "a"}), False),
+        (binding(labels={"gpugate.io/team": "x"}), True),
+        (binding(annotations={"gpugate.io/workload": "Pod/x"}), True),
+    ],
+)
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"operation": "CREATE", "resource": POD_RESOURCE, "subResource": "binding"},
+        {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "bindings"}},
+    ],
+)
+def test_match_condition_sends_bindings_only_with_gpugate_keys(
+    match_condition: Any, new: dict[str, Any], sent: bool, request_: dict[str, Any]
+) -> None:
+    assert evaluate(match_condition, object=new, oldObject=None, request=request_) is sent
+
+
 class Backstop:
     """The ValidatingAdmissionPolicy evaluated as the apiserver does: variables in order, then rules."""
 
     def __init__(self, policy: dict[str, Any]) -> None:
         self.variables = [(v["name"], compile_cel(v["expression"])) for v in policy["spec"]["variables"]]
-        self.validations = [(v["message"], compile_cel(v["expression"])) for v in policy["spec"]["validations"]]
+        self.validations = [
+            (v.get("message"), compile_cel(v.get("messageExpression", "''")), compile_cel(v["expression"]))
+            for v in policy["spec"]["validations"]
+        ]
 
-    def denials(self, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    def denials(
+        self, new: dict[str, Any], old: dict[str, Any] | None = None, request: dict[str, Any] | None = None
+    ) -> list[str]:
         data: dict[str, Any] = {
             "object": new,
             "oldObject": old,
-            "request": {"operation": "UPDATE" if old else "CREATE"},
+            "request": request or {"operation": "UPDATE" if old else "CREATE"},
         }
         variables: dict[str, Any] = {}
         for name, program in self.variables:
             variables[name] = evaluate(program, **data, variables=variables)
         out = []
-        for message, program in self.validations:
+        for message, message_expression, program in self.validations:
             verdict = evaluate(program, **data, variables=variables)
             assert isinstance(verdict, bool)
             if not verdict:
-                out.append(message)
+                out.append(message or evaluate(message_expression, **data, variables=variables))
         return out
 
 
@@ -716,6 +816,31 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     # The runtime class is gpugate's to judge (DRA, CDI and clusters without it need none).
     ("GPU pod without the runtime class", pod(GPU), None, []),
     ("GPU pod with another runtime class", pod({**GPU, "runtimeClassName": "runc"}), None, []),
+    # A pod without GPUs under a GPU runtime class would see every GPU of its node.
+    ("CPU pod under nvidia", pod(pod_spec(**NVIDIA)), None, ['GPU runtime class "nvidia"']),
+    (
+        "CPU pod under nvidia-cdi",
+        pod(pod_spec(runtimeClassName="nvidia-cdi")),
+        None,
+        ['GPU runtime class "nvidia-cdi"'],
+    ),
+    (
+        "CPU pod under nvidia-legacy",
+        pod(pod_spec(runtimeClassName="nvidia-legacy")),
+        None,
+        ['GPU runtime class "nvidia-legacy"'],
+    ),
+    ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
+    ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),
+    ("KAI pod under nvidia", pod(pod_spec(**NVIDIA, **KAI), annotations=KAI_FRACTION), None, []),
+    (
+        "KAI annotation on a default-scheduler pod under nvidia",
+        pod(pod_spec(**NVIDIA, schedulerName="default-scheduler"), annotations=KAI_FRACTION),
+        None,
+        ['GPU runtime class "nvidia"'],
+    ),
+    ("DRA pod under nvidia-cdi", pod({**DRA, "runtimeClassName": "nvidia-cdi"}), None, []),
+    ("UPDATE of a CPU pod stored under nvidia", pod(pod_spec(**NVIDIA)), pod(pod_spec(**NVIDIA)), []),
     (
         "GPU in an init container only",
         pod(pod_spec(initContainers=[container("init", limits={"nvidia.com/gpu": "1"})])),
@@ -835,21 +960,51 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
     ("DRA pod tolerating the GPU taint", pod({**DRA, "tolerations": [GPU_TOLERATION]}), None, []),
     (
         "KAI gpu-fraction pod tolerating the GPU taint",
-        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations=KAI_FRACTION),
+        pod(pod_spec(tolerations=[GPU_TOLERATION], **KAI), annotations=KAI_FRACTION),
         None,
         [],
     ),
     (
         "KAI gpu-memory pod tolerating the GPU taint",
-        pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"gpu-memory": "2000"}),
+        pod(pod_spec(tolerations=[GPU_TOLERATION], **KAI), annotations={"gpu-memory": "2000"}),
         None,
         [],
+    ),
+    # Another scheduler ignores the annotation: the pod holds no GPU.
+    (
+        "gpu-fraction on a default-scheduler pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], schedulerName="default-scheduler"), annotations=KAI_FRACTION),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "gpu-memory on a volcano pod tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], schedulerName="volcano"), annotations={"gpu-memory": "2000"}),
+        None,
+        ["GPU node taint"],
     ),
     (
         "another annotation does not hold a GPU",
         pod(pod_spec(tolerations=[GPU_TOLERATION]), annotations={"example.com/gpu-fraction": "0.5"}),
         None,
         ["GPU node taint"],
+    ),
+    # CDI device annotations, with or without anything else GPU-like.
+    ("CDI annotation only", pod(CPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("CDI annotation on a GPU pod", pod(GPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, ["CDI device"]),
+    ("NVIDIA NRI CDI annotation", pod(CPU, annotations={"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0"}), None, ["CDI"]),
+    ("look-alike CDI annotation", pod(CPU, annotations={"example.cdi.k8s.io/x": "a.b/c=d"}), None, []),
+    (
+        "UPDATE keeping a CDI annotation the pod had",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d", "note": "y"}),
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        [],
+    ),
+    (
+        "UPDATE adding a CDI annotation",
+        pod(CPU, annotations={"cdi.k8s.io/x": "a.b/c=d"}),
+        pod(CPU, annotations={"note": "y"}),
+        ["CDI device"],
     ),
 ]
 
@@ -864,9 +1019,45 @@ def test_backstop_policy_verdicts(
         assert fragment in message
 
 
+STATUS_REFUSED = "gpugate: a status update must not add, change or remove a gpugate.io label or annotation"
+
+
+@pytest.mark.parametrize(
+    ("case", "new", "old", "refused"),
+    [
+        ("status report", labelled(GPU, TEAM), labelled(GPU, TEAM), False),
+        ("status update renaming app", labelled(GPU, {**TEAM, "app": "y"}), labelled(GPU, TEAM), False),
+        ("status update adding an annotation", labelled(GPU, TEAM, {"a": "b"}), labelled(GPU, TEAM), False),
+        (
+            "status update rewriting the team",
+            labelled(GPU, {**TEAM, "gpugate.io/team": "x"}),
+            labelled(GPU, TEAM),
+            True,
+        ),
+        ("status update removing the team", labelled(GPU, {"app": "x"}), labelled(GPU, TEAM), True),
+        ("status update adding a team", labelled(GPU, {"gpugate.io/team": "x"}), pod(GPU), True),
+        (
+            "status update adding gpugate's annotation",
+            labelled(GPU, TEAM, {"gpugate.io/policy": "x"}),
+            labelled(GPU, TEAM),
+            True,
+        ),
+        ("status update of a CPU pod adding a team", labelled(CPU, {"gpugate.io/team": "x"}), pod(CPU), True),
+    ],
+)
+def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
+    backstop: Backstop, case: str, new: dict[str, Any], old: dict[str, Any], refused: bool
+) -> None:
+    denials = backstop.denials(new, old, STATUS)
+    assert [d[: len(STATUS_REFUSED)] for d in denials] == ([STATUS_REFUSED] if refused else []), denials
+    # The same change through an UPDATE of the pod itself is gpugate's to judge (attributionEdits), not the backstop's.
+    assert backstop.denials(new, old, {"operation": "UPDATE", "resource": POD_RESOURCE}) == []
+
+
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    assert len(expressions) == 2 + 8 + 1  # a match condition per webhook, 8 variables, 1 validation
+    # a match condition per webhook, 13 variables, 4 validations and the message expression of one
+    assert len(expressions) == 2 + 13 + 4 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
@@ -883,6 +1074,8 @@ def _cel_expressions(objects: list[dict[str, Any]]) -> Iterator[tuple[str, str]]
             for section in ("variables", "validations", "matchConditions"):
                 for i, item in enumerate(obj["spec"].get(section, [])):
                     yield f"{obj['metadata']['name']} {section}[{i}]", item["expression"]
+                    if "messageExpression" in item:
+                        yield f"{obj['metadata']['name']} {section}[{i}].messageExpression", item["messageExpression"]
 
 
 # ---- image -------------------------------------------------------------------------------------

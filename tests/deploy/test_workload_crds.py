@@ -93,9 +93,11 @@ def test_rules_are_exactly_the_crd_kinds_gpugate_reads(with_crds: list[dict[str,
         for plural in rule["resources"]
     )
     assert listed == crd_rules()
+    cluster_scoped = {w.plural for w in BUILTIN_WORKLOADS if w.cluster_scoped}
     for rule in rules:
         assert rule["operations"] == ["CREATE", "UPDATE"]
-        assert rule["scope"] == "Namespaced"
+        expected = {"Cluster" if plural in cluster_scoped else "Namespaced" for plural in rule["resources"]}
+        assert [rule["scope"]] == sorted(expected), rule
 
 
 def test_rules_name_versions_the_test_crds_serve() -> None:

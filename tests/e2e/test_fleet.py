@@ -40,6 +40,9 @@ SERVED_GROUPS = {
     "jobset.x-k8s.io/v1alpha2",
     "leaderworkerset.x-k8s.io/v1",
     "batch.volcano.sh/v1alpha1",
+    "kubeflow.org/v2beta1",
+    "trainer.kubeflow.org/v1alpha1",
+    "orchestration.aibrix.ai/v1alpha1",
 }
 
 
@@ -102,7 +105,7 @@ def returned(result: KubectlResult) -> Any:
     return objects[0] if len(objects) == 1 else {"kind": "List", "items": objects}
 
 
-CLUSTER_SCOPED = {"DeviceClass"}
+CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
 # Refused by the ValidatingAdmissionPolicy backstop, which runs before the validating webhooks, so its own
 # message answers instead of gpugate's (deploy/base/admission-policy.yaml).
 # The GPU Operator's CUDA validator also tolerates the GPU taint without holding a GPU; its namespace is

@@ -146,3 +146,33 @@ def test_ephemeral_debug_container_cannot_override_visible_devices(stack: Stack,
     )
     stored = stack.kubectl("get", "pod", "trainer", "-n", namespace, "-o", "json").json()
     assert [c["name"] for c in stored["spec"].get("ephemeralContainers", [])] == ["peek"]
+
+
+CDI = {"cdi.k8s.io/debug": "nvidia.com/gpu=all"}
+
+
+def test_a_pod_with_only_a_cdi_device_annotation_is_refused(stack: Stack, namespace: str) -> None:
+    """Nothing else about the pod involves GPUs; the annotation alone would have the runtime inject every GPU."""
+    sent = pod("cdi", namespace, container("app"))
+    sent["metadata"]["annotations"] = CDI
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"a pod with a CDI device annotation was admitted:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and "CDI device" in message, result
+
+
+def test_a_workload_with_only_a_cdi_device_annotation_is_refused_by_gpugate(stack: Stack, namespace: str) -> None:
+    """The backstop covers pods only: this refusal shows the webhooks' matchConditions route the annotation."""
+    template = pod("x", namespace, container("app"))
+    template["metadata"]["annotations"] = CDI
+    sent = deployment("cdi", namespace, template)
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"a Deployment with a CDI device annotation was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None, result
+    assert "spec.template.metadata.annotations[cdi.k8s.io/debug]" in message, message
+    assert "spec.security.cdiAnnotations: allow" in message, message

@@ -35,11 +35,26 @@ def _toleration_without_gpu(policy):
     return validated(pod(container(), tolerations=[GPU_TOLERATION]), policy, labels=TEAM)
 
 
+def _cdi_annotation(policy):
+    obj = pod(container())
+    obj["metadata"]["annotations"] = {"cdi.k8s.io/x": "nvidia.com/gpu=all"}
+    return validated(obj, policy, labels=TEAM)
+
+
+def _privileged_gpu_container(policy):
+    obj = gpu_pod(1)
+    obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    result, _ = mutated(obj, policy, labels=TEAM)
+    return validated(result, policy, labels=TEAM)
+
+
 CASES = {
     "visible-devices override": (_visible_devices, {"security": {"visibleDevicesOverride": "allow"}}),
     "attribution edit": (_attribution_edit, {"security": {"attributionEdits": "allow"}}),
     "GPU runtime without a GPU": (_runtime_without_gpu, {"nonGPUPods": {"gpuRuntimeClass": "allow"}}),
     "GPU toleration without a GPU": (_toleration_without_gpu, {"nonGPUPods": {"gpuTolerations": "allow"}}),
+    "CDI device annotation": (_cdi_annotation, {"security": {"cdiAnnotations": "allow"}}),
+    "privileged GPU container": (_privileged_gpu_container, {"security": {"privilegedGPUContainers": "allow"}}),
 }
 
 

@@ -66,6 +66,33 @@ def test_validate_never_returns_a_patch(client):
     assert "patch" not in out and "patchType" not in out and out["allowed"] is False
 
 
+def test_subresource_reviews_are_read_as_the_pod_or_binding_they_carry(client):
+    """pods/status sends the Pod (k/k podStatusStrategy keeps its labels writable); a Binding is its own kind."""
+    created = apply(
+        gpu_pod(1),
+        json.loads(base64.b64decode(post(client, "/mutate", review(gpu_pod(1))).get_json()["response"]["patch"])),
+    )
+    rewritten = json.loads(json.dumps(created))
+    rewritten["metadata"]["labels"]["gpugate.io/team"] = "someone-else"
+    out = post(
+        client, "/validate", review(rewritten, operation="UPDATE", old=created, sub_resource="status")
+    ).get_json()
+    assert out["response"]["allowed"] is False and out["response"]["status"]["code"] == 403
+    assert "a status update cannot change gpugate's label gpugate.io/team" in out["response"]["status"]["message"]
+    report = json.loads(json.dumps(created))
+    report["status"] = {"phase": "Running"}
+    out = post(client, "/validate", review(report, operation="UPDATE", old=created, sub_resource="status")).get_json()
+    assert out["response"]["allowed"] is True
+    bind = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "default", "labels": {"gpugate.io/team": "x"}},
+        "target": {"kind": "Node", "name": "n1"},
+    }
+    out = post(client, "/validate", review(bind, sub_resource="binding")).get_json()
+    assert out["response"]["allowed"] is False and "a Binding cannot set" in out["response"]["status"]["message"]
+
+
 def test_v1beta1_reviews_are_answered_in_v1beta1(client):
     body = review(pod())
     body["apiVersion"] = "admission.k8s.io/v1beta1"

@@ -31,6 +31,7 @@ from tests.serve.test_tls import (
     client_context,
     make_certs,
 )
+from tests.serve.test_worker import answered, mutate
 from tests.support import gpu_pod, review, stop
 from webhook.serve.app import MAX_BODY
 from webhook.serve.tls import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, REQUEST_READ_TIMEOUT, Timeouts
@@ -266,17 +267,9 @@ def test_connections_that_say_nothing_after_the_handshake_wait_in_the_poller(ser
             idle.append(server.tls(socket.create_connection(("127.0.0.1", server.port), timeout=SAFETY)))
         time.sleep(TIMEOUTS.idle + 0.5)  # longer than a silent client may hold a thread
         assert_healthy(server)
-        body = json.dumps(review(gpu_pod(1), uid="parked")).encode()
         for sock in idle:
-            sock.sendall(
-                b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
-            )
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-            assert b'"uid":"parked"' in answer.replace(b" ", b"")
+            answer = mutate(sock, "parked")
+            assert answered(answer, "parked"), answer[:200]
     finally:
         for sock in idle:
             sock.close()

@@ -310,6 +310,7 @@ def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> Non
     broken = tmp_path / "policies"
     broken.mkdir()
     (broken / "bad.yaml").write_text("apiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {}\n")
+    usable = ["--policies", str(REPO / "policies"), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")]
     cases = [
         (["--policies", str(broken), "--cert", str(first / "tls.crt"), "--key", str(first / "tls.key")], "bad.yaml"),
         (
@@ -327,19 +328,8 @@ def test_bad_input_is_one_line_and_exit_2(server: Server, tmp_path: Path) -> Non
             ],
             "missing.crt",
         ),
-        (
-            [
-                "--policies",
-                str(REPO / "policies"),
-                "--cert",
-                str(first / "tls.crt"),
-                "--key",
-                str(first / "tls.key"),
-                "--bind",
-                "nowhere",
-            ],
-            "HOST:PORT",
-        ),
+        ([*usable, "--bind", "nowhere"], "HOST:PORT"),
+        ([*usable, "--max-parked-connections", "0"], "--max-parked-connections must be at least 1, got 0"),
     ]
     for args, fragment in cases:
         done = gpugate("serve", *args)

@@ -1,14 +1,19 @@
 """Connections that complete the TLS handshake and send nothing (what kube-apiserver's connection pool
 leaves behind) do not hold gunicorn's threads: a real `gpugate serve` with one worker of one thread still
-answers on other connections, and answers the idle ones when they do send."""
+answers on other connections, and answers the idle ones when they do send. And they are bounded: past
+--max-parked-connections, the connections that have waited longest are closed, the newest still answer, and
+a fresh connection is answered meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import ssl
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,7 @@ import pytest
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
 from tests.serve.test_tls import GPUGATE, REPO, SERVICE_NAME, START_TIMEOUT, make_certs
-from tests.support import stop
+from tests.support import gpu_pod, review, stop
 
 pytestmark = pytest.mark.tls
 
@@ -24,9 +29,31 @@ pytestmark = pytest.mark.tls
 ANSWER_TIMEOUT = 10.0
 
 
-@pytest.fixture(scope="module")
-def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
-    root = tmp_path_factory.mktemp("idle")
+# The bound of the server that test_the_connections_parked_longest_are_closed_past_the_bound runs against.
+MAX_PARKED = 4
+
+
+@dataclass
+class Served:
+    port: int
+    certs: Path
+    log: Path
+
+    def parked(self, sock: socket.socket) -> bool:
+        """Whether the server's log says it parked the connection ``sock`` (its debug line, by client port)."""
+        wanted = f"parked the connection from 127.0.0.1:{sock.getsockname()[1]}"
+        return any(_message(line) == wanted for line in self.log.read_text(errors="replace").splitlines())
+
+
+def _message(line: str) -> object:
+    try:
+        return json.loads(line).get("message")
+    except (ValueError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def serving(root: Path, *options: str) -> Iterator[Served]:
     certs = make_certs(root / "certs")
     port = free_port()
     log = root / "serve.log"
@@ -45,8 +72,7 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
                 f"127.0.0.1:{port}",
                 "--workers",
                 "1",
-                "--threads",
-                "1",
+                *options,
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -63,14 +89,37 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
                 return False
 
         assert eventually(up, timeout=START_TIMEOUT, interval=0.2), log.read_text(errors="replace")
-        yield port, certs
+        yield Served(port, certs, log)
     finally:
         stop(process)
 
 
+@pytest.fixture(scope="module")
+def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    with serving(tmp_path_factory.mktemp("idle"), "--threads", "1") as served:
+        yield served.port, served.certs
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("bounded")
+    with serving(root, "--threads", "2", f"--max-parked-connections={MAX_PARKED}", "--log-level=debug") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("defaults"), "--threads", "2") as served:
+        yield served
+
+
 def handshaken(port: int, certs: Path) -> ssl.SSLSocket:
+    return wrapped(socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT), certs)
+
+
+def wrapped(raw: socket.socket, certs: Path) -> ssl.SSLSocket:
+    """``raw`` after a TLS handshake with the test server."""
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    raw = socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT)
     try:
         return context.wrap_socket(raw, server_hostname=SERVICE_NAME)
     except BaseException:
@@ -101,4 +150,114 @@ def test_idle_handshaken_connections_do_not_starve_the_thread(one_thread: tuple[
             assert ask(sock).startswith(b"HTTP/1.1 200")
     finally:
         for sock in idle:
+            sock.close()
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed ``sock`` (EOF or reset); False if it is still open after ANSWER_TIMEOUT."""
+    sock.settimeout(ANSWER_TIMEOUT)
+    try:
+        while sock.recv(4096):
+            pass
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def mutate(sock: socket.socket, uid: str) -> bytes:
+    """POST a review of a GPU pod on ``sock`` (closing after the answer); the whole answer."""
+    body = json.dumps(review(gpu_pod(1), uid=uid)).encode()
+    sock.sendall(
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    )
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+def answered(answer: bytes, uid: str) -> bool:
+    return answer.startswith(b"HTTP/1.1 200") and f'"uid":"{uid}"'.encode() in answer.replace(b" ", b"")
+
+
+@pytest.mark.parametrize("stage", ["tcp only", "after the handshake"])
+def test_the_connections_parked_longest_are_closed_past_the_bound(bounded: Served, stage: str) -> None:
+    """More silent connections than --max-parked-connections (4) on one worker: the server closes the oldest
+    ones itself, a fresh connection gets its review answered meanwhile, and the newest still answer theirs."""
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(3 * MAX_PARKED):
+            raw = socket.create_connection(("127.0.0.1", bounded.port), timeout=ANSWER_TIMEOUT)
+            silent.append(raw if stage == "tcp only" else wrapped(raw, bounded.certs))
+            # one after the other, so that "oldest" is the order they were opened in
+            assert eventually(lambda: bounded.parked(silent[-1]), timeout=ANSWER_TIMEOUT, interval=0.05)
+        oldest = silent[:-MAX_PARKED]
+        for number, sock in enumerate(oldest):
+            assert closed_by_server(sock), f"connection {number} of {len(silent)} is still open"
+        with handshaken(bounded.port, bounded.certs) as fresh:
+            assert answered(mutate(fresh, "fresh"), "fresh")
+        # The fresh connection may have waited a moment for its request too, pushing one more of the old out.
+        for number in range(len(oldest) + 1, len(silent)):
+            if stage == "tcp only":
+                silent[number] = wrapped(silent[number], bounded.certs)
+            uid = f"parked-{number}"
+            assert answered(mutate(silent[number], uid), uid), f"connection {number} of {len(silent)}"
+            silent[number].close()
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_clients_that_keep_their_end_open_after_a_closing_answer_do_not_stall_the_worker(
+    one_thread: tuple[int, Path],
+) -> None:
+    """After an answer with `Connection: close` the server half-closes the connection and drains what the client
+    still sends until the client closes, for 2 s at most (gunicorn's util.close_graceful, RFC 9112 section 9.6).
+    gthread does that in its event loop, blocking: ten clients that keep their end open would stall the worker
+    for 10 x 2 s. Here the draining waits in the poller, so the ten answers and a fresh one all come within
+    ANSWER_TIMEOUT (10 s)."""
+    port, certs = one_thread
+    held: list[ssl.SSLSocket] = []
+    started = time.monotonic()
+    try:
+        for _ in range(10):
+            held.append(handshaken(port, certs))
+            held[-1].sendall(f"GET /healthz HTTP/1.1\r\nHost: {SERVICE_NAME}\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := held[-1].recv(4096):  # to the server's FIN; this end stays open
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        with handshaken(port, certs) as fresh:
+            assert ask(fresh).startswith(b"HTTP/1.1 200")
+        assert time.monotonic() - started < ANSWER_TIMEOUT
+    finally:
+        for sock in held:
+            sock.close()
+
+
+# gunicorn's gthread worker stops accepting at worker_connections (1000) open connections.
+WORKER_CONNECTIONS = 1000
+
+
+def test_a_flood_of_silent_connections_past_gunicorns_limit_does_not_lock_fresh_ones_out(defaults: Served) -> None:
+    """1,200 TCP connections that never send a byte, on one worker with the default bound (100): gthread alone
+    stops accepting at 1,000 open connections, so a fresh connection would wait in the listen queue until the
+    silent ones time out (the 120 s keep-alive). Here the oldest are closed as new ones arrive: a fresh
+    connection gets its review answered while the flood is open, the first 1,000 are closed by the server, and
+    the newest still answers."""
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(WORKER_CONNECTIONS + 200):
+            flood.append(socket.create_connection(("127.0.0.1", defaults.port), timeout=ANSWER_TIMEOUT))
+        with handshaken(defaults.port, defaults.certs) as fresh:
+            assert answered(mutate(fresh, "fresh"), "fresh")
+        for number, sock in enumerate(flood[:WORKER_CONNECTIONS]):
+            assert closed_by_server(sock), f"connection {number} of {len(flood)} is still open"
+        flood[-1] = wrapped(flood[-1], defaults.certs)
+        assert answered(mutate(flood[-1], "newest"), "newest")
+    finally:
+        for sock in flood:
             sock.close()

@@ -7,12 +7,13 @@ from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
 from ..pods.gpus import gpu_use
-from ..pods.objects import dig, shapes_of, workload_kinds
+from ..pods.objects import DEFAULTED_GROUPS, dig, group_of, shapes_of, workload_kinds
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
-from ..policy.model import NamespaceLabelsUnavailable
+from ..policy.model import BUILTIN, NamespaceLabelsUnavailable
+from ..rules.attribution import binding_violations
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.registry import Check, mutations, validate_pod, validations
-from .decision import Decision, Environment, Subject, allowed, labels_unavailable, pack, shorten, verdict
+from .decision import Decision, Environment, Subject, allowed, denied, labels_unavailable, pack, shorten, verdict
 from .patch import make_patch
 
 # --------------------------------------------------------------------------------------------- subjects
@@ -32,10 +33,12 @@ def _subjects(
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
     fleet = env.fleet()
+    defaulted = group_of(str(obj.get("apiVersion") or "")) in DEFAULTED_GROUPS
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
-            cache.append(env.namespace_labels(namespace))
+            # A cluster-scoped object (a ClusterTrainingRuntime) is in no namespace, so has no namespace labels.
+            cache.append(env.namespace_labels(namespace) if namespace else {})
         return cache[0]
 
     subjects = []
@@ -60,6 +63,7 @@ def _subjects(
             else None
         )
         mutable = not shape.is_template or policy.mutate_templates
+        selector_keys = shape.selector_keys
         ctx = PodContext(
             shape=shape,
             policy=policy,
@@ -67,10 +71,14 @@ def _subjects(
             namespace_labels=labels,
             operation=str(request.get("operation")),
             object_meta=obj.get("metadata") or {},
-            gpu=gpu_use(meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims),
+            gpu=gpu_use(
+                meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims, defaulted=defaulted
+            ),
             old=before,
             mutable=mutable,
             fleet=fleet,
+            selector=dig(obj, selector_keys) if selector_keys else None,
+            sub_resource=str(request.get("subResource") or ""),
         )
         subjects.append(Subject(PodView(meta, spec), ctx))
     return subjects
@@ -180,6 +188,8 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     if operation not in ("CREATE", "UPDATE"):
         return allowed()
     obj = request.get("object")
+    if _is_binding(request):
+        return _binding(obj, request, env)
     old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
         subjects = _subjects(obj, request, env, old=old_obj if isinstance(old_obj, Mapping) else None)
@@ -214,11 +224,35 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     return verdict(subjects, found, warnings=warnings)
 
 
+def _is_binding(request: Mapping[str, Any]) -> bool:
+    resource = request.get("resource") or {}
+    return request.get("subResource") == "binding" or (
+        isinstance(resource, Mapping) and resource.get("group") == "" and resource.get("resource") == "bindings"
+    )
+
+
+def _binding(obj: Any, request: Mapping[str, Any], env: Environment) -> Decision:
+    """A Binding writes its labels and annotations into the pod it binds: none may be gpugate's."""
+    if not isinstance(obj, Mapping):
+        return allowed()
+    keys = {a.key for p in env.policies.policies for a in p.attribution}
+    violations = binding_violations(obj, keys)
+    if not violations:
+        return allowed()
+    name = str((obj.get("metadata") or {}).get("name") or request.get("name") or "")
+    where = f' in namespace "{request.get("namespace")}"' if request.get("namespace") else ""
+    lines = [f'Binding of pod "{name}"{where} is refused by gpugate:'] + [f"- {v.message()}" for v in violations]
+    return denied("\n".join(lines), violations=violations, policy=BUILTIN.name)
+
+
 def _where(subject: Subject) -> str:
     """How a warning names a pod template: the object, and which template when its kind has several."""
     shape = subject.shape
     template = shape.meta_path.removesuffix("metadata").removesuffix(".")
     if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
         return shape.describe()
-    short = template.removeprefix("spec.").removesuffix(".template").removesuffix(".template.spec")
+    # A kind that nests a whole object template (AIBrix's StormService, a Trainer runtime's JobSet) is named
+    # from inside it: StormService "x" roles[0], not template.spec.roles[0].
+    short = template.removeprefix("spec.").removeprefix("template.spec.")
+    short = short.removesuffix(".template").removesuffix(".template.spec")
     return f"{shape.describe()} {short}"

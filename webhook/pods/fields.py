@@ -45,6 +45,7 @@ BASE_READS: dict[str, Any] = {
     "metadata.generateName": str,
     "metadata.labels": STRINGS,
     "metadata.annotations": STRINGS,
+    "spec.schedulerName": str,
     "container.name": str,
     "container.restartPolicy": str,
     "container.resources": RESOURCES,

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..inventory.model import Inventory
 from ..policy.model import BUILTIN, Device, Policy
-from ..policy.vendors import IMPLICIT_DRA_PREFIX
+from ..policy.vendors import DEFAULT_SCHEDULER, IMPLICIT_DRA_PREFIX
 from .claims import ClaimLookup, claims_of, dra_resource_vendor
 from .objects import containers, is_sidecar
 from .quantity import QuantityError, parse_quantity
@@ -73,6 +73,9 @@ class GPUUse:
     holders: tuple[str, ...] = ()
     #: DRA-backed resources and claims, when the pod has any (kept apart: most pods have none).
     dra: DRAUse | None = None
+    #: Fraction annotations the pod carries that hold nothing: the scheduler that places it does not implement
+    #: them (``gpuHolders.annotationSchedulers``).
+    ignored_annotations: tuple[str, ...] = ()
 
     @property
     def dra_resources(self) -> frozenset[str]:
@@ -126,7 +129,10 @@ def gpu_use(
     namespace: str = "",
     inventory: Inventory | None = None,
     claims: ClaimLookup | None = None,
+    defaulted: bool = True,
 ) -> GPUUse:
+    """``defaulted``: the apiserver fills this pod spec's defaults (a Pod, a built-in kind's template), so an unset
+    ``schedulerName`` is the default scheduler; in a workload CRD's template it is unknown (see scheduler_of)."""
     counted: set[str] = set()
     dra: set[str] = set()
     vendors: dict[str, Device] = {}
@@ -175,11 +181,15 @@ def gpu_use(
             holders += use.unknown
         observer = bool(use.observers) and not use.gpus
     annotations = meta.get("annotations") or {}
+    ignored: tuple[str, ...] = ()
     if isinstance(annotations, Mapping):
-        by_annotation = [f"annotation {a}" for a in policy.holders.annotations if a in annotations]
-        holders += by_annotation
+        present = tuple(a for a in policy.holders.annotations if a in annotations)
+        scheduler = scheduler_of(spec, defaulted=defaulted)
+        if present and scheduler is not None and scheduler not in policy.holders.annotation_schedulers:
+            present, ignored = (), present
+        holders += [f"annotation {a}" for a in present]
         device = policy.devices.get(policy.holders.annotation_device or "")
-        if by_annotation and device is not None:
+        if present and device is not None:
             vendors.setdefault(device.name, device)
     order = list(policy.devices)
     devices = tuple(sorted(vendors.values(), key=lambda d: order.index(d.name) if d.name in order else len(order)))
@@ -192,7 +202,19 @@ def gpu_use(
             use.wants if use is not None else {},
             tuple(use.missing) if use is not None else (),
         )
-    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use)
+    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use, ignored)
+
+
+def scheduler_of(spec: Mapping[str, Any], *, defaulted: bool = True) -> str | None:
+    """The scheduler that will place the pod: its ``schedulerName``; unset, the default scheduler where the
+    apiserver defaults the spec, and unknown (None) in a workload CRD's template, whose controller may set it
+    on the pods it creates (KubeRay's KAI plugin does: ray-project/kuberay
+    ray-operator/controllers/ray/batchscheduler/kai-scheduler/kai_scheduler.go ``AddMetadataToChildResource``).
+    Those pods are judged again when they are created."""
+    name = spec.get("schedulerName")
+    if isinstance(name, str) and name:
+        return name
+    return DEFAULT_SCHEDULER if defaulted else None
 
 
 def scheduled_gpus(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, Fraction]:

@@ -47,8 +47,28 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
         "rayservices",
         ("v1",),
     ),
-    # Kubeflow training-operator
+    # Kubeflow training-operator v1 (tag v1.9.0 manifests/base/crds): a map of replica types to replica specs
     WorkloadKind("kubeflow.org", "PyTorchJob", ("spec.pytorchReplicaSpecs.*.template",), "pytorchjobs", ("v1",)),
+    WorkloadKind("kubeflow.org", "TFJob", ("spec.tfReplicaSpecs.*.template",), "tfjobs", ("v1",)),
+    # kubeflow/mpi-operator v2beta1 (manifests/base/kubeflow.org_mpijobs.yaml). training-operator v1.9.0's legacy
+    # v1 MPIJob is a CRD of the same name (one or the other is installed); its template path is the same
+    WorkloadKind("kubeflow.org", "MPIJob", ("spec.mpiReplicaSpecs.*.template",), "mpijobs", ("v2beta1",)),
+    # Kubeflow Trainer v2 (kubeflow/trainer manifests/base/crds): a runtime's template is a JobSet spec
+    WorkloadKind(
+        "trainer.kubeflow.org",
+        "TrainingRuntime",
+        ("spec.template.spec.replicatedJobs[*].template.spec.template",),
+        "trainingruntimes",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "trainer.kubeflow.org",
+        "ClusterTrainingRuntime",
+        ("spec.template.spec.replicatedJobs[*].template.spec.template",),
+        "clustertrainingruntimes",
+        ("v1alpha1",),
+        cluster_scoped=True,
+    ),
     # kubernetes-sigs/jobset: each replicated job is a Job template
     WorkloadKind(
         "jobset.x-k8s.io", "JobSet", ("spec.replicatedJobs[*].template.spec.template",), "jobsets", ("v1alpha2",)
@@ -63,8 +83,37 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     ),
     # volcano-sh/volcano
     WorkloadKind("batch.volcano.sh", "Job", ("spec.tasks[*].template",), "jobs", ("v1alpha1",)),
+    # AIBrix orchestration (vllm-project/aibrix config/crd/orchestration): a StormService holds a RoleSet
+    # template, a RoleSet its roles, a PodSet one pod template; RayClusterFleet and RayClusterReplicaSet
+    # a KubeRay RayCluster template
+    WorkloadKind("orchestration.aibrix.ai", "PodSet", ("spec.template",), "podsets", ("v1alpha1",)),
+    WorkloadKind("orchestration.aibrix.ai", "RoleSet", ("spec.roles[*].template",), "rolesets", ("v1alpha1",)),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "StormService",
+        ("spec.template.spec.roles[*].template",),
+        "stormservices",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "RayClusterFleet",
+        ("spec.template.spec.headGroupSpec.template", "spec.template.spec.workerGroupSpecs[*].template"),
+        "rayclusterfleets",
+        ("v1alpha1",),
+    ),
+    WorkloadKind(
+        "orchestration.aibrix.ai",
+        "RayClusterReplicaSet",
+        ("spec.template.spec.headGroupSpec.template", "spec.template.spec.workerGroupSpecs[*].template"),
+        "rayclusterreplicasets",
+        ("v1alpha1",),
+    ),
 )
 _BUILTIN_BY_KIND = {(w.group, w.kind): w for w in BUILTIN_WORKLOADS}
+#: API groups whose pod specs (a Pod's, a workload's template) the apiserver fills with defaults before admission
+#: (``schedulerName: default-scheduler`` among them); a custom resource's templates arrive as written.
+DEFAULTED_GROUPS = frozenset({"", "apps", "batch"})
 
 Key = str | int
 
@@ -135,6 +184,17 @@ class PodShape:
     @property
     def spec_path(self) -> str:
         return _dotted(self.spec_keys)
+
+    @property
+    def selector_keys(self) -> tuple[Key, ...] | None:
+        """Where the label selector of the controller that makes pods from this template sits: beside the
+        template (``spec.selector`` of a Deployment or Job, ``spec.jobTemplate.spec.selector`` of a CronJob,
+        each replicated Job's of a JobSet). None for a Pod."""
+        return (*self.template[:-1], "selector") if self.template else None
+
+    @property
+    def selector_path(self) -> str:
+        return _dotted(self.selector_keys or ())
 
     @property
     def meta_path(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,20 @@ def is_label_key(key: str) -> bool:
 def is_label_value(value: str) -> bool:
     """True for a valid label value: empty, or at most 63 alphanumerics with ``-_.`` inside."""
     return value == "" or (len(value) <= 63 and _NAME_PART.fullmatch(value) is not None)
+
+
+# kube-state-metrics internal/store/utils.go (labelName, SanitizeLabelName, toSnakeCase).
+_METRIC_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+_METRIC_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+
+
+@functools.lru_cache(maxsize=4096)  # every GPU pod's label keys go through it (two regex passes: ~2 µs a key)
+def metric_label_name(key: str) -> str:
+    """The Prometheus label name kube-state-metrics exports a label key under, without its ``label_`` prefix:
+    every character outside ``[a-zA-Z0-9_]`` becomes ``_``, a capital after a lower-case letter or digit gets a
+    ``_`` before it, and the whole is lower-cased (``gpugate.io/TEAM``, ``gpugate-io/team`` and
+    ``gpugate.io/Team`` are all ``gpugate_io_team``; ``gpugate.io/costCenter`` is ``gpugate_io_cost_center``)."""
+    return _METRIC_CAMEL.sub(r"\1_\2", _METRIC_INVALID.sub("_", key)).lower()
 
 
 def is_dns_subdomain(name: str) -> bool:

@@ -9,8 +9,8 @@ from typing import Any
 
 from .classes import ModelClass, Models
 from .devices import parse_devices
-from .keys import MODEL_LABEL
-from .labels import is_dns_subdomain, is_label_key, is_label_value
+from .keys import MODEL_LABEL, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
+from .labels import is_dns_subdomain, is_label_key, is_label_value, metric_label_name
 from .legacy import check_api_version, deprecation, legacy_device
 from .model import (
     KIND,
@@ -24,7 +24,7 @@ from .model import (
     WorkloadKind,
 )
 from .reader import Doc, PolicyError, PolicyIssue
-from .vendors import DEFAULT_HOLDER_ANNOTATIONS
+from .vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_ANNOTATIONS, DEFAULT_HOLDER_SCHEDULERS
 
 # The errors are the reader's; they are part of what loading raises and reports, so they are named here too.
 __all__ = ["PolicyError", "PolicyIssue", "parse_policy", "parse_workload_kind"]
@@ -147,12 +147,15 @@ def _models(doc: Doc, value: Any, path: str, devices: Mapping[str, Device], lega
 
 
 def _holders(doc: Doc, value: Any, path: str) -> GPUHolders:
-    raw = doc.mapping(value, path, ("resourceClaims", "annotations", "annotationDevice"))
+    raw = doc.mapping(value, path, ("resourceClaims", "annotations", "annotationSchedulers", "annotationDevice"))
     claims = raw.get("resourceClaims", True)
     if not isinstance(claims, bool):
         doc.fail(f"{path}.resourceClaims", f"must be true or false, got {claims!r}")
         claims = True
     annotations = doc.strings(raw.get("annotations"), f"{path}.annotations", check=is_label_key, what="annotation key")
+    schedulers = doc.strings(
+        raw.get("annotationSchedulers"), f"{path}.annotationSchedulers", check=is_dns_subdomain, what="scheduler name"
+    )
     device = raw.get("annotationDevice", "nvidia")
     if device is not None and (not isinstance(device, str) or not is_label_value(device)):
         doc.fail(f"{path}.annotationDevice", f"must be a device name such as nvidia, or null, got {device!r}")
@@ -161,6 +164,7 @@ def _holders(doc: Doc, value: Any, path: str) -> GPUHolders:
         resource_claims=claims,
         annotation_device=device,
         annotations=annotations if annotations is not None else DEFAULT_HOLDER_ANNOTATIONS,
+        annotation_schedulers=schedulers if schedulers is not None else DEFAULT_HOLDER_SCHEDULERS,
     )
 
 
@@ -168,10 +172,19 @@ def _attribution(doc: Doc, value: Any, path: str) -> tuple[AttributionLabel, ...
     raw = doc.mapping(value, path, ("labels",))
     labels = doc.mapping(raw.get("labels"), f"{path}.labels", None)
     out = []
+    exported = {metric_label_name(k): k for k in (WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL)}
     for key, spec in labels.items():
         lpath = f"{path}.labels[{key}]"
         if not isinstance(key, str) or not is_label_key(key):
             doc.fail(lpath, f"{key!r} is not a valid label key")
+            continue
+        other = exported.setdefault(metric_label_name(key), key)
+        if other != key:
+            doc.fail(
+                lpath,
+                f"kube-state-metrics exports {key} and {other} under the same name, label_{metric_label_name(key)}, "
+                "and then neither under it; keep one of them",
+            )
             continue
         s = doc.mapping(spec, lpath, ("fromNamespaceLabel", "value", "default"))
         source = doc.string(
@@ -205,6 +218,7 @@ SPEC_FIELDS = (
     "models",
     "gpuHolders",
     "attribution",
+    "gpuRuntimeClasses",
     "nonGPUPods",
     "security",
     "initOnlyGPUs",
@@ -213,6 +227,15 @@ SPEC_FIELDS = (
     "gpuResources",
     "runtimeClassName",
     "tolerations",
+)
+
+SECURITY_FIELDS = (
+    "visibleDevicesOverride",
+    "attributionEdits",
+    "sharedGPUContainers",
+    "visibleDevicesEnvFrom",
+    "cdiAnnotations",
+    "privilegedGPUContainers",
 )
 
 
@@ -264,6 +287,9 @@ def parse_policy(
     models = _models(doc, spec.get("models"), "spec.models", devices, legacy)
     holders = _holders(doc, spec.get("gpuHolders"), "spec.gpuHolders")
     attribution = _attribution(doc, spec.get("attribution"), "spec.attribution")
+    runtime_classes = doc.strings(
+        spec.get("gpuRuntimeClasses"), "spec.gpuRuntimeClasses", check=is_dns_subdomain, what="RuntimeClass name"
+    )
     non_gpu = doc.mapping(spec.get("nonGPUPods"), "spec.nonGPUPods", ("gpuTolerations", "gpuRuntimeClass"))
     non_gpu_runtime_class = doc.choice(
         non_gpu.get("gpuRuntimeClass"), "spec.nonGPUPods.gpuRuntimeClass", ("deny", "allow"), "deny"
@@ -271,9 +297,7 @@ def parse_policy(
     non_gpu_tolerations = doc.choice(
         non_gpu.get("gpuTolerations"), "spec.nonGPUPods.gpuTolerations", ("deny", "strip", "allow"), "deny"
     )
-    security = doc.mapping(
-        spec.get("security"), "spec.security", ("visibleDevicesOverride", "attributionEdits", "sharedGPUContainers")
-    )
+    security = doc.mapping(spec.get("security"), "spec.security", SECURITY_FIELDS)
     shared = security.get("sharedGPUContainers", [])
     if not isinstance(shared, list) or not all(isinstance(n, str) and n for n in shared):
         doc.fail("spec.security.sharedGPUContainers", f"must be a list of container names, got {shared!r}")
@@ -283,6 +307,15 @@ def parse_policy(
     )
     attribution_edits = doc.choice(
         security.get("attributionEdits"), "spec.security.attributionEdits", ("deny", "allow"), "deny"
+    )
+    env_from = doc.choice(
+        security.get("visibleDevicesEnvFrom"), "spec.security.visibleDevicesEnvFrom", ("deny", "allow"), "deny"
+    )
+    cdi_annotations = doc.choice(
+        security.get("cdiAnnotations"), "spec.security.cdiAnnotations", ("deny", "allow"), "deny"
+    )
+    privileged = doc.choice(
+        security.get("privilegedGPUContainers"), "spec.security.privilegedGPUContainers", ("deny", "allow"), "deny"
     )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
@@ -305,10 +338,14 @@ def parse_policy(
         non_gpu_tolerations=non_gpu_tolerations,  # type: ignore[arg-type]
         mutate_templates=mutate_templates,
         non_gpu_runtime_class=non_gpu_runtime_class,  # type: ignore[arg-type]
+        runtime_classes=runtime_classes if runtime_classes is not None else DEFAULT_GPU_RUNTIME_CLASSES,
         init_only_gpus=init_only,  # type: ignore[arg-type]
         visible_devices_override=visible_devices,  # type: ignore[arg-type]
         attribution_edits=attribution_edits,  # type: ignore[arg-type]
+        privileged_gpu_containers=privileged,  # type: ignore[arg-type]
         shared_gpu_containers=frozenset(shared),
+        visible_devices_env_from=env_from,  # type: ignore[arg-type]
+        cdi_annotations=cdi_annotations,  # type: ignore[arg-type]
     )
 
 

@@ -12,7 +12,9 @@ from .labels import LabelSelector
 from .vendors import (
     BUILTIN_DEVICE_RESOURCES,
     BUILTIN_DRA,
+    DEFAULT_GPU_RUNTIME_CLASSES,
     DEFAULT_HOLDER_ANNOTATIONS,
+    DEFAULT_HOLDER_SCHEDULERS,
     IMPLICIT_DRA_PREFIX,
     RUNTIME_CLASS_PODS,
 )
@@ -105,6 +107,8 @@ class GPUHolders:
 
     resource_claims: bool = True
     annotations: tuple[str, ...] = DEFAULT_HOLDER_ANNOTATIONS
+    #: The schedulers that implement those annotations: only a pod one of them places holds a GPU by one.
+    annotation_schedulers: tuple[str, ...] = DEFAULT_HOLDER_SCHEDULERS
     #: The vendor whose profile (runtime class, tolerations) a pod holding a GPU by annotation gets:
     #: KAI and HAMi share NVIDIA GPUs. DRA claims get none: their driver and DeviceClass decide.
     annotation_device: str | None = "nvidia"
@@ -142,11 +146,18 @@ class Policy:
     attribution: tuple[AttributionLabel, ...] = ()
     non_gpu_tolerations: NonGPUTolerations = "deny"
     non_gpu_runtime_class: Literal["deny", "allow"] = "deny"
+    #: ``spec.gpuRuntimeClasses``: runtime classes that can expose GPUs, beside each device's runtimeClassName.
+    runtime_classes: tuple[str, ...] = DEFAULT_GPU_RUNTIME_CLASSES
     #: Security exceptions, each in a field of its own: ``mode`` never turns these checks into warnings.
     visible_devices_override: Literal["deny", "allow"] = "deny"
     attribution_edits: Literal["deny", "allow"] = "deny"
+    privileged_gpu_containers: Literal["deny", "allow"] = "deny"
     #: Containers (by name) of a GPU pod that may see its GPUs without requesting any: no ``void`` for them.
     shared_gpu_containers: frozenset[str] = frozenset()
+    #: ``envFrom`` that can set ``NVIDIA_*`` in a container that sees GPUs (``allow``: a trusted namespace).
+    visible_devices_env_from: Literal["deny", "allow"] = "deny"
+    #: CDI device annotations (``cdi.k8s.io/...``) on a pod (``allow``: a trusted namespace).
+    cdi_annotations: Literal["deny", "allow"] = "deny"
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -175,7 +186,9 @@ class Policy:
 
     @property
     def gpu_runtime_classes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d.runtime_class_name for d in self.devices.values() if d.runtime_class_name))
+        """Every runtime class under which a container can reach GPUs: the policy's list, then each device's."""
+        own = (d.runtime_class_name for d in self.devices.values() if d.runtime_class_name)
+        return tuple(dict.fromkeys((*self.runtime_classes, *own)))
 
     @property
     def uses_namespace_labels(self) -> bool:
@@ -211,6 +224,8 @@ class WorkloadKind:
     plural: str = ""
     versions: tuple[str, ...] = ()
     source: str = "built-in"
+    #: Cluster-scoped kind (ClusterTrainingRuntime): its webhook rule has ``scope: Cluster``.
+    cluster_scoped: bool = False
 
 
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the

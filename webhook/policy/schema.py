@@ -152,6 +152,7 @@ def policy_schema() -> dict[str, Any]:
                     {
                         "resourceClaims": {"type": "boolean"},
                         "annotations": _STRINGS,
+                        "annotationSchedulers": _STRINGS,
                         "annotationDevice": {"type": ["string", "null"]},
                     }
                 ),
@@ -165,6 +166,11 @@ def policy_schema() -> dict[str, Any]:
                         }
                     }
                 ),
+                "gpuRuntimeClasses": {
+                    **_STRINGS,
+                    "description": "runtime classes that can expose GPUs (default: the GPU Operator's nvidia, "
+                    "nvidia-cdi, nvidia-legacy); each device's runtimeClassName counts too",
+                },
                 "nonGPUPods": _object(
                     {
                         "gpuTolerations": {"enum": ["deny", "strip", "allow"]},
@@ -176,6 +182,9 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesOverride": {"enum": ["deny", "allow"]},
                         "attributionEdits": {"enum": ["deny", "allow"]},
                         "sharedGPUContainers": _STRINGS,
+                        "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
+                        "cdiAnnotations": {"enum": ["deny", "allow"]},
+                        "privilegedGPUContainers": {"enum": ["deny", "allow"]},
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},

@@ -38,11 +38,25 @@ IMPLICIT_DRA_PREFIX = "deviceclass.resource.kubernetes.io/"
 #: fraction through a GPU-sharing scheduler's annotation. DRA-served pods never do (the driver injects
 #: devices through CDI).
 RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
+#: Runtime classes under which a container can reach GPUs. NVIDIA's GPU Operator creates ``nvidia`` (its
+#: ``operator.runtimeClass``) and, unless CDI is turned off (``cdi.enabled`` defaults to true:
+#: api/nvidia/v1/clusterpolicy_types.go ``CDIConfigSpec.IsEnabled``), ``nvidia-cdi`` and ``nvidia-legacy``
+#: (NVIDIA/gpu-operator assets/pre-requisites/0210_runtime_class_legacy.yaml and 0220_runtime_class_cdi.yaml,
+#: created by controllers/object_controls.go ``RuntimeClasses``). A policy's ``gpuRuntimeClasses`` replaces this
+#: list; each device profile's own ``runtimeClassName`` always counts too.
+DEFAULT_GPU_RUNTIME_CLASSES: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's
 #: ``gpu-fraction`` and ``gpu-memory`` (NVIDIA/KAI-Scheduler docs/gpu-sharing).
 DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
+#: The schedulers that implement those annotations: a pod holds a GPU by annotation only when one of them places
+#: it. KAI's ``kai-scheduler`` (NVIDIA/KAI-Scheduler pkg/common/constants/constants.go ``DefaultSchedulerName``);
+#: its webhooks leave pods of any other scheduler alone (pkg/admission/webhook/v1alpha2/podhooks/pod_mutator.go),
+#: and the default scheduler ignores the annotations, so such a pod gets no GPU at all.
+DEFAULT_HOLDER_SCHEDULERS: tuple[str, ...] = ("kai-scheduler",)
+#: What the apiserver fills into a pod spec that names no scheduler (k/k pkg/apis/core/v1/defaults.go).
+DEFAULT_SCHEDULER = "default-scheduler"
 #: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into
 #: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
 #: init containers.

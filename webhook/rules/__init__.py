@@ -5,12 +5,15 @@ registry is checked once they are all in: a module here that registers no rule s
 
 from . import (  # noqa: F401
     attribution,
+    cdi_devices,
     feasibility,
+    fraction_annotations,
     gpu_limits,
     gpu_placement,
     gpu_quantities,
     gpu_shapes,
     model_selection,
+    privileged,
     runtime_class,
     tolerations,
     visible_devices,

@@ -4,7 +4,11 @@ Guards the policy's ``attribution.labels`` keys and ``gpugate.io/workload-kind``
 ``gpugate.io/workload-name`` in ``metadata.labels``. dcgm-exporter (``--kubernetes-enable-pod-labels``)
 and kube-state-metrics (``kube_pod_labels``) read POD LABELS; annotations never reach them. Values come
 from the namespace's labels (the platform's) or the policy; a value the user put there is overwritten on
-CREATE, with a warning, and changing or removing one on UPDATE is a violation. The owning workload is
+CREATE, with a warning; adding, changing or removing one on UPDATE is a violation, unless it is what /mutate
+writes into a workload's template. ``pods/status`` can rewrite a pod's labels and annotations too
+(k/k pkg/registry/core/pod/strategy.go, podStatusStrategy keeps only spec and ownerReferences): there no
+``gpugate.io`` key may change at all. A label key kube-state-metrics exports under the same name as an
+attribution label, and a workload selecting on one, are refused. The owning workload is
 resolved through ownerReferences: ReplicaSet -> Deployment via ``pod-template-hash``, Job -> CronJob via
 the CronJob controller's ``<cronjob>-<scheduled minutes>`` Job names (k/k pkg/controller/cronjob
 getJobName).
@@ -12,6 +16,7 @@ getJobName).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -19,8 +24,14 @@ from typing import Any
 
 from ..pods.fields import STRINGS
 from ..pods.objects import controller_ref, through_replica_set
-from ..policy.keys import BOOKKEEPING_ANNOTATIONS, WORKLOAD_ANNOTATION, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
-from ..policy.labels import is_label_value
+from ..policy.keys import (
+    BOOKKEEPING_ANNOTATIONS,
+    GROUP,
+    WORKLOAD_ANNOTATION,
+    WORKLOAD_KIND_LABEL,
+    WORKLOAD_NAME_LABEL,
+)
+from ..policy.labels import is_label_value, metric_label_name
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation, map_changes
 from .registry import rule
 
@@ -98,6 +109,9 @@ def desired_labels(meta: Mapping[str, Any], ctx: PodContext) -> dict[str, str]:
 
 
 def owned_label_keys(ctx: PodContext) -> set[str]:
+    """The labels gpugate writes on this policy's GPU pods (none without ``attribution``)."""
+    if not ctx.policy.attribution:
+        return set()
     return {a.key for a in ctx.policy.attribution} | {WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL}
 
 
@@ -136,22 +150,158 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
 
 @record.validator(pods="any", on_update="all")
 def forbid_attribution_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
-    """On UPDATE: gpugate's attribution labels keep the values they were created with."""
-    if ctx.old is None or not ctx.mutable or ctx.policy.attribution_edits == "allow":
+    """On UPDATE: only gpugate's own mutation adds, changes or removes its attribution labels. /mutate relabels
+    a pod at CREATE only, and a workload's template on UPDATE too (``mutateTemplates``): a template label with
+    exactly the value /mutate writes is gpugate's."""
+    if ctx.old is None or not ctx.mutable or ctx.sub_resource == "status" or ctx.policy.attribution_edits == "allow":
         return []
     old = ctx.old.labels
     new = pod.labels
+    ours = desired_labels(pod.metadata, ctx) if ctx.shape.is_template else {}
     violations = []
     for key in sorted(owned_label_keys(ctx)):
-        if key in old and old.get(key) != new.get(key):
+        if old.get(key) == new.get(key) or (key in new and ours.get(key) == new[key]):
+            continue
+        if key not in old:
+            text = f"attribution label {key}={new[key]} was added: gpugate sets attribution labels when it admits a pod"
+        else:
             now = "removed" if key not in new else f"changed to {new[key]}"
+            text = f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})"
+        violations.append(
+            Violation(
+                RULE,
+                ctx.meta_field(f"labels[{key}]"),
+                "pod",
+                text,
+                "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace",
+                security=True,
+            )
+        )
+    return violations
+
+
+def _gpugate_keys(ctx: PodContext, *maps: Mapping[str, str]) -> list[str]:
+    owned = owned_label_keys(ctx)
+    return sorted({k for m in maps for k in m if k in owned or k.startswith(f"{GROUP}/")})
+
+
+@record.validator(pods="any", needs_policy=False, on_update="all")
+def forbid_status_metadata_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
+    """``pods/status``: no gpugate label or annotation (``gpugate.io/*``, the policy's attribution keys) may be
+    added, changed or removed, whatever the policy; the backstop refuses the same (admission-policy.yaml)."""
+    if ctx.sub_resource != "status" or ctx.old is None:
+        return []
+    violations = []
+    for what, old, new in (("label", ctx.old.labels, pod.labels), ("annotation", ctx.old.annotations, pod.annotations)):
+        for key in _gpugate_keys(ctx, old, new):
+            if old.get(key) == new.get(key):
+                continue
+            now = "removed" if key not in new else f"set to {new[key]}"
             violations.append(
                 Violation(
                     RULE,
-                    ctx.meta_field(f"labels[{key}]"),
+                    ctx.meta_field(f"{what}s[{key}]"),
                     "pod",
-                    f"attribution label {key}={old[key]} is set by gpugate and cannot be edited ({now})",
-                    "leave gpugate.io attribution labels alone; ask the platform team to relabel the namespace",
+                    f"a status update cannot change gpugate's {what} {key} ({now})",
+                    "update status only through pods/status; gpugate's labels and annotations are set when it "
+                    "admits a pod",
+                    security=True,
+                )
+            )
+    return violations
+
+
+@record.validator(pods="gpu")
+def forbid_look_alike_keys(pod: PodView, ctx: PodContext) -> list[Violation]:
+    """A label key kube-state-metrics exports under an attribution label's name. Its ``kube_pod_labels`` then
+    carries neither under that name: it sorts the keys and renames every key of a shared name ``<name>_conflict1``,
+    ``_conflict2``... (kubernetes/kube-state-metrics internal/store/utils.go mapToPrometheusLabels), so the
+    pod's GPUs leave its team. dcgm-exporter only replaces characters, so its collisions are among these."""
+    ours = _exported_names(frozenset(owned_label_keys(ctx)))
+    look_alikes = [k for k in pod.labels if ours.get(metric_label_name(k), k) != k]
+    violations = []
+    for key in sorted(look_alikes):
+        name = metric_label_name(key)
+        owned = ours[name]
+        violations.append(
+            Violation(
+                RULE,
+                ctx.meta_field(f"labels[{key}]"),
+                "pod",
+                f"label {key} is exported by kube-state-metrics as label_{name}, the name of gpugate's attribution "
+                f"label {owned}: both are renamed label_{name}_conflict<N> and the pod's GPUs are no longer "
+                "charged to its team",
+                f"remove or rename {key} (gpugate sets {owned})",
+                security=True,
+            )
+        )
+    return violations
+
+
+@functools.lru_cache(maxsize=256)
+def _exported_names(keys: frozenset[str]) -> Mapping[str, str]:
+    """kube-state-metrics' name of each of ``keys`` -> the key (a policy's attribution keys, once per policy)."""
+    return {metric_label_name(k): k for k in sorted(keys)}
+
+
+def _selector_keys(selector: Any) -> list[tuple[str, str]]:
+    """(path within the selector, label key) of every key a metav1.LabelSelector names."""
+    if not isinstance(selector, Mapping):
+        return []
+    out = []
+    labels = selector.get("matchLabels")
+    if isinstance(labels, Mapping):
+        out += [(f"matchLabels[{k}]", str(k)) for k in labels]
+    expressions = selector.get("matchExpressions")
+    if isinstance(expressions, list):
+        out += [
+            (f"matchExpressions[{i}].key", str(e.get("key")))
+            for i, e in enumerate(expressions)
+            if isinstance(e, Mapping)
+        ]
+    return out
+
+
+@record.validator(pods="gpu")
+def forbid_selectors_on_attribution_labels(pod: PodView, ctx: PodContext) -> list[Violation]:
+    """A workload whose selector names a label gpugate sets on its pods: a pod gpugate labelled otherwise than
+    the selector wants is orphaned by its controller (with its GPUs) and replaced, without end."""
+    if ctx.selector is None:  # a Pod, or a kind without one
+        return []
+    owned = owned_label_keys(ctx)
+    return [
+        Violation(
+            RULE,
+            f"{ctx.shape.selector_path}.{where}",
+            "workload",
+            f"selects its pods by {key}, an attribution label gpugate sets on every pod it admits: a pod whose "
+            "value gpugate sets differently no longer matches, and the controller orphans it with its GPUs and "
+            "creates another, without end",
+            f"select on labels of your own (such as app) and leave {key} out of the selector",
+            security=True,
+        )
+        for where, key in _selector_keys(ctx.selector)
+        if key in owned
+    ]
+
+
+def binding_violations(binding: Mapping[str, Any], attribution_keys: set[str]) -> list[Violation]:
+    """A Binding (``pods/binding`` or ``bindings``, the scheduler's) merges its annotations, and with
+    PodTopologyLabelsAdmission (beta, on since 1.35) its labels, into the pod it binds (k/k
+    pkg/registry/core/pod/storage/storage.go setPodNodeAndMetadata): none of them may be gpugate's."""
+    meta = binding.get("metadata") or {}
+    violations = []
+    for what in ("labels", "annotations"):
+        found = meta.get(what) or {}
+        for key in sorted(k for k in found if k in attribution_keys or k.startswith(f"{GROUP}/")):
+            violations.append(
+                Violation(
+                    RULE,
+                    f"metadata.{what}[{key}]",
+                    "",
+                    f"a Binding cannot set gpugate's {what[:-1]} {key} on the pod it binds (the apiserver copies a "
+                    "Binding's labels and annotations onto the pod)",
+                    f"bind without {key}: gpugate sets its labels and annotations when it admits a pod",
                     security=True,
                 )
             )

@@ -141,6 +141,10 @@ class PodContext:
     mutable: bool = True
     #: The cluster's inventory once it has synced (None: unknown, so no rule judges against it).
     fleet: Inventory | None = None
+    #: The label selector beside a workload's template (``PodShape.selector_keys``), None if it has none.
+    selector: Any = None
+    #: The request's subresource (``status`` for ``pods/status``), "" for the object itself.
+    sub_resource: str = ""
 
     @property
     def counts_as_gpu(self) -> Callable[[str], bool]:

@@ -5,9 +5,11 @@ never reaches the container; the mutator sets it when absent, and a different va
 user chose it on purpose, so gpugate does not overwrite it). Only the stacks that need it get it (the device
 profile's ``runtimeClassPods``: device-plugin pods, fractional holds; never DRA-served pods), and with a
 synced inventory only when the RuntimeClass exists. A pod that requests no GPU must not run
-under the policy's GPU runtime class (``nonGPUPods.gpuRuntimeClass: deny``): CUDA images set
-``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime such a pod sees every GPU of its
-node unless the container toolkit refuses that variable from unprivileged pods.
+under a GPU runtime class (``nonGPUPods.gpuRuntimeClass: deny``): the policy's ``gpuRuntimeClasses`` (by
+default the GPU Operator's ``nvidia``, ``nvidia-cdi`` and ``nvidia-legacy``) and every device's
+``runtimeClassName``. CUDA images set ``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime
+such a pod sees every GPU of its node unless the container toolkit refuses that variable from unprivileged
+pods.
 """
 
 from __future__ import annotations

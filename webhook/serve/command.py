@@ -28,6 +28,7 @@ from .tls import (
     TLSConfigError,
     describe,
 )
+from .worker import DEFAULT_MAX_PARKED
 
 APP_FACTORY = "webhook.serve.wiring:build_app"
 DEFAULT_BIND = "0.0.0.0:8443"
@@ -78,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar="SECONDS",
             help=f"{what}; a slower client is disconnected (default {default:g})",
         )
+    parser.add_argument(
+        "--max-parked-connections",
+        type=int,
+        default=DEFAULT_MAX_PARKED,
+        metavar="N",
+        help="connections per worker that may wait without a request (holding no thread); one more closes "
+        f"the one that has waited longest (default {DEFAULT_MAX_PARKED}: four apiservers' idle pools)",
+    )
     # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
     parser.add_argument(
         "--app-factory",
@@ -207,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.workers < 1 or args.threads < 1:
             raise ValueError("--workers and --threads must be at least 1")
+        if args.max_parked_connections < 1:
+            raise ValueError(f"--max-parked-connections must be at least 1, got {args.max_parked_connections}")
         check_bind_free(args.bind)
         metrics_dir = prepare_metrics_dir()
         check_policies(args.policies, required=args.app_factory == APP_FACTORY)

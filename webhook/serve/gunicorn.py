@@ -17,7 +17,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
 from .tls import ReloadingCertificate
-from .worker import ThreadWorker
+from .worker import parking_worker
 
 # kube-apiserver keeps idle webhook connections for 90 s (Go's http.Transport IdleConnTimeout,
 # docs/admission-contract.md §1). Closing earlier than the client makes it race a request against
@@ -34,8 +34,9 @@ LIMIT_REQUEST_FIELD_SIZE = 8190
 
 # gunicorn's gthread worker waits in a pool thread for a new connection's first bytes
 # (DEFAULT_WORKER_DATA_TIMEOUT, 5 s in gunicorn/workers/gthread.py) before parking a silent connection
-# in its poller, so N connections that send nothing hold every thread for N / threads x 5 s.
-# kube-apiserver's ClientHello follows its TCP handshake at once.
+# in its poller, so N connections that send nothing would hold every thread for N / threads x 5 s.
+# gpugate's TLS connections do not wait at all (webhook.serve.worker); what is left of the setting is the
+# bound on draining a request body the app did not read, before the connection is kept alive.
 FIRST_BYTES_TIMEOUT = 0.5
 
 
@@ -132,7 +133,8 @@ def gunicorn_options(
         # gthread keeps connections alive; sync closes each one after a request, so every
         # admission call would pay a TCP + TLS handshake (6-7x the CPU in review; here a new
         # TLS connection per /healthz cost ~1.0 ms of server CPU against ~0.3 ms kept alive).
-        "worker_class": ThreadWorker,  # gthread, minus threads pinned by idle connections (webhook.serve.worker)
+        # gthread, minus threads pinned by idle connections, with a bound on them (webhook.serve.worker)
+        "worker_class": parking_worker(args.max_parked_connections),
         "threads": args.threads,
         "keepalive": KEEPALIVE,
         "timeout": WORKER_TIMEOUT,

@@ -82,6 +82,13 @@ INVENTORY_DRIFT = Gauge(
     multiprocess_mode="livemax",
 )
 
+PARKED_DROPPED = Counter(
+    "gpugate_parked_connections_dropped_total",
+    "Connections closed because more than --max-parked-connections waited without a request in a worker "
+    "(the oldest first); anything but 0 means clients other than the apiserver reach the port, or the bound "
+    "is below the apiservers' idle pools.",
+)
+
 _claimed: set[str] = set()
 _claim_lock = threading.Lock()
 

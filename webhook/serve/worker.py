@@ -1,4 +1,5 @@
-"""gunicorn's gthread worker, with a TLS connection that has sent no request handed back to the poller.
+"""gunicorn's gthread worker, with connections that have sent no request parked in the poller, and a bound on
+how many may wait there.
 
 kube-apiserver's webhook client (Go net/http, up to 25 idle connections per host: k8s.io/client-go
 transport/cache.go) dials a new connection when none is idle, and when another connection frees up first it
@@ -7,32 +8,66 @@ gunicorn/workers/gthread.py ``ThreadWorker.handle``) performs the handshake in a
 blocks that thread reading the first request, with no timeout. Parked connections thus pin threads, and
 once a worker's threads are all pinned, requests on its other connections wait until the apiserver gives up
 (measured through a real kube-apiserver: with 1 worker of 2 threads, gpugate's /validate timed out after 5 s
-on every call; docs/development/performance.md). Here the handshake stays in the thread, but if no request bytes follow
-it at once the connection goes back to the poller (gthread's own deferral for connections that are slow to
-send), and a thread is only taken again when bytes arrive.
+on every call; docs/development/performance.md). Here a thread takes a connection only when bytes are
+waiting on it: a new connection whose first bytes (the TLS ClientHello) have not arrived yet, and one that
+says nothing after its handshake, go back to the poller at once (gthread's own deferral for connections
+that are slow to send) and a thread takes them again when bytes arrive. Waiting costs a thread nothing, so a
+flood of silent connections only queues behind each other for the moment each one takes.
+
+What the poller holds is bounded too: at most ``max_parked`` connections per worker wait there without a
+request, those that have never sent one and those kept alive between requests alike. Parking one more
+closes the one that has waited longest. Go's transport reuses its most recently used idle connection first,
+so the apiserver's connections in use are always among the newest here, and a flood of silent connections
+pushes out its own oldest, never locks the apiserver's fresh ones out (without a bound, gthread stops
+accepting once ``worker_connections``, 1000, are open).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import select
+import selectors
+import socket
 import ssl
-from typing import Any
+import time
+from collections import deque
+from functools import partial
+from typing import Any, ClassVar
 
 from gunicorn.workers import gthread
 
 # gthread's sentinel for "no data yet: watch this connection in the poller" (gunicorn >= 25); without it
 # this worker is gthread unchanged.
 _DEFER: Any = getattr(gthread, "_DEFER", None)
-# How long a fresh connection may take, after its handshake, to start its first request before it is
-# handed back to the poller. Go writes the request right after the handshake, so a short wait suffices.
-FIRST_REQUEST_WAIT = 0.05
+# kube-apiserver keeps at most 25 idle connections to one webhook host (client-go transport/cache.go
+# idleConnsPerHost, the http.Transport's MaxIdleConnsPerHost), and every connection can land on one
+# worker; 100 is the idle pools of four apiservers.
+DEFAULT_MAX_PARKED = 100
+# A worker under a flood of silent connections says so at most this often (seconds), with a count.
+DROP_REPORT_INTERVAL = 60.0
+# A connection the server closes after its answer (`Connection: close`, a cut-off client) is half-closed
+# and its unread bytes drained for this long at most, so that the close does not reset the answer (RFC 9112
+# section 9.6); gunicorn's own util.close_graceful does the same, but blocking, in the worker's event loop.
+LINGER = 2.0
+LINGER_DRAIN = 65536
+
+log = logging.getLogger("gpugate.server")
 
 
 class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
+    max_parked: ClassVar[int] = DEFAULT_MAX_PARKED
+    _dropped = 0  # parked connections closed since the last report
+    _reported = float("-inf")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lingering: deque[Any] = deque()  # half-closed connections being drained, oldest first
+
     def handle(self, conn: Any) -> Any:
         if _DEFER is None or conn.initialized or not self.cfg.is_ssl:
             return super().handle(conn)
-        if not conn.data_ready and not conn.wait_for_data(gthread.DEFAULT_WORKER_DATA_TIMEOUT):
+        if not conn.data_ready and not conn.wait_for_data(0):
             return _DEFER
         conn.sock.setblocking(True)
         try:
@@ -44,7 +79,101 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             return super().handle(conn)
         poll = select.poll()  # not select.select: descriptors past 1024 are common in a busy worker
         poll.register(conn.sock.fileno(), select.POLLIN)
-        if poll.poll(FIRST_REQUEST_WAIT * 1000):
+        if poll.poll(0):
             return super().handle(conn)
         conn.data_ready = False  # set again by the poller when the request arrives
         return _DEFER
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        if not fs.cancelled() and fs.exception() is None and not fs.result():  # done with: close gracefully
+            self.nr_conns -= 1
+            self._linger(conn)
+            return
+        super().finish_request(conn, fs)  # may park ``conn``
+        pending: deque[Any] = self.pending_conns
+        kept: deque[Any] = self.keepalived_conns
+        parked = (pending and pending[-1] is conn) or (kept and kept[-1] is conn)
+        if parked and self.log.error_log.isEnabledFor(logging.DEBUG):
+            self.log.debug("parked the connection from %s", _peer(conn))
+        while len(pending) + len(kept) > self.max_parked:
+            # Both queues are in the order their connections were parked (a timeout of parking time +
+            # keepalive), so the older of their heads has waited longest.
+            oldest = pending if pending and (not kept or pending[0].timeout <= kept[0].timeout) else kept
+            self._drop(oldest.popleft())
+
+    def _drop(self, conn: Any) -> None:
+        with contextlib.suppress(OSError, KeyError, ValueError):  # already unregistered
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        self.log.debug("closed the oldest parked connection, from %s", _peer(conn))
+        conn.close()
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._reported >= DROP_REPORT_INTERVAL:
+            log.warning(
+                "closed %d parked connection(s), the oldest first: more than --max-parked-connections %d waited "
+                "without a request in this worker (only the apiserver should reach this port)",
+                self._dropped,
+                self.max_parked,
+            )
+            self._dropped, self._reported = 0, now
+        from .metrics import PARKED_DROPPED  # in the worker, after fork: see webhook.serve.command
+
+        PARKED_DROPPED.inc()
+
+    def _linger(self, conn: Any) -> None:
+        """Close ``conn`` as gunicorn's util.close_graceful does (FIN, then drain what the client still sends
+        until it closes, LINGER_DRAIN bytes or LINGER seconds), with the draining in the poller: a client that
+        keeps its end open holds neither a thread nor the event loop."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+            conn.sock.setblocking(False)
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
+        except (OSError, ValueError, KeyError):
+            conn.close()
+            return
+        conn.timeout = time.monotonic() + LINGER
+        conn.drained = 0
+        self.lingering.append(conn)
+
+    def _drain(self, conn: Any, _sock: Any) -> None:
+        try:
+            data = conn.sock.recv(LINGER_DRAIN)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        conn.drained += len(data)
+        if not data or conn.drained >= LINGER_DRAIN:
+            self.lingering.remove(conn)
+            self._end_linger(conn)
+
+    def _end_linger(self, conn: Any) -> None:
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self.poller.unregister(conn.sock)
+        conn.close()
+
+    def murder_pending(self) -> None:
+        super().murder_pending()  # gthread calls this once per turn of its event loop
+        now = time.monotonic()
+        while self.lingering and self.lingering[0].timeout <= now:
+            self._end_linger(self.lingering.popleft())
+
+    def murder_keepalived(self, force: bool = False) -> None:
+        super().murder_keepalived(force)
+        while force and self.lingering:  # the worker is stopping
+            self._end_linger(self.lingering.popleft())
+
+
+def _peer(conn: Any) -> str:
+    client = conn.client
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client)
+
+
+def parking_worker(max_parked: int) -> type[ThreadWorker]:
+    """The worker class that keeps at most ``max_parked`` connections waiting without a request."""
+    if max_parked == ThreadWorker.max_parked:
+        return ThreadWorker
+    return type("ThreadWorker", (ThreadWorker,), {"max_parked": max_parked, "__module__": __name__})

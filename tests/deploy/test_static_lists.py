@@ -1,0 +1,87 @@
+"""The names the static YAML must know, in step with what gpugate ships: the GPU runtime classes in the
+webhooks' matchConditions and in the backstop (deploy/base and the chart's copies) are exactly the shipped
+default ``gpuRuntimeClasses`` plus every name the shipped policies add (their lists, each device's
+``runtimeClassName``); the backstop's schedulers of the fraction annotations are the shipped
+``gpuHolders.annotationSchedulers``. matchConditions and ValidatingAdmissionPolicies cannot read gpugate's policies, so a
+name a policy adds must be added here by hand (docs/operations.md, "When a policy adds a GPU name")."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook.policy.files import load_policies
+from webhook.policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_SCHEDULERS
+
+REPO = Path(__file__).resolve().parents[2]
+COPIES = [REPO / "deploy" / "base", REPO / "charts" / "gpugate" / "files" / "base"]
+POLICY_DIRS = [
+    REPO / "policies",
+    REPO / "deploy" / "base" / "policies",
+    REPO / "charts" / "gpugate" / "files" / "policies",
+]
+
+
+def _cel_list(text: str) -> list[str]:
+    """The string literals of one CEL list literal: "['a', 'b']" -> ["a", "b"]."""
+    assert text.startswith("[") and text.endswith("]"), text
+    return re.findall(r"'([^']*)'", text)
+
+
+def shipped_runtime_classes() -> set[str]:
+    names = set(DEFAULT_GPU_RUNTIME_CLASSES)
+    for directory in POLICY_DIRS:
+        for policy in load_policies(directory).policies:
+            names |= set(policy.gpu_runtime_classes)
+    return names
+
+
+def shipped_annotation_schedulers() -> set[str]:
+    names = set(DEFAULT_HOLDER_SCHEDULERS)
+    for directory in POLICY_DIRS:
+        for policy in load_policies(directory).policies:
+            names |= set(policy.holders.annotation_schedulers)
+    return names
+
+
+def test_the_shipped_default_is_the_gpu_operators_runtime_classes():
+    assert DEFAULT_GPU_RUNTIME_CLASSES == ("nvidia", "nvidia-cdi", "nvidia-legacy")
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_match_conditions_route_every_gpu_runtime_class(base: Path):
+    hooks = [h for doc in yaml.safe_load_all((base / "webhooks.yaml").read_text()) for h in doc["webhooks"]]
+    assert len(hooks) == 2
+    for hook in hooks:
+        [condition] = hook["matchConditions"]
+        found = re.findall(r"s\.runtimeClassName in (\[[^\]]*\])", condition["expression"])
+        assert len(found) == 1, f"{hook['name']}: expected one runtimeClassName list, found {found}"
+        assert set(_cel_list(found[0])) == shipped_runtime_classes(), hook["name"]
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_the_backstop_knows_every_gpu_runtime_class(base: Path):
+    [policy] = [
+        d
+        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert set(_cel_list(variables["gpuRuntimeClasses"].strip())) == shipped_runtime_classes()
+    # and the rule uses the variable, not a list of its own
+    assert any("variables.gpuRuntimeClasses" in v["expression"] for v in policy["spec"]["validations"])
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_the_backstop_knows_the_schedulers_of_the_fraction_annotations(base: Path):
+    [policy] = [
+        d
+        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert set(_cel_list(variables["annotationSchedulers"].strip())) == shipped_annotation_schedulers()
+    assert "variables.annotationSchedulers" in variables["holdsGPU"]

@@ -1,0 +1,44 @@
+"""Fraction annotations: a GPU-sharing scheduler's annotation holds a GPU only for the scheduler that
+implements it.
+
+Guards the policy's ``gpuHolders.annotations`` (KAI Scheduler's ``gpu-fraction`` and ``gpu-memory``) on pods
+whose ``schedulerName`` is not one of ``gpuHolders.annotationSchedulers`` (``kai-scheduler``). KAI's
+webhooks leave such a pod alone (NVIDIA/KAI-Scheduler pkg/admission/webhook/v1alpha2/podhooks/pod_mutator.go)
+and the scheduler that places it ignores the annotation, so the pod gets no GPU: gpugate gives it nothing
+either (no runtime class, no GPU toleration; ``pods.gpus``), and this check says why. A violation, governed by
+the mode like the other shapes that cannot get what they ask for: the pod would start without the GPU it asks
+for. A pod that holds a GPU otherwise (a GPU resource, a claim) is left alone: the annotation is only noise.
+"""
+
+from __future__ import annotations
+
+from ..pods.fields import STRINGS
+from ..pods.gpus import scheduler_of
+from .base import PodContext, PodView, Violation
+from .registry import rule
+
+RULE = "fraction-annotation"
+record = rule(RULE, order=35, reads={"metadata.annotations": STRINGS, "spec.schedulerName": str}, module=__name__)
+
+
+@record.validator(pods="non-gpu")
+def require_the_annotations_scheduler(pod: PodView, ctx: PodContext) -> list[Violation]:
+    implementers = ctx.policy.holders.annotation_schedulers
+    first = f"set spec.schedulerName: {implementers[0]}" if implementers else "remove the annotation"
+    fix = (
+        f"{first}, or request whole GPUs in resources.limits and remove the annotation; if your GPU-sharing "
+        "scheduler runs under another name, add it to spec.gpuHolders.annotationSchedulers"
+    )
+    scheduler = scheduler_of(pod.spec)
+    counted_for = ", ".join(implementers) or "no scheduler"
+    return [
+        Violation(
+            RULE,
+            ctx.meta_field(f"annotations[{annotation}]"),
+            "pod",
+            f'asks for part of a GPU with the annotation {annotation}, but its schedulerName "{scheduler}" does not '
+            f'implement it (policy "{ctx.policy.name}" counts it for {counted_for}), so the pod would get no GPU',
+            fix,
+        )
+        for annotation in ctx.gpu.ignored_annotations
+    ]
