@@ -191,6 +191,10 @@ def schema_check(obj: Mapping[str, Any]) -> None:
             raise
     for shape in shapes:
         template = dig(obj, shape.template)
+        if shape.pod_meta is not None:  # a bare PodSpec, whose pods take labels and annotations from pod_meta
+            holder = dig(obj, shape.meta_keys) or {}
+            meta = {k: holder[k] for k in ("labels", "annotations") if k in holder}
+            template = {"metadata": meta, "spec": dig(obj, shape.spec_keys)}
         kubernetes_validate.validate(
             {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template},
             SCHEMA_VERSION,

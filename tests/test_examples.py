@@ -59,7 +59,11 @@ def test_example_verdict(case):
     for text in case.get("contains", []):
         assert text in proc.stderr
     if case["verdict"] == "denied":
-        assert proc.stdout == ""  # a refused object is never printed: `| kubectl apply -f -` must not apply it
+        # A refused object is never printed: `| kubectl apply -f -` must not apply it. `printed:` names the
+        # allowed objects of a manifest that holds both.
+        out = json.loads(proc.stdout) if proc.stdout else {}
+        names = [o["metadata"]["name"] for o in (out.get("items", [out]) if out.get("kind") == "List" else [out]) if o]
+        assert names == case.get("printed", []), proc.stdout
         return
     stored = json.loads(proc.stdout)
     for obj in stored.get("items", [stored]) if stored.get("kind") == "List" else [stored]:

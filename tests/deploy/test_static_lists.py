@@ -8,12 +8,14 @@ name a policy adds must be added here by hand (docs/operations.md, "When a polic
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from webhook.policy.files import load_policies
+from webhook.policy.model import Policy
 from webhook.policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_SCHEDULERS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,20 +33,32 @@ def _cel_list(text: str) -> list[str]:
     return re.findall(r"'([^']*)'", text)
 
 
-def shipped_runtime_classes() -> set[str]:
-    names = set(DEFAULT_GPU_RUNTIME_CLASSES)
+def _shipped(default: tuple[str, ...], of_policy: Callable[[Policy], tuple[str, ...]]) -> set[str]:
+    """The default and every name a shipped policy adds, in each copy of the policy directory."""
+    names = set(default)
     for directory in POLICY_DIRS:
         for policy in load_policies(directory).policies:
-            names |= set(policy.gpu_runtime_classes)
+            names |= set(of_policy(policy))
     return names
+
+
+def shipped_runtime_classes() -> set[str]:
+    return _shipped(DEFAULT_GPU_RUNTIME_CLASSES, lambda p: p.gpu_runtime_classes)
 
 
 def shipped_annotation_schedulers() -> set[str]:
-    names = set(DEFAULT_HOLDER_SCHEDULERS)
-    for directory in POLICY_DIRS:
-        for policy in load_policies(directory).policies:
-            names |= set(policy.holders.annotation_schedulers)
-    return names
+    return _shipped(DEFAULT_HOLDER_SCHEDULERS, lambda p: p.holders.annotation_schedulers)
+
+
+def backstop_variables(base: Path) -> dict[str, str]:
+    [policy] = [
+        d
+        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    return {v["name"]: v["expression"] for v in policy["spec"]["variables"]} | {
+        f"validations[{i}]": v["expression"] for i, v in enumerate(policy["spec"]["validations"])
+    }
 
 
 def test_the_shipped_default_is_the_gpu_operators_runtime_classes():
@@ -64,24 +78,14 @@ def test_match_conditions_route_every_gpu_runtime_class(base: Path):
 
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
 def test_the_backstop_knows_every_gpu_runtime_class(base: Path):
-    [policy] = [
-        d
-        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
-        if d["kind"] == "ValidatingAdmissionPolicy"
-    ]
-    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    variables = backstop_variables(base)
     assert set(_cel_list(variables["gpuRuntimeClasses"].strip())) == shipped_runtime_classes()
-    # and the rule uses the variable, not a list of its own
-    assert any("variables.gpuRuntimeClasses" in v["expression"] for v in policy["spec"]["validations"])
+    # and a rule uses the variable, not a list of its own
+    assert any("variables.gpuRuntimeClasses" in e for n, e in variables.items() if n.startswith("validations"))
 
 
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
 def test_the_backstop_knows_the_schedulers_of_the_fraction_annotations(base: Path):
-    [policy] = [
-        d
-        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
-        if d["kind"] == "ValidatingAdmissionPolicy"
-    ]
-    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    variables = backstop_variables(base)
     assert set(_cel_list(variables["annotationSchedulers"].strip())) == shipped_annotation_schedulers()
     assert "variables.annotationSchedulers" in variables["holdsGPU"]

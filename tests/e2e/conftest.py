@@ -7,7 +7,6 @@ every failing e2e test's report.
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness import workload_crds
 from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
 from tests.harness.fleet import device_classes
 from tests.harness.gpugate import GPUGate, Stack, point_at, register, render_deploy
@@ -120,32 +120,6 @@ def stack(stack_factory: Callable[[bool], Stack]) -> Stack:
     return stack_factory(False)
 
 
-CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds" / "workload-crds.yaml"
-# The upstream CRD files of the newer workload kinds (provenance in tests/fixtures/crds/README.md), gzipped:
-# installed over the minimal ones in the fleet stack, so the apiserver checks the examples against the real
-# schemas before gpugate sees them.
-UPSTREAM_CRDS = CRDS.parent / "upstream"
-
-
-def install_upstream_crds(cp: ControlPlane, where: Path) -> None:
-    files = []
-    for packed in sorted(UPSTREAM_CRDS.glob("*.yaml.gz")):
-        crd = where / packed.name.removesuffix(".gz")
-        crd.write_bytes(gzip.decompress(packed.read_bytes()))
-        # --force-conflicts: the same field manager applied the minimal CRD of this name just before.
-        cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd), timeout=120)
-        files.append(crd)
-
-    def established() -> bool:
-        # kubectl wait fails outright on a CRD whose status has no conditions yet, so ask until it answers.
-        args = [a for f in files for a in ("-f", str(f))]
-        done = cp.kubectl("wait", "--for=condition=Established", "--timeout=10s", *args, check=False, timeout=60)
-        return done.ok
-
-    if not eventually(established, timeout=90):
-        raise RuntimeError("the upstream workload CRDs were not Established within 90s")
-
-
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 
@@ -153,21 +127,20 @@ SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 def fleet(e2e_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A control plane of its own where gpugate serves the SHIPPED policies (policies/*.yaml, the reference
     fleet), registered from deploy/ plus components/workload-crds, with the workload CRDs installed
-    (tests/fixtures/crds) and the RuntimeClass `nvidia`."""
+    (tests/fixtures/crds) and the GPU Operator's RuntimeClasses (`nvidia`, `nvidia-cdi`, `nvidia-legacy`)."""
     cp = ControlPlane(e2e_bin, tmp_path_factory.mktemp("cluster-fleet"))
     _RUNNING.append(cp)
     gate: GPUGate | None = None
     try:
         cp.start()
-        cp.ensure_runtime_class("nvidia")
+        for runtime_class in ("nvidia", "nvidia-cdi", "nvidia-legacy"):
+            cp.ensure_runtime_class(runtime_class)
         # The DeviceClasses NVIDIA's DRA driver installs (and the CPU driver's), before gpugate starts: its live
         # inventory refuses a pod naming a DeviceClass the cluster does not have.
         for device_class in device_classes():
             cp.kubectl("apply", "-f", "-", stdin=device_class)
         cp.ensure_default_service_account("kube-system")
-        cp.kubectl("apply", "--server-side", "-f", str(CRDS))
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)
-        install_upstream_crds(cp, tmp_path_factory.mktemp("upstream-crds"))
+        workload_crds.install(cp, tmp_path_factory.mktemp("upstream-crds"))
         work = tmp_path_factory.mktemp("gpugate-fleet")
         policy_dir = work / "policies"
         policy_dir.mkdir()

@@ -208,6 +208,9 @@ def fix_container(c: dict[str, Any], name: str, *, init: bool) -> dict[str, Any]
     sc.pop("windowsOptions")  # spec.os.name is linux
     sc["capabilities"] = {"add": ["NET_ADMIN"], "drop": ["ALL"]}
     sc["procMount"] = "Default"
+    # A privileged container of a GPU pod sees every GPU of its node: gpugate refuses it (rules/privileged.py).
+    # The field stays, set as an ordinary pod sets it.
+    sc["privileged"] = False
     sc["seccompProfile"] = {"type": "Localhost", "localhostProfile": "profiles/every.json"}
     sc["appArmorProfile"] = {"type": "Localhost", "localhostProfile": "every-profile"}
     return c

@@ -43,6 +43,8 @@ SERVED_GROUPS = {
     "kubeflow.org/v2beta1",
     "trainer.kubeflow.org/v1alpha1",
     "orchestration.aibrix.ai/v1alpha1",
+    "serving.kserve.io/v1alpha2",
+    "nvidia.com/v1alpha1",
 }
 
 
@@ -54,6 +56,10 @@ def _cases() -> list[tuple[Path, dict[str, Any]]]:
             # A case with `fleet:` is decided against a fleet snapshot (`gpugate check --fleet`); this control
             # plane has no GPU nodes for a live inventory, so those cases run on the simulated fleet instead.
             if case.get("fleet"):
+                continue
+            # `offline: true`: objects only `gpugate check` judges together (a TrainJob beside its runtime); the
+            # apiserver sends each alone, and the TrainJob alone is judged without its runtime's template.
+            if case.get("offline"):
                 continue
             if case["verdict"] != "skipped" and all(d.get("apiVersion") in SERVED_GROUPS for d in docs):
                 out.append((directory / case["file"], case))
@@ -110,7 +116,13 @@ CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
 # message answers instead of gpugate's (deploy/base/admission-policy.yaml).
 # The GPU Operator's CUDA validator also tolerates the GPU taint without holding a GPU; its namespace is
 # meant to be excluded (components/exclude-gpu-operator), which this control plane does not do.
-BACKSTOP_FIRST = {"pod-cpu-tolerating-gpu-taint.yaml", "nvidia-gpu-operator-cuda-validator.yaml"}
+# So is a pod with a CDI device annotation.
+BACKSTOP_FIRST = {
+    "pod-cpu-tolerating-gpu-taint.yaml",
+    "nvidia-gpu-operator-cuda-validator.yaml",
+    "pod-cdi-annotation.yaml",
+    "pod-cpu-nvidia-cdi.yaml",
+}
 
 
 @pytest.mark.parametrize(("source", "case"), CASES, ids=[f"{p.parent.name}/{p.name}" for p, _ in CASES])
@@ -327,3 +339,59 @@ def test_metadata_only_updates_of_a_raycluster_skip_gpugate(fleet: Stack) -> Non
     assert patched.warnings, patched
     assert fleet.gpugate.admission_requests() > before
     fleet.kubectl("patch", "raycluster", "kept", "-n", ns, "--type=merge", "-p", '{"metadata": {"finalizers": null}}')
+
+
+# ---- pods an operator builds from its own fields, with real objects (upstream TrainJob CRD) ---------------
+
+
+def trainjob(name: str, namespace: str, gpus: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "trainjob-gpu.yaml").read_text())
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return doc
+
+
+def test_a_trainjob_is_stored_as_sent_and_a_fractional_resources_per_node_never_is(fleet: Stack) -> None:
+    """A TrainJob whose runtime is not installed: stored unchanged, with the warnings naming where its template
+    is and what its trainer pods will get; an UPDATE to half a GPU per node is refused by the mutating webhook
+    naming spec.trainer.resourcesPerNode, and the stored object keeps its whole GPUs."""
+    ns = fleet.cluster.create_namespace("fleet-trainer")
+    sent = trainjob("train", ns, "2")
+
+    made = fleet.kubectl("create", "-o", "json", "-f", "-", stdin=sent)
+    said = _squashed(made.stderr)
+    assert 'pod template in ClusterTrainingRuntime "torch-distributed", judged when that is applied' in said, made
+    assert 'TrainJob "train" trainer: pods will get runtimeClassName=nvidia' in said, made
+    kept = stored(fleet.cluster, "trainjob", "train", ns)
+    assert kept["spec"]["trainer"] == sent["spec"]["trainer"]
+    assert "operated" not in kept
+
+    half = fleet.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=trainjob("train", ns, "500m"), check=False
+    )
+    assert not half.ok, half
+    assert 'admission webhook "mutate-workloads.gpugate.io" denied the request' in half.stderr, half
+    assert 'spec.trainer.resourcesPerNode.limits[nvidia.com/gpu]: container "node": Invalid value: "500m"' in (
+        _squashed(half.stderr)
+    ), half
+    assert stored(fleet.cluster, "trainjob", "train", ns)["spec"]["trainer"]["resourcesPerNode"] == {
+        "limits": {"nvidia.com/gpu": "2"}
+    }
+
+
+def test_a_cluster_training_runtime_is_judged_without_a_namespace(fleet: Stack) -> None:
+    """Cluster-scoped: the webhook rule with scope Cluster routes it, gpugate needs no namespace labels for it,
+    and a fractional node container is refused before anything is stored."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "clustertrainingruntime-gpu.yaml").read_text())
+    doc["metadata"]["name"] = "e2e-runtime-half"
+    [job] = doc["spec"]["template"]["spec"]["replicatedJobs"]
+    [node] = job["template"]["spec"]["template"]["spec"]["containers"]
+    node["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+
+    refused = fleet.kubectl("create", "-f", "-", stdin=doc, check=False)
+
+    assert not refused.ok, refused
+    message = gpugate_denial(refused.stderr)
+    assert message is not None and 'ClusterTrainingRuntime "e2e-runtime-half" violates' in message, refused
+    gone = fleet.kubectl("get", "clustertrainingruntime", "e2e-runtime-half", check=False)
+    assert "NotFound" in gone.stderr, gone

@@ -55,15 +55,17 @@ def test_cpu_workload_tolerating_the_gpu_taint_is_refused_by_gpugate(stack: Stac
     assert message is not None and GPU in message, result
 
 
-def test_cpu_pod_under_the_nvidia_runtime_class_is_refused_by_gpugate(stack: Stack, namespace: str) -> None:
-    """CUDA images set NVIDIA_VISIBLE_DEVICES=all: a GPU-less pod under the NVIDIA runtime would see every GPU."""
+def test_cpu_pod_under_the_nvidia_runtime_class_is_refused(stack: Stack, namespace: str) -> None:
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all: a GPU-less pod under the NVIDIA runtime would see every GPU.
+    The backstop runs before the validating webhooks and refuses it first; gpugate's own message for the same
+    pod is tested offline (tests/rules/test_runtime_class.py)."""
     sent = pod("runtime-squatter", namespace, container("app"), runtimeClassName="nvidia")
 
     result = stack.kubectl("create", "-f", "-", stdin=sent, check=False)
 
     assert not result.ok, f"a CPU pod under runtimeClassName nvidia was admitted:\n{result}"
-    message = gpugate_denial(result.stderr)
-    assert message is not None and "requests no GPU but runs under the GPU runtime class" in message, result
+    message = refusal(result.stderr)
+    assert message is not None and 'GPU runtime class "nvidia"' in message, result.stderr
 
 
 def test_forged_attribution_label_is_replaced_with_a_warning(stack: Stack, ml_namespace: str) -> None:
@@ -176,3 +178,20 @@ def test_a_workload_with_only_a_cdi_device_annotation_is_refused_by_gpugate(stac
     assert message is not None, result
     assert "spec.template.metadata.annotations[cdi.k8s.io/debug]" in message, message
     assert "spec.security.cdiAnnotations: allow" in message, message
+
+
+def test_a_cdi_device_annotation_added_through_pods_status_is_refused(stack: Stack, namespace: str) -> None:
+    """pods/status keeps the annotations an update changes; the pod is still Pending, so its sandbox would be made
+    with the annotation."""
+    stack.kubectl("create", "-f", "-", stdin=pod("cdi-later", namespace, container("app")))
+
+    patch = '{"metadata":{"annotations":{"cdi.k8s.io/debug":"nvidia.com/gpu=all"}}}'
+    result = stack.kubectl(
+        "patch", "pod", "cdi-later", "-n", namespace, "--subresource=status", "--type=merge", "-p", patch, check=False
+    )
+
+    assert not result.ok, f"a CDI device annotation was added through pods/status:\n{result}"
+    message = refusal(result.stderr)
+    assert message is not None and "CDI device" in message, result
+    stored = stack.kubectl("get", "pod", "cdi-later", "-n", namespace, "-o", "json").json()
+    assert "cdi.k8s.io/debug" not in (stored["metadata"].get("annotations") or {})

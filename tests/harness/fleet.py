@@ -4,7 +4,7 @@ one DRA pool, whose devices are ResourceSlices published the way NVIDIA's DRA dr
 driver's DeviceClasses.
 
 Pure data: nothing here talks to a cluster. `fleet_objects(counts)` gives every object to create (Nodes,
-DeviceClasses, ResourceSlices, the `nvidia` RuntimeClass); `pool_of(node_name)` names the pool of a node.
+DeviceClasses, ResourceSlices, the GPU Operator's RuntimeClasses); `pool_of(node_name)` names the pool of a node.
 `make demo`, the scheduled tests (tests/scheduling) and the scale bench (bench/fleet_scale.py) all build their
 cluster from this module; `tests.harness.scheduling.FleetCluster` creates the objects and waits for kwok to
 report the Nodes Ready.
@@ -511,22 +511,22 @@ def device_classes() -> list[dict[str, Any]]:
     ]
 
 
-RUNTIME_CLASS = {
-    "apiVersion": "node.k8s.io/v1",
-    "kind": "RuntimeClass",
-    "metadata": {"name": "nvidia"},
-    "handler": "nvidia",
-}
+#: What NVIDIA's GPU Operator creates with CDI on, its default: nvidia, nvidia-cdi and nvidia-legacy
+#: (NVIDIA/gpu-operator assets/pre-requisites/0210_runtime_class_legacy.yaml, 0220_runtime_class_cdi.yaml).
+RUNTIME_CLASSES = [
+    {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
+    for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")
+]
 
 
 def fleet_objects(counts: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
-    """Every object of the fleet: the RuntimeClass, the DeviceClasses, then per pool its Nodes and (DRA pools)
+    """Every object of the fleet: the RuntimeClasses, the DeviceClasses, then per pool its Nodes and (DRA pools)
     their ResourceSlices. `counts` gives the nodes per pool (default: 2 each; a pool left out has none)."""
     counts = DEFAULT_COUNTS if counts is None else counts
     unknown = set(counts) - set(POOLS_BY_NAME)
     if unknown:
         raise ValueError(f"no such pools: {', '.join(sorted(unknown))}; pools: {', '.join(POOLS_BY_NAME)}")
-    objects: list[dict[str, Any]] = [RUNTIME_CLASS, *device_classes()]
+    objects: list[dict[str, Any]] = [*RUNTIME_CLASSES, *device_classes()]
     for pool in POOLS:
         for i in range(counts.get(pool.name, 0)):
             objects.append(node(pool, i))

@@ -48,11 +48,29 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs", True),
     "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
     "LeaderWorkerSet": ("/apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets", True),
+    # The newer workload CRDs (tests/fixtures/crds/README.md: group, storage version, plural, scope).
+    "TFJob": ("/apis/kubeflow.org/v1", "tfjobs", True),
+    "MPIJob": ("/apis/kubeflow.org/v2beta1", "mpijobs", True),
+    "TrainJob": ("/apis/trainer.kubeflow.org/v1alpha1", "trainjobs", True),
+    "TrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1", "trainingruntimes", True),
+    "ClusterTrainingRuntime": ("/apis/trainer.kubeflow.org/v1alpha1", "clustertrainingruntimes", False),
+    "PodSet": ("/apis/orchestration.aibrix.ai/v1alpha1", "podsets", True),
+    "RoleSet": ("/apis/orchestration.aibrix.ai/v1alpha1", "rolesets", True),
+    "StormService": ("/apis/orchestration.aibrix.ai/v1alpha1", "stormservices", True),
+    "RayClusterFleet": ("/apis/orchestration.aibrix.ai/v1alpha1", "rayclusterfleets", True),
+    "RayClusterReplicaSet": ("/apis/orchestration.aibrix.ai/v1alpha1", "rayclusterreplicasets", True),
+    "LLMInferenceService": ("/apis/serving.kserve.io/v1alpha2", "llminferenceservices", True),
+    "DynamoGraphDeployment": ("/apis/nvidia.com/v1alpha1", "dynamographdeployments", True),
 }
 # Volcano's Job is also `kind: Job`: told apart by its group.
 GROUP_RESOURCES: dict[tuple[str, str], tuple[str, str, bool]] = {
     ("batch.volcano.sh/v1alpha1", "Job"): ("/apis/batch.volcano.sh/v1alpha1", "jobs", True),
     ("ray.io/v1alpha1", "RayCluster"): ("/apis/ray.io/v1alpha1", "rayclusters", True),
+    ("serving.kserve.io/v1alpha1", "LLMInferenceService"): (
+        "/apis/serving.kserve.io/v1alpha1",
+        "llminferenceservices",
+        True,
+    ),
 }
 
 
@@ -123,6 +141,10 @@ class KubeAPI:
         return decoded
 
     # -- paths -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def namespaced(kind: str, api_version: str | None = None) -> bool:
+        return (GROUP_RESOURCES.get((api_version or "", kind)) or RESOURCES[kind])[2]
 
     @staticmethod
     def collection(kind: str, namespace: str | None = None, api_version: str | None = None) -> str:

@@ -79,3 +79,11 @@ def test_an_annotation_the_pod_had_before_the_update_is_not_refused_again():
 def test_the_policy_field_allows_them():
     obj = _annotated(pod(container("main")), **{"cdi.k8s.io/x": "nvidia.com/gpu=all"})
     assert validated(obj, standard(security={"cdiAnnotations": "allow"}), labels=TEAM).allowed
+
+
+def test_an_annotation_added_through_pods_status_is_refused():
+    """pods/status can change a pod's annotations (podStatusStrategy keeps them) before it is bound."""
+    created = pod(container("main"))
+    updated = _annotated(pod(container("main")), **{"cdi.k8s.io/x": "nvidia.com/gpu=all"})
+    decision = validated(updated, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="status")
+    assert not decision.allowed and "metadata.annotations[cdi.k8s.io/x]" in decision.message

@@ -4,6 +4,8 @@ NVIDIA_VISIBLE_DEVICES=all show it no GPU; a policy may name containers that sha
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support import apply, container, env, gpu_pod, mutated, pod, request, schema_check, standard, validated
 from webhook.admission import mutate
 
@@ -109,3 +111,95 @@ def test_ephemeral_containers_of_pods_without_gpus_are_not_changed():
     created, _ = mutated(pod(container("web")), standard(), labels=TEAM)
     result, decision = _debug(_debugged(created, "debugger"), created, standard())
     assert decision.allowed and not decision.patch
+
+
+# ---- envFrom that can set NVIDIA_VISIBLE_DEVICES ------------------------------------------------------------
+
+
+def _env_from(prefix=None, kind="configMapRef"):
+    source = {kind: {"name": "settings"}}
+    if prefix is not None:
+        source["prefix"] = prefix
+    return [source]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "refused"),
+    [(None, True), ("", True), ("NV", True), ("NVIDIA_", True), ("NVIDIA_VISIBLE_", True), ("APP_", False)],
+    ids=["none", "empty", "NV", "NVIDIA_", "NVIDIA_VISIBLE_", "APP_"],
+)
+@pytest.mark.parametrize("kind", ["configMapRef", "secretRef"])
+def test_env_from_that_can_set_nvidia_variables_in_a_gpu_container_is_refused(prefix, refused, kind):
+    obj = pod(container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from(prefix, kind)))
+    result, _ = mutated(obj, standard(), labels=TEAM)
+    decision = validated(result, standard(), labels=TEAM)
+    assert decision.allowed is not refused
+    if refused:
+        assert f'spec.containers[0].envFrom[0]: container "trainer": takes every key of {kind} "settings"' in (
+            decision.message
+        )
+        assert "NVIDIA_VISIBLE_DEVICES" in decision.message and "visibleDevicesEnvFrom: allow" in decision.message
+        assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in decision.message
+
+
+def test_a_sidecar_given_void_is_safe_but_a_shared_gpu_container_is_not():
+    """An env entry wins over envFrom: the void gpugate adds settles it; a sharedGPUContainers one gets none."""
+    policy = standard(security={"sharedGPUContainers": ["profiler"]})
+    obj = pod(
+        container("trainer", limits={"nvidia.com/gpu": 1}),
+        container("log-shipper", envFrom=_env_from()),
+        container("profiler", envFrom=_env_from()),
+    )
+    result, _ = mutated(obj, policy, labels=TEAM)
+    decision = validated(result, policy, labels=TEAM)
+    assert not decision.allowed
+    assert 'container "profiler": takes every key' in decision.message
+    assert 'container "log-shipper"' not in decision.message
+
+
+def test_env_from_in_pods_without_gpus_or_nvidia_gpus_and_the_policy_exception_are_allowed():
+    cpu = pod(container("web", envFrom=_env_from()))
+    assert validated(mutated(cpu, standard(), labels=TEAM)[0], standard(), labels=TEAM).allowed
+    amd = pod(container("rocm", limits={"amd.com/gpu": 1}, envFrom=_env_from()))
+    decision = validated(mutated(amd, standard(), labels=TEAM)[0], standard(), labels=TEAM)
+    assert "envFrom" not in decision.message, decision.message
+    allowing = standard(security={"visibleDevicesEnvFrom": "allow"})
+    gpu = pod(container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()))
+    assert validated(mutated(gpu, allowing, labels=TEAM)[0], allowing, labels=TEAM).allowed
+
+
+def test_env_from_in_a_debug_container_of_a_gpu_pod_is_settled_by_its_void():
+    created, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
+    debugged = {
+        **created,
+        "spec": {
+            **created["spec"],
+            "ephemeralContainers": [{"name": "dbg", "image": "busybox", "envFrom": _env_from()}],
+        },
+    }
+    result, _ = _debug(debugged, created, standard())
+    verdict = validated(
+        result, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="ephemeralcontainers"
+    )
+    assert verdict.allowed, verdict.message
+
+
+def test_a_workload_sidecar_with_env_from_is_settled_by_the_void_its_pods_will_get():
+    """Templates are checked as written (not mutated by default): the sidecar has no void yet, but every pod made
+    from it gets one at /mutate; the GPU container's envFrom is refused all the same."""
+    spec = pod(
+        container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()),
+        container("log-shipper", envFrom=_env_from()),
+    )["spec"]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec},
+        },
+    }
+    decision = validated(deployment, standard(), labels=TEAM)
+    assert 'spec.template.spec.containers[0].envFrom[0]: container "trainer"' in decision.message
+    assert 'container "log-shipper": takes' not in decision.message

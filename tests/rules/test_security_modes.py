@@ -41,6 +41,12 @@ def _cdi_annotation(policy):
     return validated(obj, policy, labels=TEAM)
 
 
+def _env_from_in_a_gpu_container(policy):
+    obj = pod(container(limits={"nvidia.com/gpu": 1}, envFrom=[{"configMapRef": {"name": "settings"}}]))
+    result, _ = mutated(obj, policy, labels=TEAM)
+    return validated(result, policy, labels=TEAM)
+
+
 def _privileged_gpu_container(policy):
     obj = gpu_pod(1)
     obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
@@ -54,6 +60,7 @@ CASES = {
     "GPU runtime without a GPU": (_runtime_without_gpu, {"nonGPUPods": {"gpuRuntimeClass": "allow"}}),
     "GPU toleration without a GPU": (_toleration_without_gpu, {"nonGPUPods": {"gpuTolerations": "allow"}}),
     "CDI device annotation": (_cdi_annotation, {"security": {"cdiAnnotations": "allow"}}),
+    "envFrom that can set NVIDIA_*": (_env_from_in_a_gpu_container, {"security": {"visibleDevicesEnvFrom": "allow"}}),
     "privileged GPU container": (_privileged_gpu_container, {"security": {"privilegedGPUContainers": "allow"}}),
 }
 

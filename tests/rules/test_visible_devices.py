@@ -3,11 +3,13 @@ policy; KAI's ConfigMap names for the containers it shares a GPU with."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from tests.rules.test_fleet import FLEET, NVIDIA_TOLERATION, admit
 from tests.rules.test_gpu_limits import LIMITS
-from tests.support import apply, container, env, gpu_pod, mutated, pod, request, validated
+from tests.support import apply, container, env, gpu_pod, mutated, pod, request, standard, validated
 from webhook.admission import mutate
 from webhook.policy.model import PolicySet
 
@@ -66,3 +68,19 @@ def test_kai_names_the_configmap_of_an_init_container_with_an_i():
     wrong = kai_pod("p-shared-gpu-0")
     verdict = validated(apply(wrong, mutate(request(wrong), env(FLEET)).patch), FLEET)
     assert not verdict.allowed and "NVIDIA_VISIBLE_DEVICES" in verdict.message
+
+
+def test_a_kai_shard_named_in_the_policy_sets_the_variable_from_its_configmap_too():
+    shards = standard(gpuHolders={"annotationSchedulers": ["kai-shard-a"]})
+    env_var = {
+        "name": "NVIDIA_VISIBLE_DEVICES",
+        "valueFrom": {"configMapKeyRef": {"name": "p-shared-gpu-0", "key": "NVIDIA_VISIBLE_DEVICES"}},
+    }
+    obj = pod(container(env=[env_var]), schedulerName="kai-shard-a", runtimeClassName="nvidia")
+    obj["metadata"]["annotations"] = {"gpu-fraction": "0.5", "runai/shared-gpu-configmap": "p-shared-gpu"}
+    result, _ = mutated(obj, shards, check_schema=False)
+    assert validated(result, shards).allowed, validated(result, shards).message
+    other = copy.deepcopy(obj)
+    other["spec"]["schedulerName"] = "default-scheduler"
+    verdict = validated(other, shards)
+    assert not verdict.allowed and "sets NVIDIA_VISIBLE_DEVICES=<from a reference>" in verdict.message

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import fleet
+from tests.harness import fleet, workload_crds
 from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
 from tests.harness.kubeapi import ApiError, KubeAPI
 from tests.harness.polling import eventually
@@ -41,7 +41,6 @@ from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "policies" / "examples"
 REAL = REPO / "tests" / "fixtures" / "real-manifests"
-CRDS = REPO / "tests" / "fixtures" / "crds" / "workload-crds.yaml"
 EXPECTED = Path(__file__).resolve().parent / "expected.yaml"
 DOC = REPO / "docs" / "development" / "e2e.md"  # the development docs' end-to-end page
 TABLE_BEGIN = "<!-- placements: begin (python -m tests.scheduling.placements --write) -->"
@@ -49,13 +48,30 @@ TABLE_END = "<!-- placements: end -->"
 
 # Nodes per pool for the scheduled tests: two of each, so that "Insufficient" and "didn't match" counts read
 # plainly in the scheduler's messages.
-COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 8, "h100": 3}  # enough L4 and H100 that no case waits for another's GPUs
+COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 12, "h100": 3}  # enough L4 and H100 that no case waits for another's GPUs
 PINNED_NODE = "l4-0"
 # Which policy governs a namespace depends on its name (serving: ml-serving, serving-*; research: research-*).
 NAMESPACE_PREFIX = {"default": "fleet", "ml-serving": "serving", "research-nlp": "research-nlp"}
 WORKLOAD_KINDS = {"Deployment", "Job", "CronJob", "StatefulSet", "ReplicaSet"}
-CR_KINDS = {"RayCluster", "RayService", "PyTorchJob", "JobSet", "LeaderWorkerSet"}
-CLUSTER_SCOPED = {"DeviceClass"}
+# The workload CRDs whose operators' work operator_children() does (Volcano's Job too, told apart by group).
+CR_KINDS = {
+    "RayCluster",
+    "RayService",
+    "PyTorchJob",
+    "TFJob",
+    "MPIJob",
+    "TrainJob",
+    "JobSet",
+    "LeaderWorkerSet",
+    "DynamoGraphDeployment",
+    "LLMInferenceService",
+    "StormService",
+    "RoleSet",
+    "PodSet",
+    "RayClusterFleet",
+    "RayClusterReplicaSet",
+}
+FLEET_OBJECTS = {"DeviceClass"}  # the fleet has them already: not created again
 MAX_REPLICAS = 2  # pods made per replicated template: enough to see where they land
 SETTLE_TIMEOUT = 60.0
 
@@ -101,7 +117,9 @@ def _owner(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pod(template: dict[str, Any], name: str, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
+def _pod(
+    template: dict[str, Any], name: str, namespace: str, owner: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     meta = template.get("metadata") or {}
     return {
         "apiVersion": "v1",
@@ -109,7 +127,7 @@ def _pod(template: dict[str, Any], name: str, namespace: str, owner: dict[str, A
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": dict(meta.get("labels") or {}),
+            "labels": {**(meta.get("labels") or {}), **(labels or {})},
             "annotations": dict(meta.get("annotations") or {}),
             "ownerReferences": [_owner(owner)],
         },
@@ -121,8 +139,35 @@ def _replicas(value: Any) -> int:
     return max(1, min(MAX_REPLICAS, int(value if isinstance(value, int) else 1)))
 
 
-def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """What the operator of a workload CRD creates from `cr` (as stored): its pods, or a JobSet's Jobs."""
+def _child(
+    api_version: str, kind: str, name: str, cr: dict[str, Any], spec: dict[str, Any], **meta: Any
+) -> dict[str, Any]:
+    """An object an operator makes for `cr`: in its namespace, owned by it."""
+    metadata = {"namespace": cr["metadata"]["namespace"], "ownerReferences": [_owner(cr)], **meta}
+    if name:  # else generateName
+        metadata["name"] = name
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def _deployment(
+    name: str, cr: dict[str, Any], replicas: Any, labels: dict[str, str], pod: dict[str, Any]
+) -> dict[str, Any]:
+    """A Deployment of `pod` (metadata and spec) whose selector is `labels`."""
+    template = {
+        "metadata": {**pod.get("metadata", {}), "labels": {**pod.get("metadata", {}).get("labels", {}), **labels}}
+    }
+    spec = {
+        "replicas": _replicas(replicas),
+        "selector": {"matchLabels": labels},
+        "template": {**template, "spec": pod["spec"]},
+    }
+    return _child("apps/v1", "Deployment", name, cr, spec, labels=dict(labels))
+
+
+def operator_children(cr: dict[str, Any], siblings: Iterable[dict[str, Any]] = ()) -> Iterator[dict[str, Any]]:
+    """What the operator of a workload CRD creates from `cr` (as stored): its pods, the Jobs or Deployments whose
+    pods the real controllers make, or the custom resources another operator (emulated here too) turns into
+    pods. `siblings`: the other objects of the same file (a TrainJob's runtime)."""
     ns, name, kind, spec = cr["metadata"]["namespace"], cr["metadata"]["name"], cr["kind"], cr.get("spec") or {}
     if kind in ("RayCluster", "RayService"):
         ray = spec.get("rayClusterConfig") if kind == "RayService" else spec
@@ -133,10 +178,23 @@ def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
             count = _replicas(group.get("replicas", group.get("minReplicas", 1)))
             for i in range(count):
                 yield _pod(group["template"], f"{name}-{group.get('groupName', 'workers')}-worker-{i}", ns, cr)
-    elif kind == "PyTorchJob":
-        for role, replica in (spec.get("pytorchReplicaSpecs") or {}).items():
+    elif kind in ("PyTorchJob", "TFJob"):
+        # training-operator v1: a pod per replica of each replica type, `<job>-<type>-<index>`
+        # (kubeflow/training-operator pkg/controller.v1/common/pod.go createNewPod, util.go GenGeneralName, v1.9.0).
+        replica_specs = spec.get("pytorchReplicaSpecs" if kind == "PyTorchJob" else "tfReplicaSpecs") or {}
+        for role, replica in replica_specs.items():
             for i in range(_replicas(replica.get("replicas", 1))):
                 yield _pod(replica["template"], f"{name}-{role.lower()}-{i}", ns, cr)
+    elif kind == "MPIJob":
+        yield from _mpijob(cr)
+    elif kind == "TrainJob":
+        yield from _trainjob(cr, siblings)
+    elif kind == "DynamoGraphDeployment":
+        yield from _dynamo(cr)
+    elif kind == "LLMInferenceService":
+        yield from _llmisvc(cr)
+    elif kind in ("StormService", "RoleSet", "PodSet", "RayClusterFleet", "RayClusterReplicaSet"):
+        yield from _aibrix(cr)
     elif kind == "LeaderWorkerSet":
         lws = spec.get("leaderWorkerTemplate") or {}
         worker = lws.get("workerTemplate") or {}
@@ -170,6 +228,204 @@ def operator_children(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 pod = _pod(task["template"], f"{name}-{task.get('name', 'task')}-{i}", ns, cr)
                 pod["spec"].setdefault("schedulerName", spec.get("schedulerName", "volcano"))
                 yield pod
+
+
+def _mpijob(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """mpi-operator v2beta1: worker pods `<job>-worker-<i>` and the launcher as a batch Job `<job>-launcher`, both
+    from their replica's template with the operator's labels and the replica's restartPolicy (launcher default
+    OnFailure, worker Never); the launcher is made at once unless launcherCreationPolicy is WaitForWorkersReady
+    (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go newWorker, newLauncherJob, newLauncherPodTemplate;
+    pkg/apis/kubeflow/v2beta1/constants.go, default.go; commit caa3c47fc42eb762635f78045ec0fcd1a89eb038)."""
+    ns, name, replicas = cr["metadata"]["namespace"], cr["metadata"]["name"], cr["spec"].get("mpiReplicaSpecs") or {}
+
+    def template(role: str, default_restart: str) -> dict[str, Any]:
+        out = copy.deepcopy(replicas[role]["template"])
+        labels = {"training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": name}
+        meta = out.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **labels, "training.kubeflow.org/job-role": role.lower()}
+        out.setdefault("spec", {})["restartPolicy"] = replicas[role].get("restartPolicy") or default_restart
+        return out
+
+    if "Worker" in replicas:
+        worker = template("Worker", "Never")
+        for i in range(_replicas(replicas["Worker"].get("replicas", 1))):
+            yield _pod(worker, f"{name}-worker-{i}", ns, cr)
+    if "Launcher" in replicas:
+        yield _child("batch/v1", "Job", f"{name}-launcher", cr, {"template": template("Launcher", "OnFailure")})
+
+
+def _trainjob(cr: dict[str, Any], siblings: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Kubeflow Trainer v2: the JobSet `<trainjob>` built from its runtime's `spec.template.spec`; on each replicated
+    Job of the trainer step (label trainer.kubeflow.org/trainjob-ancestor-step=trainer) one replica, numNodes
+    pods (the TrainJob's, else the runtime's mlPolicy), and the TrainJob's image, command, args and
+    resourcesPerNode on its `node` container (kubeflow/trainer pkg/runtime/framework/plugins/jobset/builder.go
+    Trainer, jobset.go SyncParallelCount, pkg/runtime/core/trainingruntime.go; commit
+    8c0f5059bd51ec3ba6d6a6a7b2e1471de7bc13b3). Without the runtime (not in the same file) nothing can be built, as
+    the operator builds nothing when the runtime it names does not exist."""
+    ref = cr["spec"].get("runtimeRef") or {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    runtime = next(
+        (s for s in siblings if s.get("kind") == kind and s["metadata"].get("name") == ref.get("name")), None
+    )
+    if runtime is None:
+        return
+    trainer = cr["spec"].get("trainer") or {}
+    jobset = copy.deepcopy((runtime["spec"].get("template") or {}).get("spec") or {})
+    nodes = trainer.get("numNodes") or (runtime["spec"].get("mlPolicy") or {}).get("numNodes") or 1
+    for rjob in jobset.get("replicatedJobs") or []:
+        template = rjob.get("template") or {}
+        if (template.get("metadata") or {}).get("labels", {}).get(
+            "trainer.kubeflow.org/trainjob-ancestor-step"
+        ) != "trainer":
+            continue
+        rjob["replicas"] = 1
+        job_spec = template.setdefault("spec", {})
+        job_spec["parallelism"] = job_spec["completions"] = nodes
+        for container in (job_spec.get("template") or {}).get("spec", {}).get("containers") or []:
+            if container.get("name") != "node":
+                continue
+            for field_name in ("image", "command", "args"):
+                if trainer.get(field_name):
+                    container[field_name] = trainer[field_name]
+            resources = container.setdefault("resources", {})
+            for part, values in (trainer.get("resourcesPerNode") or {}).items():
+                resources[part] = {**(resources.get(part) or {}), **values}
+    yield _child("jobset.x-k8s.io/v1alpha2", "JobSet", cr["metadata"]["name"], cr, jobset)
+
+
+def _dynamo(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """NVIDIA Dynamo: each service becomes a DynamoComponentDeployment `<graph>-<service>` (lower case) whose
+    controller makes a Deployment (one node per service here: no multinode, no Grove); its pod is extraPodSpec
+    with the main container last, named `main`, extraPodSpec.mainContainer merged into it, and resources from
+    the service's when it sets any: limits.gpu as a limit on gpuType or nvidia.com/gpu, custom copied,
+    requests.gpu unused
+    (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/graph.go GenerateDynamoComponentsDeployments,
+    GetDynamoComponentName, GenerateBasePodSpec, commit 010c68fa39cf2e0820721849c47b19a5b4f0e393;
+    controller_common/resource.go GetResourcesConfig, as webhook/pods/operated.py reads it). The
+    DynamoComponentDeployment step is skipped (its CRD is not served here); the operator's probes, ports and
+    environment are left out: they do not change placement."""
+    graph = cr["metadata"]["name"]
+    for service, shared in (cr["spec"].get("services") or {}).items():
+        shared = shared or {}
+        extra = copy.deepcopy(shared.get("extraPodSpec") or {})
+        main = {**extra.pop("mainContainer", {}), "name": "main"}
+        resources: dict[str, dict[str, Any]] = {}
+        for part in ("limits", "requests"):
+            item = (shared.get("resources") or {}).get(part) or {}
+            values = {k: item[k] for k in ("cpu", "memory") if item.get(k)} | dict(item.get("custom") or {})
+            if part == "limits" and item.get("gpu") not in (None, ""):
+                values[item.get("gpuType") or "nvidia.com/gpu"] = item["gpu"]
+            if values:
+                resources[part] = values
+        if shared.get("resources"):  # the service's resources replace the main container's own
+            main["resources"] = resources
+        extra["containers"] = [*(extra.get("containers") or []), main]
+        component = f"{graph}-{service.lower()}"
+        meta = shared.get("extraPodMetadata") or {}
+        labels = {"nvidia.com/dynamo-component": service, "nvidia.com/dynamo-namespace": f"dynamo-{graph}"}
+        pod = {
+            "metadata": {
+                "labels": {**(meta.get("labels") or {}), **labels},
+                "annotations": meta.get("annotations") or {},
+            },
+            "spec": extra,
+        }
+        yield _deployment(component, cr, shared.get("replicas", 1), {"nvidia.com/selector": component}, pod)
+
+
+#: The image KServe's well-known LLMInferenceServiceConfig presets give the main container when the resource
+#: names none (kserve/kserve config/llmisvcconfig/config-llm-template.yaml, commit aaac4e29).
+KSERVE_PRESET_IMAGE = "ghcr.io/llm-d/llm-d-cuda:v0.9.0"
+
+
+def _llmisvc(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """KServe LLMInferenceService: a Deployment `<name>-kserve` of spec.template, or with spec.worker a
+    LeaderWorkerSet `<name>-kserve-mn` (leader spec.template, workers spec.worker, size from spec.parallelism:
+    data/dataLocal, else pipeline); both bare PodSpecs, labelled with the workload selector (kserve/kserve
+    pkg/controller/v1alpha2/llmisvc/workload_single_node.go, workload_multi_node.go, workload.go
+    GetWorkloadLabelSelector; pkg/apis/serving/v1alpha2/llm_inference_service_types_func.go GetSize; commit
+    aaac4e294dae2c7b1aa1886447793f3aa1c30912). The presets' merge is reduced to the image; the routing sidecar,
+    scheduler and model download are left out: they do not change placement. Prefill workloads are not made."""
+    name, spec = cr["metadata"]["name"], cr["spec"]
+    labels = {
+        "app.kubernetes.io/part-of": "llminferenceservice",
+        "app.kubernetes.io/name": name,
+        "kserve.io/component": "workload",
+    }
+
+    def pod_spec(bare: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(bare)
+        for container in out.get("containers") or []:
+            container.setdefault("image", KSERVE_PRESET_IMAGE)
+        return out
+
+    if not spec.get("worker"):
+        pod = {"metadata": {}, "spec": pod_spec(spec.get("template") or {})}
+        yield _deployment(f"{name}-kserve", cr, spec.get("replicas", 1), labels, pod)
+        return
+    parallelism = spec.get("parallelism") or {}
+    if parallelism.get("data") or parallelism.get("dataLocal"):
+        size = max(max(parallelism.get("data") or 1, 1) // max(parallelism.get("dataLocal") or 1, 1), 1)
+    else:
+        size = parallelism.get("pipeline") or 1
+    lws = {
+        "replicas": _replicas(spec.get("replicas", 1)),
+        "leaderWorkerTemplate": {
+            "size": size,
+            "leaderTemplate": {"metadata": {"labels": labels}, "spec": pod_spec(spec.get("template") or {})},
+            "workerTemplate": {"metadata": {"labels": labels}, "spec": pod_spec(spec["worker"])},
+        },
+    }
+    yield _child("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", f"{name}-kserve-mn", cr, lws)
+
+
+def _aibrix(cr: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """AIBrix orchestration (vllm-project/aibrix, commit e3e10f9e4aebe9aac5e7d992fb87d2648e01628b): a StormService
+    makes RoleSets `<name>-roleset-*` of its template (pkg/controller/stormservice/rolesetoperations.go
+    renderRoleSet); a RoleSet makes each role's pods `<roleset>-<role>-<i>` from the role's template, or a PodSet
+    per replica when the role's podGroupSize is above 1 (pkg/controller/roleset/utils.go renderStormServicePod,
+    podset_rollsyncer.go createPodSetForRole); a PodSet makes podGroupSize pods `<podset>-<i>`
+    (pkg/controller/podset/podset_controller.go createPodFromTemplate); a RayClusterFleet makes
+    RayClusterReplicaSets and those RayClusters `<name>-*` of the template (pkg/controller/rayclusterfleet,
+    rayclusterreplicaset_utils.go constructRayCluster), whose pods KubeRay makes."""
+    ns, name, kind, spec = cr["metadata"]["namespace"], cr["metadata"]["name"], cr["kind"], cr["spec"]
+    template = spec.get("template") or {}
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    if kind == "StormService":
+        for _ in range(_replicas(spec.get("replicas", 1))):
+            yield _child(
+                cr["apiVersion"],
+                "RoleSet",
+                "",
+                cr,
+                copy.deepcopy(template.get("spec") or {}),
+                generateName=f"{name}-roleset-",
+                labels={**labels, "storm-service-name": name},
+            )
+    elif kind == "RoleSet":
+        for role in spec.get("roles") or []:
+            role_labels = {"roleset-name": name, "role-name": role["name"]}
+            for i in range(_replicas(role.get("replicas", 1))):
+                if (role.get("podGroupSize") or 1) > 1:
+                    podset = {"podGroupSize": role["podGroupSize"], "template": copy.deepcopy(role["template"])}
+                    yield _child(
+                        cr["apiVersion"], "PodSet", f"{name}-{role['name']}-{i}", cr, podset, labels=role_labels
+                    )
+                else:
+                    yield _pod(role["template"], f"{name}-{role['name']}-{i}", ns, cr, role_labels)
+    elif kind == "PodSet":
+        for i in range(_replicas(spec.get("podGroupSize", 1))):
+            yield _pod(template, f"{name}-{i}", ns, cr, {"stormservice.orchestration.aibrix.ai/podset-name": name})
+    else:  # RayClusterFleet, RayClusterReplicaSet
+        child = "RayClusterReplicaSet" if kind == "RayClusterFleet" else "RayCluster"
+        child_spec: dict[str, Any] = (
+            {"replicas": 1, "selector": spec.get("selector"), "template": copy.deepcopy(template)}
+            if child == "RayClusterReplicaSet"
+            else copy.deepcopy(template.get("spec") or {})
+        )
+        api = cr["apiVersion"] if child == "RayClusterReplicaSet" else "ray.io/v1"
+        for _ in range(_replicas(spec.get("replicas", 1))):
+            yield _child(api, child, "", cr, child_spec, generateName=f"{name}-", labels=labels)
 
 
 def job_from_cronjob(cronjob: dict[str, Any]) -> dict[str, Any]:
@@ -239,8 +495,10 @@ class Placer:
         run = Run(case)
         docs = case.documents()
         templates = {d["metadata"]["name"] for d in docs if d["kind"] == "ResourceClaimTemplate"}
+        docs = [d for d in docs if d["kind"] not in FLEET_OBJECTS]
         for doc in docs:
-            if doc["kind"] in CLUSTER_SCOPED:
+            if not KubeAPI.namespaced(doc["kind"], doc.get("apiVersion")):
+                doc["metadata"].pop("namespace", None)  # a ClusterTrainingRuntime
                 continue
             if doc["kind"] == "Pod" and doc["spec"].get("nodeName"):
                 # A pod its operator pins to the node it checks (the GPU Operator's validators): pinned to a GPU
@@ -263,16 +521,24 @@ class Placer:
                 run.controlled += 1  # its pods come from a controller
                 if doc["kind"] == "CronJob":
                     self.api.create(job_from_cronjob(stored))
-            elif doc["kind"] in CR_KINDS or doc["apiVersion"].startswith("batch.volcano.sh/"):
-                for child in operator_children(stored):
-                    try:
-                        self.api.create(child)
-                    except ApiError as e:
-                        run.early.add(f"pods refused: {_short(e.message)}")
-                        continue
-                    run.created_pods += child["kind"] == "Pod"
-                    run.controlled += child["kind"] == "Job"
+            elif _operated(doc):
+                self._operate(run, stored, docs)
         return run
+
+    def _operate(self, run: Run, cr: dict[str, Any], siblings: list[dict[str, Any]]) -> None:
+        """Create what the operator of `cr` would, and what the operators of those custom resources would."""
+        for child in operator_children(cr, siblings):
+            try:
+                stored = self.api.create(child)
+            except ApiError as e:
+                run.early.add(f"pods refused: {_short(e.message)}")
+                continue
+            if child["kind"] == "Pod":
+                run.created_pods += 1
+            elif child["apiVersion"].startswith(("apps/", "batch/")):
+                run.controlled += 1  # a Job or a Deployment: the real controllers make its pods
+            elif _operated(child):
+                self._operate(run, stored, siblings)
 
     def _prerequisites(self, doc: dict[str, Any], ns: str, templates: set[str]) -> None:
         """What the cluster must hold for the object to be valid: the ServiceAccounts its pods name (the
@@ -329,7 +595,8 @@ class Placer:
                 if None in states or (len(mine) < self._wanted(run) and not refused):
                     unsettled.append(run)
                     continue
-                run.outcomes = run.early | refused | {s for s in states if s}
+                # no pods at all: an operator that makes none (a TrainJob whose runtime is not there)
+                run.outcomes = run.early | refused | {s for s in states if s} or {"no pods created"}
             if not unsettled or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -353,6 +620,11 @@ class Placer:
             for event in self.api.list("Event", ns)
             if event.get("reason") == "FailedCreate"
         }
+
+
+def _operated(doc: dict[str, Any]) -> bool:
+    """Whether operator_children() plays the operator of `doc`."""
+    return doc["kind"] in CR_KINDS or doc["apiVersion"].startswith("batch.volcano.sh/")
 
 
 def _pod_specs(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -518,8 +790,9 @@ def start_fleet(workdir: Path) -> tuple[FleetCluster, GPUGate]:
     cluster = FleetCluster(bins, kwok, workdir / "cluster", COUNTS)
     try:
         cluster.start()
-        cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS), timeout=90)
+        crds = workdir / "crds"
+        crds.mkdir()
+        workload_crds.install(cluster, crds)
         policies = workdir / "policies"
         policies.mkdir()
         for shipped in sorted((REPO / "policies").glob("*.yaml")):

@@ -261,3 +261,25 @@ def test_a_flood_of_silent_connections_past_gunicorns_limit_does_not_lock_fresh_
     finally:
         for sock in flood:
             sock.close()
+
+
+def test_slow_tls_handshakes_hold_no_thread_and_are_cut_off(one_thread: tuple[int, Path]) -> None:
+    """Five clients that send half a ClientHello and stall, against one worker of one thread: blocking in the
+    handshake, each would hold the thread for the --idle-timeout (3 s), 15 s in all. The handshake goes as far
+    as the bytes that have arrived and waits in the poller, so a fresh connection is answered at once, and the
+    stalled ones are closed once their --handshake-timeout (5 s) has passed."""
+    port, certs = one_thread
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(5):
+            stalled.append(socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT))
+            stalled[-1].sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
+        started = time.monotonic()
+        with handshaken(port, certs) as fresh:
+            assert ask(fresh).startswith(b"HTTP/1.1 200")
+        assert time.monotonic() - started < ANSWER_TIMEOUT / 2  # a thread held by any of them: 3 s each
+        for number, sock in enumerate(stalled):
+            assert closed_by_server(sock), f"stalled handshake {number} is still open"
+    finally:
+        for sock in stalled:
+            sock.close()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..inventory.model import Inventory
 from ..pods.claims import ClaimLookup
 from ..pods.objects import PodShape
+from ..pods.operated import OperatedPod, RuntimeLookup
 from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
 from .patch import Operation
@@ -61,6 +62,9 @@ class Environment:
     fleet: Callable[[], Inventory | None] = lambda: None
     #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
     claims: ClaimLookup | None = None
+    #: Finds a TrainJob's TrainingRuntime or ClusterTrainingRuntime where it is visible (``gpugate check`` of a
+    #: manifest holding it); None in the server, which judges a runtime when it is applied.
+    runtimes: RuntimeLookup | None = None
 
 
 def shorten(text: str, limit: int = WARNING_LIMIT) -> str:
@@ -83,10 +87,21 @@ def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]
 
 @dataclass(frozen=True, eq=False)
 class Subject:
-    """One pod (or pod template) found in an admitted object, with its governing policy."""
+    """One pod (or pod template) found in an admitted object, with its governing policy. ``operated``: a pod
+    an operator builds from fields that are not a pod template (a TrainJob's resourcesPerNode), judged as
+    that pod inside ``root``, a stand-in object whose ``operated[i]`` holds it."""
 
     view: PodView
     ctx: PodContext
+    operated: OperatedPod | None = None
+    root: Mapping[str, Any] | None = None
+
+    def located(self, violation: Violation) -> Violation:
+        """The violation naming the field of the admitted object (an operated pod's own field otherwise)."""
+        if self.operated is None:
+            return violation
+        within = violation.path.removeprefix(f"{self.shape.template_path}.")
+        return replace(violation, path=self.operated.locate(within))
 
     @property
     def policy(self) -> Policy:

@@ -7,7 +7,8 @@ from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
 from ..pods.gpus import gpu_use
-from ..pods.objects import DEFAULTED_GROUPS, dig, group_of, shapes_of, workload_kinds
+from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of, workload_kinds
+from ..pods.operated import operated_pods, runtime_note
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
 from ..policy.model import BUILTIN, NamespaceLabelsUnavailable
 from ..rules.attribution import binding_violations
@@ -22,7 +23,8 @@ from .patch import make_patch
 def _subjects(
     obj: Any, request: Mapping[str, Any], env: Environment, *, old: Mapping[str, Any] | None = None
 ) -> list[Subject] | None:
-    """Every pod template in ``obj`` with its context, or None for kinds gpugate does not read.
+    """Every pod template in ``obj`` with its context, or None for kinds gpugate does not read; then the pods an
+    operator builds from fields that are not templates (``pods.operated``), never mutable.
     ``old``: the object before an UPDATE, whose templates at the same paths are each subject's ``old``."""
     if not isinstance(obj, Mapping):
         return None
@@ -41,29 +43,19 @@ def _subjects(
             cache.append(env.namespace_labels(namespace) if namespace else {})
         return cache[0]
 
-    subjects = []
-    for shape in shapes:
-        spec = dig(obj, shape.spec_keys)
-        meta = dig(obj, shape.meta_keys) or {}
-        if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
-            continue
-        pod_labels = meta.get("labels") or {}
-        policy = env.policies.governing(namespace=namespace, pod_labels=pod_labels, namespace_labels=namespace_labels)
+    def subject(
+        shape: PodShape, meta: Mapping[str, Any], spec: Mapping[str, Any], before: PodView | None, *, operated: bool
+    ) -> Subject:
+        policy = env.policies.governing(
+            namespace=namespace, pod_labels=meta.get("labels") or {}, namespace_labels=namespace_labels
+        )
         labels: Mapping[str, str] = {}
+        selector_keys = shape.selector_keys
         if policy.uses_namespace_labels:
             found = namespace_labels()
             if found is None:
                 raise NamespaceLabelsUnavailable(namespace)
             labels = found
-        old_spec = dig(old, shape.spec_keys) if old is not None else None
-        old_meta = dig(old, shape.meta_keys) if old is not None else None
-        before = (
-            PodView(old_meta if isinstance(old_meta, Mapping) else {}, old_spec)
-            if isinstance(old_spec, Mapping)
-            else None
-        )
-        mutable = not shape.is_template or policy.mutate_templates
-        selector_keys = shape.selector_keys
         ctx = PodContext(
             shape=shape,
             policy=policy,
@@ -75,12 +67,42 @@ def _subjects(
                 meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims, defaulted=defaulted
             ),
             old=before,
-            mutable=mutable,
+            # The pods an operator builds from its own fields cannot be patched here: what they get is reported.
+            mutable=not operated and (not shape.is_template or policy.mutate_templates),
             fleet=fleet,
-            selector=dig(obj, selector_keys) if selector_keys else None,
+            selector=dig(obj, selector_keys) if selector_keys and not operated else None,
             sub_resource=str(request.get("subResource") or ""),
         )
-        subjects.append(Subject(PodView(meta, spec), ctx))
+        return Subject(PodView(meta, spec), ctx)
+
+    subjects = []
+    for shape in shapes:
+        spec = dig(obj, shape.spec_keys)
+        meta = dig(obj, shape.meta_keys) or {}
+        if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+            continue
+        old_spec = dig(old, shape.spec_keys) if old is not None else None
+        old_meta = dig(old, shape.meta_keys) if old is not None else None
+        before = (
+            PodView(old_meta if isinstance(old_meta, Mapping) else {}, old_spec)
+            if isinstance(old_spec, Mapping)
+            else None
+        )
+        subjects.append(subject(shape, meta, spec, before, operated=False))
+    pods = operated_pods(obj, namespace=namespace, runtimes=env.runtimes)
+    if pods:
+        # Each judged inside a stand-in object (operated[i]), so that the rules and mutators read and name it as
+        # any template; Subject.located names the field of the admitted object instead.
+        root = {**obj, "operated": [{"metadata": p.metadata, "spec": p.spec} for p in pods]}
+        previous = {p.label: p for p in operated_pods(old, namespace=namespace, runtimes=env.runtimes)} if old else {}
+        name = shapes[0].name if shapes else str((obj.get("metadata") or {}).get("name") or request.get("name") or "")
+        for index, pod in enumerate(pods):
+            was = previous.get(pod.label)
+            shape = PodShape(kind=str(obj.get("kind")), name=name, template=("operated", index))
+            made = subject(
+                shape, pod.metadata, pod.spec, PodView(was.metadata, was.spec) if was else None, operated=True
+            )
+            subjects.append(Subject(made.view, made.ctx, operated=pod, root=root))
     return subjects
 
 
@@ -132,7 +154,10 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     # What the apiserver would refuse anyway is refused here, where it is seen first (its own checks run
     # only after mutating webhooks); everything else is the validating call's to judge.
     refused = [
-        (s, v) for s in subjects for v in validate_pod(s.view, s.ctx, policy_free_only=True) if v.refused_by_apiserver
+        (s, s.located(v))
+        for s in subjects
+        for v in validate_pod(s.view, s.ctx, policy_free_only=True)
+        if v.refused_by_apiserver
     ]
     if refused:
         return verdict(subjects, refused, warnings=[])
@@ -196,15 +221,19 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
         olds = _subjects(old_obj, request, env) if isinstance(old_obj, Mapping) else None
     except NamespaceLabelsUnavailable as err:
         return labels_unavailable(err)
+    where = str(request.get("namespace") or "")
+    note = runtime_note(obj, namespace=where, runtimes=env.runtimes) if isinstance(obj, Mapping) else None
     if not subjects or not isinstance(obj, Mapping):
-        return allowed()
+        return allowed(warnings=[shorten(f"{_named(obj, request)}: {note}")] if note else [])
     found: list[tuple[Subject, Violation]] = []
-    warnings: list[str] = []
+    warnings: list[str] = [shorten(f"{subjects[0].shape.describe()}: {note}")] if note else []
     before_by_shape = {s.shape.template: s for s in olds or []}
     for subject in subjects:
         old = before_by_shape.get(subject.shape.template)
         checked = validations(subject.view, subject.ctx)
-        _, (changes,) = _mutations(obj, [subject])
+        _, (changes,) = _mutations(subject.root or obj, [subject])
+        if subject.operated is not None:
+            warnings += [shorten(f"{subject.shape.describe()}: {text}") for text in subject.operated.notes]
         unapplied: list[Violation] = []
         if subject.ctx.mutable:
             unapplied = _unapplied(subject, changes, update=old is not None)
@@ -213,15 +242,22 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
         violations = [v for _, v in checked] + unapplied
         if old is not None:
             # On UPDATE only what the update made worse counts, unless the check's record says otherwise.
-            _, (old_changes,) = _mutations(old_obj, [old])  # type: ignore[arg-type]
+            _, (old_changes,) = _mutations(old.root or old_obj, [old])  # type: ignore[arg-type]
             before = {
                 (v.rule, v.path, v.text)
                 for v in validate_pod(old.view, old.ctx) + (_unapplied(old, old_changes) if subject.ctx.mutable else [])
             }
             violations = [v for c, v in checked if c.on_update == "all" or (v.rule, v.path, v.text) not in before]
             violations += [v for v in unapplied if (v.rule, v.path, v.text) not in before]
-        found += [(subject, v) for v in violations]
+        found += [(subject, subject.located(v)) for v in violations]
     return verdict(subjects, found, warnings=warnings)
+
+
+def _named(obj: Any, request: Mapping[str, Any]) -> str:
+    """An object as messages name it when it has no pod template to name it by."""
+    meta = (obj.get("metadata") if isinstance(obj, Mapping) else None) or {}
+    kind = obj.get("kind") if isinstance(obj, Mapping) else ""
+    return f'{kind} "{meta.get("name") or request.get("name") or ""}"'
 
 
 def _is_binding(request: Mapping[str, Any]) -> bool:
@@ -248,7 +284,9 @@ def _binding(obj: Any, request: Mapping[str, Any], env: Environment) -> Decision
 def _where(subject: Subject) -> str:
     """How a warning names a pod template: the object, and which template when its kind has several."""
     shape = subject.shape
-    template = shape.meta_path.removesuffix("metadata").removesuffix(".")
+    if subject.operated is not None:
+        return f"{shape.describe()} {subject.operated.label}"
+    template = shape.template_path
     if template in ("", "template", "spec.template", "spec.jobTemplate.spec.template"):
         return shape.describe()
     # A kind that nests a whole object template (AIBrix's StormService, a Trainer runtime's JobSet) is named

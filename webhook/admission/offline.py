@@ -105,6 +105,24 @@ def judge(
     return mutation, validate(request(mutated, namespace=namespace, uid=uid), env), mutated
 
 
+def _runtimes(objects: list[Mapping[str, Any]], namespace: str) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """The manifest's Kubeflow Trainer runtimes by (kind, namespace, name): a TrainJob beside its runtime is judged
+    with the runtime's template (a ClusterTrainingRuntime is in no namespace)."""
+    found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for o in objects:
+        kind = o.get("kind")
+        if group_of(str(o.get("apiVersion") or "")) != "trainer.kubeflow.org" or kind not in TRAINER_RUNTIMES:
+            continue
+        raw = o.get("metadata")
+        meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        where = "" if kind == "ClusterTrainingRuntime" else str(meta.get("namespace") or namespace)
+        found[(str(kind), where, str(meta.get("name") or ""))] = o
+    return found
+
+
+TRAINER_RUNTIMES = ("TrainingRuntime", "ClusterTrainingRuntime")
+
+
 def check_objects(
     objects: Iterable[Mapping[str, Any]],
     *,
@@ -119,11 +137,13 @@ def check_objects(
     own = _namespaced_claims(objects, namespace)
     known = fleet.with_claims(own) if fleet is not None else None
     manifest = Inventory().with_claims(own).claims
+    runtimes = _runtimes(objects, namespace)
     env = Environment(
         policies=policies,
         namespace_labels=lambda ns: namespace_labels.get(ns, {}),
         fleet=lambda: known,
         claims=lambda kind, ns, name: manifest.get((kind, ns, name)),
+        runtimes=lambda kind, ns, name: runtimes.get((kind, ns, name)),
     )
     kinds = workload_kinds(policies.workloads)
     results = []
@@ -133,7 +153,10 @@ def check_objects(
             nothing = Decision(allowed=True)
             results.append(Result(obj, obj, [], nothing, None, skipped=True))
             continue
-        mutation, validation, mutated = judge(obj, env, namespace=namespace, uid=f"check-{index}")
+        known_kind = kinds.get((group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or "")))
+        # A cluster-scoped object (a ClusterTrainingRuntime) is in no namespace, as the apiserver sends it.
+        where = "" if known_kind is not None and known_kind.cluster_scoped else namespace
+        mutation, validation, mutated = judge(obj, env, namespace=where, uid=f"check-{index}")
         if validation is None:
             results.append(Result(obj, obj, [], mutation, None, list(mutation.warnings)))
             continue

@@ -19,6 +19,7 @@ from typing import Any
 from .. import rules  # noqa: F401  (registers every rule, and with it what each reads)
 from ..pods.fields import ANY_OBJECT, BASE_READS, CONTAINER_LISTS, QUANTITY, MapOf
 from ..pods.objects import dig, shapes_of
+from ..pods.operated import operated_pods
 from ..policy.model import WorkloadKind
 from ..rules.registry import REGISTRY, RegistryError
 
@@ -119,10 +120,19 @@ def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads |
     _check(obj.get("metadata"), OBJECT_META, f"{path}.metadata", problems)
     if problems:
         return problems  # finding the pod templates reads the metadata
-    for shape in shapes_of(obj, workloads=workloads) or ():  # kinds gpugate does not read are not looked into
+    shapes = shapes_of(obj, workloads=workloads)
+    for shape in shapes or ():  # kinds gpugate does not read are not looked into
         if shape.template:
             _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
         _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
+    if shapes is not None:
+        for pod in operated_pods(obj):  # what an operator builds its pods from (pods.operated), as the rules read it
+            found: list[str] = []
+            _check(pod.metadata, OBJECT_META, "metadata", found)
+            _check(pod.spec, POD_SPEC, "spec", found)
+            for problem in found:  # named by the field the user wrote
+                where, _, what = problem.partition(": ")
+                problems.append(f"{path}.{pod.locate(where)}: {what}")
     return problems
 
 

@@ -115,9 +115,13 @@ def _template_changes(
     obj: Mapping[str, Any], shape: PodShape, env: Environment, *, uid: str, prefix: str
 ) -> list[PodChange]:
     """What /mutate would add to the pods a workload's controller creates from one of its templates."""
-    template = dig(obj, shape.template)
-    if not isinstance(template, Mapping):
+    spec, meta = dig(obj, shape.spec_keys), dig(obj, shape.meta_keys)
+    if not isinstance(spec, Mapping):
         return []
+    meta = meta if isinstance(meta, Mapping) else {}
+    if shape.pod_meta is not None:  # a bare PodSpec's pods take only labels and annotations from their holder
+        meta = {key: meta[key] for key in ("labels", "annotations") if key in meta}
+    template = {"metadata": meta, "spec": spec}
     pod = _pod_of_template(obj, template)
     mutation, _, mutated = judge(pod, env, uid=uid)
     if not mutation.allowed or not mutation.patch:

@@ -83,6 +83,29 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     ),
     # volcano-sh/volcano
     WorkloadKind("batch.volcano.sh", "Job", ("spec.tasks[*].template",), "jobs", ("v1alpha1",)),
+    # KServe LLMInferenceService (kserve/kserve config/crd/full/llmisvc): bare PodSpecs; the controller puts
+    # spec.labels/annotations (spec.prefill.* for the prefill pods) on their pods (pkg/controller/v1alpha2/llmisvc
+    # workload_multi_node.go, PropagateMap). baseRefs may add a template from an LLMInferenceServiceConfig,
+    # which is not in the request: its pods are judged when the controller creates them.
+    WorkloadKind(
+        "serving.kserve.io",
+        "LLMInferenceService",
+        (),
+        "llminferenceservices",
+        ("v1alpha1", "v1alpha2"),
+        pod_specs=(
+            ("spec.template", ""),
+            ("spec.worker", ""),
+            ("spec.prefill.template", ""),
+            ("spec.prefill.worker", ""),
+        ),
+    ),
+    # Kubeflow Trainer v2 TrainJob: no pod template of its own (the runtime has it; its runtimePatches are
+    # patches, not pods); spec.trainer.resourcesPerNode is read as the trainer pods' request (pods.operated)
+    WorkloadKind("trainer.kubeflow.org", "TrainJob", (), "trainjobs", ("v1alpha1",)),
+    # NVIDIA Dynamo (ai-dynamo/dynamo deploy/cloud/operator): each of spec.services is a pod the operator builds
+    # from resources, extraPodSpec and extraPodMetadata (pods.operated)
+    WorkloadKind("nvidia.com", "DynamoGraphDeployment", (), "dynamographdeployments", ("v1alpha1",)),
     # AIBrix orchestration (vllm-project/aibrix config/crd/orchestration): a StormService holds a RoleSet
     # template, a RoleSet its roles, a PodSet one pod template; RayClusterFleet and RayClusterReplicaSet
     # a KubeRay RayCluster template
@@ -163,11 +186,13 @@ def _dotted(keys: tuple[Key, ...]) -> str:
 
 @dataclass(frozen=True)
 class PodShape:
-    """Where one pod (or pod template) sits inside an admitted object."""
+    """Where one pod (or pod template) sits inside an admitted object. ``template`` is the PodTemplateSpec, or,
+    with ``pod_meta``, a bare PodSpec whose pods take their labels and annotations from ``pod_meta``."""
 
     kind: str
     name: str
     template: tuple[Key, ...]
+    pod_meta: tuple[Key, ...] | None = None
 
     @property
     def is_template(self) -> bool:
@@ -175,11 +200,18 @@ class PodShape:
 
     @property
     def meta_keys(self) -> tuple[Key, ...]:
+        if self.pod_meta is not None:
+            return self.pod_meta
         return (*self.template, "metadata") if self.template else ("metadata",)
 
     @property
     def spec_keys(self) -> tuple[Key, ...]:
-        return (*self.template, "spec")
+        return self.template if self.pod_meta is not None else (*self.template, "spec")
+
+    @property
+    def template_path(self) -> str:
+        """The field that names this template in messages (``spec.workerGroupSpecs[0].template``)."""
+        return _dotted(self.template)
 
     @property
     def spec_path(self) -> str:
@@ -222,6 +254,10 @@ def shapes_of(
             continue
         for keys in _expand(obj, pattern.split("."), ()):
             found.append(PodShape(kind=str(kind), name=str(display), template=keys))
+    for pattern, meta in known.pod_specs:
+        for keys in _expand(obj, pattern.split("."), ()):
+            pod_meta = (*keys[:-1], *meta.split(".")) if meta else keys[:-1]
+            found.append(PodShape(kind=str(kind), name=str(display), template=keys, pod_meta=pod_meta))
     return found
 
 

@@ -226,6 +226,10 @@ class WorkloadKind:
     source: str = "built-in"
     #: Cluster-scoped kind (ClusterTrainingRuntime): its webhook rule has ``scope: Cluster``.
     cluster_scoped: bool = False
+    #: Bare PodSpecs (no PodTemplateSpec around them), each with where the operator takes its pods' labels and
+    #: annotations from, relative to the PodSpec's parent ("" for the parent itself): KServe's
+    #: LLMInferenceService puts ``spec.labels`` on the pods of ``spec.template`` and ``spec.worker``.
+    pod_specs: tuple[tuple[str, str], ...] = ()
 
 
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the

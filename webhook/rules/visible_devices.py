@@ -11,7 +11,17 @@ themselves, so a container of it that requests no GPU (a sidecar, an init contai
 the node. The mutator gives each such container ``NVIDIA_VISIBLE_DEVICES=void`` (later ``env`` entries win
 over the image's and over ``envFrom``), unless the policy lists it in ``spec.security.sharedGPUContainers``.
 Only for pods whose GPUs come from the NVIDIA device plugin: DRA (CDI) and fractional holds inject devices
-their own way.
+their own way. Ephemeral containers (``kubectl debug``) cannot request resources, so each one an UPDATE of the
+``pods/ephemeralcontainers`` subresource adds gets the same ``void``; only those (not in the old pod, by name):
+the apiserver refuses any change to an existing one (k/k pkg/apis/core/validation/validation.go,
+ValidatePodEphemeralContainersUpdate).
+
+An ``envFrom`` source without a prefix, or with one that can begin a name with ``NVIDIA_``, can set the
+variable unseen (from a ConfigMap or Secret key only the kubelet reads), and it wins over the device plugin's
+value. In a GPU pod (unless its GPUs are all another vendor's) that is refused for every container that
+sees GPUs: one without an ``env`` entry of the variable (an ``env`` entry wins over ``envFrom``), i.e. one that
+holds GPUs or that ``sharedGPUContainers`` names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an
+exception.
 """
 
 from __future__ import annotations
@@ -22,16 +32,17 @@ from typing import Any
 from ..pods.fields import STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
+from ..policy.model import BUILTIN
 from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
-KAI_SCHEDULER = "kai-scheduler"
 HARMLESS = frozenset({"void", "none"})
 _CONFIG_MAP_REF = {"name": str, "key": str}
 VOID = "void"
+NVIDIA_PREFIX = "NVIDIA_"
 VOIDED = {"name": VARIABLE, "value": VOID}
 
 
@@ -62,6 +73,7 @@ record = rule(
     order=90,
     reads={
         "container.env": [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": _CONFIG_MAP_REF}}],
+        "container.envFrom": [{"prefix": str, "configMapRef": {"name": str}, "secretRef": {"name": str}}],
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
@@ -70,25 +82,39 @@ record = rule(
 )
 
 
-@record.mutator(pods="gpu")
-def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) -> list[Change]:
+def _voids_containers(ctx: PodContext) -> bool:
+    """Whether the mutator gives this pod's containers without GPUs ``void``: NVIDIA device-plugin GPUs only."""
     gpu = ctx.gpu
     device = gpu.device
-    if device is None or device.name != "nvidia" or gpu.holders or gpu.dra is not None:
-        return []
-    if not gpu.device_plugin_resources:
+    return (
+        device is not None
+        and device.name == "nvidia"
+        and not gpu.holders
+        and gpu.dra is None
+        and bool(gpu.device_plugin_resources)
+    )
+
+
+def _hidden(container: Mapping[str, Any], ctx: PodContext) -> bool:
+    """A container of such a pod that requests no GPU and that no ``sharedGPUContainers`` entry names."""
+    return container.get("name") not in ctx.policy.shared_gpu_containers and not any(
+        amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()
+    )
+
+
+@record.mutator(pods="gpu")
+def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    if not _voids_containers(ctx):
         return []
     changes = []
     existing = _ephemeral_names(ctx.old.spec) if ctx.old is not None else frozenset()
     for fld in ("initContainers", "containers", "ephemeralContainers"):
         items = editor.spec.get(fld)
         for index, container in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(container, Mapping) or container.get("name") in ctx.policy.shared_gpu_containers:
+            if not isinstance(container, Mapping) or not _hidden(container, ctx):
                 continue
             if fld == "ephemeralContainers" and container.get("name") in existing:
                 continue  # added before: the apiserver keeps it as it is
-            if any(amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()):
-                continue
             env = container.get("env")
             if env is not None and not isinstance(env, list):
                 continue
@@ -137,18 +163,70 @@ def forbid_visible_devices_override(pod: PodView, ctx: PodContext) -> list[Viola
     return violations
 
 
+# The kubelet puts the device plugin's variables first and the container's own after them, env over envFrom
+# (k/k pkg/kubelet/kubelet_pods.go GenerateRunContainerOptions, makeEnvironmentVariables: "Env will override
+# EnvFrom variables"); containerd appends them to the image's ENV (internal/cri/server/container_create.go) and
+# the NVIDIA toolkit keeps the last value of a name (internal/config/image/builder.go WithEnv). So an envFrom
+# that can make NVIDIA_VISIBLE_DEVICES replaces the value the device plugin chose, unless an env entry names
+# the variable itself (gpugate's void, or a value the check above judges).
+@record.validator(pods="gpu", needs_policy=False)
+def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext) -> list[Violation]:
+    devices = ctx.gpu.devices
+    if ctx.policy.visible_devices_env_from == "allow" or (devices and all(d.name != "nvidia" for d in devices)):
+        return []  # AMD's and Intel's runtimes read no NVIDIA_* variable
+    # A workload's template is checked as written: its pods get the void at /mutate, if a policy governs them.
+    voided = ctx.policy is not BUILTIN and _voids_containers(ctx)
+    violations = []
+    for fld, index, container in containers(pod.spec):
+        if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
+            continue
+        if voided and _hidden(container, ctx):
+            continue
+        for e, source in enumerate(container.get("envFrom") or []):
+            if not isinstance(source, Mapping):
+                continue
+            prefix = str(source.get("prefix") or "")
+            ref = next((k for k in ("configMapRef", "secretRef") if isinstance(source.get(k), Mapping)), None)
+            if ref is None or not can_make_nvidia_variable(prefix):
+                continue
+            name = source[ref].get("name", "?")
+            how = f'prefix "{prefix}"' if prefix else "no prefix"
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field(f"{fld}[{index}].envFrom[{e}]"),
+                    container_label(fld, container),
+                    f'takes every key of {ref} "{name}" as a variable ({how}), so a key can set {VARIABLE} (or '
+                    "any NVIDIA_* variable) in a container that sees GPUs: it overrides the device plugin's value "
+                    "and exposes GPUs the pod did not request",
+                    'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"), or list the keys it needs '
+                    "under env instead; for a trusted namespace, spec.security.visibleDevicesEnvFrom: allow, "
+                    "together with accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA "
+                    "Container Toolkit on GPU nodes",
+                    security=True,
+                )
+            )
+    return violations
+
+
+def can_make_nvidia_variable(prefix: str) -> bool:
+    """Whether ``prefix`` + some key can be a name that starts with ``NVIDIA_``."""
+    return NVIDIA_PREFIX.startswith(prefix) or prefix.startswith(NVIDIA_PREFIX)
+
+
 def _set_by_kai(pod: PodView, ctx: PodContext, fld: str, index: int, env: Mapping[str, Any]) -> bool:
     """KAI Scheduler's webhook gives each container of a fractional-GPU pod ``NVIDIA_VISIBLE_DEVICES`` from
     a ConfigMap its binder fills when the pod is bound: ``<annotation>-<index>`` (``-i<index>`` for init
     containers), the annotation ``runai/shared-gpu-configmap`` set by the same webhook on a pod holding a
-    GPU by a fraction annotation and scheduled by ``kai-scheduler``, whose binder writes that ConfigMap
+    GPU by a fraction annotation and scheduled by ``kai-scheduler`` (or another of the policy's
+    ``gpuHolders.annotationSchedulers``, such as a KAI scheduling shard), whose binder writes that ConfigMap
     (KAI-Scheduler pkg/binder/common/gpu_access.go). Only that exact shape is accepted; the NVIDIA toolkit's
     ``accept-nvidia-visible-devices-envvar-when-unprivileged=false`` is what closes the variable to tenants
     for good (policies/README.md)."""
     prefix = pod.annotations.get(KAI_SHARED_CONFIGMAP_ANNOTATION)
     if (
         not prefix
-        or pod.spec.get("schedulerName") != KAI_SCHEDULER
+        or pod.spec.get("schedulerName") not in ctx.policy.holders.annotation_schedulers
         or not any(h.startswith("annotation ") for h in ctx.gpu.holders)
     ):
         return False

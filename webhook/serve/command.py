@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, default, what in (
         ("handshake", HANDSHAKE_TIMEOUT, "time a client gets for the TLS handshake"),
         ("request", REQUEST_READ_TIMEOUT, "time a client gets to send each request"),
-        ("idle", IDLE_TIMEOUT, "longest silence within the handshake or a request"),
+        ("idle", IDLE_TIMEOUT, "longest silence within a request"),
     ):
         parser.add_argument(
             f"--{name}-timeout",

@@ -34,7 +34,9 @@ CHECK_INTERVAL = 1.0
 # HANDSHAKE_TIMEOUT for the TLS handshake, REQUEST_READ_TIMEOUT for each request, and never more than
 # IDLE_TIMEOUT of silence within either. kube-apiserver sends a review in one go right after connecting
 # (or on a kept-alive connection, which waits in gunicorn's poller, not in a thread) and gives up on it
-# after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/).
+# after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/). gpugate's worker (webhook/serve/worker.py)
+# performs the handshake without blocking, waiting for the client's bytes in the poller, so for the handshake
+# only HANDSHAKE_TIMEOUT counts there.
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_READ_TIMEOUT = 10.0
 IDLE_TIMEOUT = 3.0

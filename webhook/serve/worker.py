@@ -3,16 +3,17 @@ how many may wait there.
 
 kube-apiserver's webhook client (Go net/http, up to 25 idle connections per host: k8s.io/client-go
 transport/cache.go) dials a new connection when none is idle, and when another connection frees up first it
-sends the request there and parks the new one, fully handshaken, in its idle pool. gthread (gunicorn 25+,
+sends the request there and parks the new one, fully handshaken, in its idle pool. gthread (gunicorn 26+,
 gunicorn/workers/gthread.py ``ThreadWorker.handle``) performs the handshake in a pool thread and then
 blocks that thread reading the first request, with no timeout. Parked connections thus pin threads, and
 once a worker's threads are all pinned, requests on its other connections wait until the apiserver gives up
 (measured through a real kube-apiserver: with 1 worker of 2 threads, gpugate's /validate timed out after 5 s
 on every call; docs/development/performance.md). Here a thread takes a connection only when bytes are
-waiting on it: a new connection whose first bytes (the TLS ClientHello) have not arrived yet, and one that
-says nothing after its handshake, go back to the poller at once (gthread's own deferral for connections
-that are slow to send) and a thread takes them again when bytes arrive. Waiting costs a thread nothing, so a
-flood of silent connections only queues behind each other for the moment each one takes.
+waiting on it: a new connection whose first bytes (the TLS ClientHello) have not arrived yet, one whose
+handshake waits for the client's next flight, and one that says nothing after its handshake go back to the
+poller at once (gthread's own deferral for connections that are slow to send) and a thread takes them
+again when bytes arrive. Waiting costs a thread nothing, so a flood of silent connections only queues behind
+each other for the moment each one takes. (A request itself is still read blocking, within --request-timeout.)
 
 What the poller holds is bounded too: at most ``max_parked`` connections per worker wait there without a
 request, those that have never sent one and those kept alive between requests alike. Parking one more
@@ -35,11 +36,16 @@ from collections import deque
 from functools import partial
 from typing import Any, ClassVar
 
+from gunicorn import http
+from gunicorn import sock as gunicorn_sock
 from gunicorn.workers import gthread
 
-# gthread's sentinel for "no data yet: watch this connection in the poller" (gunicorn >= 25); without it
-# this worker is gthread unchanged.
-_DEFER: Any = getattr(gthread, "_DEFER", None)
+from .tls import HANDSHAKE_TIMEOUT
+
+# gthread's sentinel for "no data yet: watch this connection in the poller" (gunicorn >= 26, which
+# pyproject.toml requires: the pending connections, their deadlines and the poller callbacks this worker
+# builds on came with it).
+_DEFER: Any = gthread._DEFER
 # kube-apiserver keeps at most 25 idle connections to one webhook host (client-go transport/cache.go
 # idleConnsPerHost, the http.Transport's MaxIdleConnsPerHost), and every connection can land on one
 # worker; 100 is the idle pools of four apiservers.
@@ -51,6 +57,8 @@ DROP_REPORT_INTERVAL = 60.0
 # section 9.6); gunicorn's own util.close_graceful does the same, but blocking, in the worker's event loop.
 LINGER = 2.0
 LINGER_DRAIN = 65536
+# How often the event loop looks for parked connections whose TLS handshake is past its deadline (seconds).
+HANDSHAKE_SWEEP = 0.25
 
 log = logging.getLogger("gpugate.server")
 
@@ -59,23 +67,25 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
     max_parked: ClassVar[int] = DEFAULT_MAX_PARKED
     _dropped = 0  # parked connections closed since the last report
     _reported = float("-inf")
+    _swept = float("-inf")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lingering: deque[Any] = deque()  # half-closed connections being drained, oldest first
 
     def handle(self, conn: Any) -> Any:
-        if _DEFER is None or conn.initialized or not self.cfg.is_ssl:
+        if conn.initialized or not self.cfg.is_ssl:
             return super().handle(conn)
         if not conn.data_ready and not conn.wait_for_data(0):
             return _DEFER
-        conn.sock.setblocking(True)
         try:
-            conn.init()  # the TLS handshake
+            if not self._handshake(conn):
+                conn.data_ready = False  # set again by the poller when the client's next flight arrives
+                return _DEFER
         except (OSError, ssl.SSLError) as err:  # a failed handshake: the client has gone or speaks no TLS
             self.log.debug("TLS handshake failed: %s", err)
             return False
-        if conn.is_http2 or conn.sock.pending():
+        if conn.sock.pending():
             return super().handle(conn)
         poll = select.poll()  # not select.select: descriptors past 1024 are common in a busy worker
         poll.register(conn.sock.fileno(), select.POLLIN)
@@ -83,6 +93,31 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             return super().handle(conn)
         conn.data_ready = False  # set again by the poller when the request arrives
         return _DEFER
+
+    def _handshake(self, conn: Any) -> bool:
+        """Go on with ``conn``'s TLS handshake as far as the bytes that have arrived allow, without waiting:
+        True once it is done (the connection then reads requests like gthread's own), False while it waits for
+        the client. A handshake gets its --handshake-timeout from its first bytes: past it, the next attempt
+        raises, and a connection parked meanwhile is closed by ``murder_pending``."""
+        if not isinstance(conn.sock, ssl.SSLSocket):
+            conn.sock = gunicorn_sock.ssl_wrap_socket(conn.sock, self.cfg)
+            timeouts = getattr(conn.sock, "timeouts", None)
+            conn.handshake_deadline = time.monotonic() + (timeouts.handshake if timeouts else HANDSHAKE_TIMEOUT)
+        elif time.monotonic() > conn.handshake_deadline:
+            raise TimeoutError("the TLS handshake did not arrive in time")
+        conn.sock.setblocking(False)
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        except ssl.SSLWantWriteError:  # our flight does not fit the send buffer: finish it blocking, timed
+            conn.sock.setblocking(True)
+            conn.sock.do_handshake()
+        if gunicorn_sock.is_http2_negotiated(conn.sock):  # never offered (ALPN http/1.1, `http_protocols`)
+            raise ssl.SSLError("HTTP/2 negotiated, but gpugate serves HTTP/1.1 only")
+        conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.init()  # with a parser, only marks the connection initialized and blocking
+        return True
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         if not fs.cancelled() and fs.exception() is None and not fs.result():  # done with: close gracefully
@@ -94,19 +129,23 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         kept: deque[Any] = self.keepalived_conns
         parked = (pending and pending[-1] is conn) or (kept and kept[-1] is conn)
         if parked and self.log.error_log.isEnabledFor(logging.DEBUG):
-            self.log.debug("parked the connection from %s", _peer(conn))
+            midway = isinstance(conn.sock, ssl.SSLSocket) and not conn.initialized
+            self.log.debug("parked the connection from %s%s", _peer(conn), " mid-handshake" if midway else "")
         while len(pending) + len(kept) > self.max_parked:
             # Both queues are in the order their connections were parked (a timeout of parking time +
             # keepalive), so the older of their heads has waited longest.
             oldest = pending if pending and (not kept or pending[0].timeout <= kept[0].timeout) else kept
             self._drop(oldest.popleft())
 
-    def _drop(self, conn: Any) -> None:
+    def _close_parked(self, conn: Any) -> None:
         with contextlib.suppress(OSError, KeyError, ValueError):  # already unregistered
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1
-        self.log.debug("closed the oldest parked connection, from %s", _peer(conn))
         conn.close()
+
+    def _drop(self, conn: Any) -> None:
+        self.log.debug("closed the oldest parked connection, from %s", _peer(conn))
+        self._close_parked(conn)
         self._dropped += 1
         now = time.monotonic()
         if now - self._reported >= DROP_REPORT_INTERVAL:
@@ -156,6 +195,13 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
     def murder_pending(self) -> None:
         super().murder_pending()  # gthread calls this once per turn of its event loop
         now = time.monotonic()
+        if now - self._swept >= HANDSHAKE_SWEEP:  # parked handshakes past their deadline (at most max_parked)
+            self._swept = now
+            late = [c for c in self.pending_conns if getattr(c, "handshake_deadline", now) < now and not c.initialized]
+            for conn in late:
+                self.pending_conns.remove(conn)
+                self.log.debug("closed the connection from %s: its TLS handshake did not arrive in time", _peer(conn))
+                self._close_parked(conn)
         while self.lingering and self.lingering[0].timeout <= now:
             self._end_linger(self.lingering.popleft())
 
