@@ -6,9 +6,10 @@ that hold GPUs. The device plugin hands a container only the GPUs it allocated, 
 gets every device of the host from the container runtime, and the NVIDIA Container Toolkit honours
 ``NVIDIA_VISIBLE_DEVICES`` (``all`` in CUDA images) for privileged containers even where it is set to ignore
 it from unprivileged ones (NVIDIA/nvidia-container-toolkit internal/config/image/cuda_image.go
-``VisibleDevices``: ``isPrivileged || acceptEnvvarUnprivileged``). Judged at ``/validate``, on the final
-object after every mutating webhook, in every mode; only ``spec.security.privilegedGPUContainers: allow``
-makes an exception (node tooling the platform team trusts).
+``VisibleDevices``: ``isPrivileged || acceptEnvvarUnprivileged``). HAMi's webhook refuses privileged containers
+in pods with its GPU resources for the same reason (Project-HAMi/HAMi pkg/scheduler/webhook.go). Judged at
+``/validate``, on the final object after every mutating webhook, in every mode; only
+``spec.security.privilegedGPUContainers: allow`` makes an exception (node tooling the platform team trusts).
 """
 
 from __future__ import annotations
