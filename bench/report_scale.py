@@ -1,17 +1,21 @@
-"""How long ``gpugate report`` takes over a week of data for 1,000 GPUs, against a real Prometheus.
+"""How long ``gpugate report`` takes, and how much memory, over a fleet's data served by a real Prometheus.
 
 Run: .venv/bin/python bench/report_scale.py [--gpus 1000] [--hours 168] [--step 5m] [--outputs table,json,html]
-     [--keep DIR]
-Generates the week (dcgm-exporter every 60 s, kube-state-metrics every 60 s: 125 nodes of 8 GPUs, on
-each a 4-GPU and a 2-GPU pod that run all week and two 1-GPU jobs recreated every day, 20 teams),
-backfills it with promtool half a day at a time (promtool 2.42 reads its whole input into memory), starts
-Prometheus on 127.0.0.1 over it, and times the report in each output format. With --keep DIR the TSDB is
-kept and reused by the next run. Not part of the test suite: it takes minutes and gigabytes.
+     [--interval 60] [--writer promtool|tsdbgen] [--keep DIR]
+Generates the data (dcgm-exporter and kube-state-metrics every --interval s: per 8 GPUs a node with a
+4-GPU and a 2-GPU pod that run throughout and two 1-GPU jobs recreated every day, 20 teams), writes it
+as TSDB blocks (promtool's OpenMetrics backfill half a day at a time, since promtool 2.42 reads its whole
+input into memory; or bench/tsdbgen, Prometheus' tsdb library writing day-long blocks directly, minutes
+instead of hours for a month of 10,000 GPUs), starts Prometheus on 127.0.0.1 over it, waits until it has
+compacted them, and times the report over the first --hours in each output format, with the report's own
+peak RSS. With --keep DIR the TSDB is kept and reused by the next run (a shorter --hours reads the start
+of a longer one). Not part of the test suite: it takes minutes and gigabytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -23,13 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.report.conftest import find_tool, start_prometheus  # noqa: E402
-from tests.report.synthetic import A100, END, HOUR, WEEK, Fleet, dcgm_labels  # noqa: E402
+from tests.report.synthetic import A100, END, HOUR, START, WEEK, Fleet, dcgm_labels  # noqa: E402
 
 DAY = 24 * HOUR
 
 
-def fleet(gpus: int) -> Fleet:
-    fleet = Fleet()
+def fleet(gpus: int, *, hours: int = 168, interval: int = 60) -> Fleet:
+    length = hours * HOUR
+    fleet = Fleet(length=length)
     for node in range(gpus // 8):
         host = f"node-{node:03d}"
         team = f"team-{node % 20:02d}"
@@ -43,14 +48,15 @@ def fleet(gpus: int) -> Fleet:
             util: float,
             *,
             begin: int = 0,
-            end: int = WEEK,
+            end: int = length,
             host: str = host,
             node: int = node,
         ) -> None:
             labels = dcgm_labels(gpu=index, uuid=f"GPU-{node:03d}-{index}", model=A100, host=host, pod=pod)
-            fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, begin=begin, end=end)
-            fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, util, begin=begin, end=end)
-            fleet.add("DCGM_FI_DEV_FB_USED", labels, 1000 + 100 * index, begin=begin, end=end)
+            every = {"begin": begin, "end": end, "interval": interval}
+            fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, **every)
+            fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, util, **every)
+            fleet.add("DCGM_FI_DEV_FB_USED", labels, 1000 + 100 * index, **every)
 
         namespace = f"ns-{node % 40:02d}"
         train, serve = f"train-{node:03d}-0", f"serve-{node:03d}-0"
@@ -61,6 +67,8 @@ def fleet(gpus: int) -> Fleet:
             resources={"nvidia_com_gpu": 4},
             attribution=attribution("StatefulSet", f"train-{node:03d}"),
             phases=("Pending", "Running"),
+            end=length,
+            interval=interval,
         )
         for index in range(4):
             gpu(index, (namespace, train), 85.0 if node % 3 else 4.0)
@@ -71,10 +79,12 @@ def fleet(gpus: int) -> Fleet:
             resources={"nvidia_com_gpu": 2},
             attribution=attribution("Deployment", f"serve-{node:03d}"),
             phases=("Pending", "Running"),
+            end=length,
+            interval=interval,
         )
         for index in (4, 5):
             gpu(index, (namespace, serve), 40.0 if node % 2 else 2.0)
-        for day in range(7):
+        for day in range(-(-hours // 24)):
             for index in (6, 7):
                 job = f"job-{node:03d}-{index}-{day}"
                 fleet.pod(
@@ -84,21 +94,23 @@ def fleet(gpus: int) -> Fleet:
                     resources={"nvidia_com_gpu": 1},
                     attribution=attribution("Job", f"job-{node:03d}-{index}"),
                     begin=day * DAY,
-                    end=(day + 1) * DAY,
+                    end=min(length, (day + 1) * DAY),
                     phases=("Pending", "Running"),
+                    interval=interval,
                 )
-                gpu(index, (namespace, job), 60.0 if (day + index) % 2 else 1.0, begin=day * DAY, end=(day + 1) * DAY)
+                util = 60.0 if (day + index) % 2 else 1.0
+                gpu(index, (namespace, job), util, begin=day * DAY, end=min(length, (day + 1) * DAY))
     return fleet
 
 
-def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, float, float]:
+def backfill(gpus: int, directory: Path, *, hours: int = 168, interval: int = 60) -> tuple[int, float, float]:
     """Promtool reads its whole input into memory: one run per 12 hours of 1,000 GPUs (about 3.6 million
     samples, fewer hours for more GPUs), blocks of that length: bounded memory, no overlapping blocks."""
     promtool = find_tool("promtool")
     tsdb = directory / "tsdb"
-    description = fleet(gpus)
+    description = fleet(gpus, hours=hours, interval=interval)
     samples, generate, load = 0, 0.0, 0.0
-    length = max(2, min(12, 12 * 1000 // gpus))  # promtool ignores blocks under 2 h
+    length = max(2, min(12, 12 * 1000 * interval // (60 * gpus)))  # promtool ignores blocks under 2 h
     parts = -(-hours // length)
     for part in range(parts):
         openmetrics = directory / "part.om"
@@ -126,6 +138,55 @@ def backfill(gpus: int, directory: Path, *, hours: int = 168) -> tuple[int, floa
     return samples, generate, load
 
 
+def write_blocks(gpus: int, directory: Path, *, hours: int, interval: int) -> tuple[int, float, float]:
+    """The same series written as day-long TSDB blocks by bench/tsdbgen (Prometheus' tsdb library, no text):
+    minutes where promtool takes hours. Each series is described once (labels, value, begin, end, interval)."""
+    binary = directory / "tsdbgen"
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "bench" / "tsdbgen", check=True)
+    started = time.monotonic()
+    description = fleet(gpus, hours=hours, interval=interval)
+    process = subprocess.Popen(
+        [str(binary), "-out", str(directory / "tsdb"), "-block", "24h"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    for spec in description.series:
+        end = min(spec.end, description.length)
+        value = spec.value(spec.begin)
+        assert value is not None and value == spec.value(end - 1), f"{spec.name}: tsdbgen takes constant series"
+        labels = {"__name__": spec.name, **spec.labels}
+        record = {"labels": labels, "value": value, "begin": START + spec.begin, "end": START + end}
+        process.stdin.write(json.dumps({**record, "interval": spec.interval}) + "\n")
+    process.stdin.close()
+    generate = time.monotonic() - started
+    summary = process.stdout.read()
+    if process.wait() != 0:
+        raise SystemExit(f"tsdbgen failed ({process.returncode})")
+    samples = int(summary.split()[2])
+    (directory / "tsdbgen-blocks").touch()  # day-long blocks, served uncompacted (main)
+    return samples, generate, time.monotonic() - started - generate
+
+
+def settle(process: subprocess.Popen[bytes], *, quiet: float = 1.0, every: float = 15.0) -> float:
+    """Wait until Prometheus has finished compacting the written blocks (less than ``quiet`` s of CPU in
+    ``every`` s), so that the report is not timed against its start-up work; returns the seconds waited."""
+    started = time.monotonic()
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = cpu()
+    while True:
+        time.sleep(every)
+        now = cpu()
+        if now - before < quiet:
+            return time.monotonic() - started
+        before = now
+
+
 def _run_measured(command: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
     """Run the report; its own peak resident memory (KiB) from wait4's rusage, not the benchmark's."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -145,13 +206,28 @@ def main() -> None:
     parser.add_argument("--step", default="5m")
     parser.add_argument("--hours", type=int, default=168, help="length of the data and of the window (default 168)")
     parser.add_argument("--outputs", default="table,json,html", help="comma-separated output formats to time")
+    parser.add_argument("--interval", type=int, default=60, help="scrape interval of both exporters, s (default 60)")
+    parser.add_argument(
+        "--writer",
+        choices=("promtool", "tsdbgen"),
+        default="promtool",
+        help="promtool's OpenMetrics backfill (default) or bench/tsdbgen, which writes blocks directly (needs go)",
+    )
     args = parser.parse_args()
     directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "tsdb").exists():
-        samples, generate, load = backfill(args.gpus, directory, hours=args.hours)
-        print(f"data: {args.gpus} GPUs, {samples:,} samples; generated in {generate:.0f} s, backfilled in {load:.0f} s")
-    prometheus = start_prometheus(directory / "tsdb", directory)
+        write = write_blocks if args.writer == "tsdbgen" else backfill
+        samples, generate, load = write(args.gpus, directory, hours=args.hours, interval=args.interval)
+        print(
+            f"data: {args.gpus} GPUs, {args.hours} h every {args.interval} s, {samples:,} samples; "
+            f"generated in {generate:.0f} s, written by {args.writer} in {load:.0f} s"
+        )
+    # tsdbgen's day-long blocks are served as written (a Thanos sidecar's Prometheus keeps 2-hour ones): not
+    # compacted into longer blocks while the report runs, which on 2 cores takes longer than the report.
+    flags = ("--storage.tsdb.max-block-duration=24h",) if (directory / "tsdbgen-blocks").exists() else ()
+    prometheus = start_prometheus(directory / "tsdb", directory, flags=flags)
+    print(f"prometheus settled (compaction done) after {settle(prometheus.process):.0f} s", flush=True)
     try:
         end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(END - WEEK + args.hours * HOUR))
         for output in args.outputs.split(","):

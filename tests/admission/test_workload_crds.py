@@ -371,3 +371,61 @@ def test_a_visible_runtime_is_merged_with_resources_per_node_as_the_trainer_merg
     )
     # Only the trainer job's pods get resourcesPerNode: the initializer is not judged here.
     assert not any("init" in w for w in allowed.warnings)
+
+
+# ---- a policy directory describing a kind with bare PodSpecs -----------------------------------------------
+
+
+def _kind_document(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpugate.io/v2",
+        "kind": "GPUWorkloadKind",
+        "metadata": {"name": "servers.example.com"},
+        "spec": spec,
+    }
+
+
+def test_a_workload_kind_document_can_name_bare_pod_specs_and_their_pod_metadata():
+    from webhook.policy.loader import parse_workload_kind
+
+    issues: list[Any] = []
+    spec = {"group": "example.com", "kind": "Server", "podSpecs": [{"path": "spec.pod", "podMetadata": "podMeta"}]}
+    kind = parse_workload_kind(_kind_document(spec), file="k.yaml", index=0, issues=issues)
+    assert issues == [] and kind is not None and kind.pod_specs == (("spec.pod", "podMeta"),)
+    obj = {
+        "apiVersion": "example.com/v1",
+        "kind": "Server",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": {
+            "podMeta": {"labels": {"gpugate.io/model": "a100"}},
+            "pod": {"containers": [container("main", limits={"nvidia.com/gpu": "1"})]},
+        },
+    }
+    policies = standard()
+    from dataclasses import replace
+
+    with_kind = replace(policies, workloads={("example.com", "Server"): kind})
+    verdict = validate(request(obj), env(with_kind))
+    assert not verdict.allowed
+    assert "spec.podMeta.labels[gpugate.io/model]" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"podSpecs": "spec.pod"}, "spec.podSpecs: must be a list of {path, podMetadata}"),
+        ({"podSpecs": [{"podMetadata": "m"}]}, "spec.podSpecs[0].path: is required"),
+        ({"podSpecs": [{"path": "spec..pod"}]}, "spec.podSpecs[0].path: 'spec..pod' is not a path"),
+        ({"podSpecs": [{"path": "spec.pod", "podMetadata": "a.*"}]}, "spec.podSpecs[0].podMetadata: 'a.*' is not"),
+        ({"podSpecs": [{"path": "spec.pod", "extra": 1}]}, "spec.podSpecs[0].extra: unknown field"),
+        ({}, "spec.podTemplates: must list at least one path to a pod template (or spec.podSpecs"),
+    ],
+)
+def test_a_wrong_pod_specs_entry_is_named(spec, problem):
+    from webhook.policy.loader import parse_workload_kind
+
+    issues: list[Any] = []
+    parse_workload_kind(
+        _kind_document({"group": "example.com", "kind": "Server", **spec}), file="k.yaml", index=0, issues=issues
+    )
+    assert any(f"{i.path}: {i.message}".startswith(problem) for i in issues), issues

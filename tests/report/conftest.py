@@ -76,7 +76,7 @@ def backfill(fleet: Fleet, directory: Path, *, block: str = "168h", since: int =
 
 
 def start_prometheus(
-    tsdb: Path, directory: Path, *, external_labels: dict[str, str] | None = None
+    tsdb: Path, directory: Path, *, external_labels: dict[str, str] | None = None, flags: tuple[str, ...] = ()
 ) -> RunningPrometheus:
     server = find_tool("prometheus")
     config = directory / "prometheus.yml"
@@ -95,6 +95,7 @@ def start_prometheus(
                 "--storage.tsdb.retention.time=100y",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=warn",
+                *flags,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

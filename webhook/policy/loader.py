@@ -368,7 +368,7 @@ def parse_workload_kind(
         notes.append(PolicyIssue(file, index, "apiVersion", deprecation(WORKLOAD_KIND, {})))
     meta = doc.mapping(top.get("metadata"), "metadata", ("name", "labels", "annotations"))
     doc.string(meta.get("name"), "metadata.name", check=is_dns_subdomain, what="name (lower-case DNS subdomain)")
-    spec = doc.mapping(top.get("spec"), "spec", ("group", "kind", "plural", "versions", "podTemplates"))
+    spec = doc.mapping(top.get("spec"), "spec", ("group", "kind", "plural", "versions", "podTemplates", "podSpecs"))
     group = doc.string(spec.get("group"), "spec.group", check=is_dns_subdomain, what="API group")
     kind = doc.string(spec.get("kind"), "spec.kind")
     plural = doc.string(spec.get("plural"), "spec.plural", check=is_dns_subdomain, what="resource name") or ""
@@ -384,10 +384,49 @@ def parse_workload_kind(
     for fld, got in (("group", group), ("kind", kind)):
         if got is None:
             doc.fail(f"spec.{fld}", "is required")
-    if not templates:
-        doc.fail("spec.podTemplates", "must list at least one path to a pod template")
+    pod_specs = _pod_specs(doc, spec.get("podSpecs"))
+    if not templates and not pod_specs:
+        doc.fail(
+            "spec.podTemplates", "must list at least one path to a pod template (or spec.podSpecs one to a PodSpec)"
+        )
     if len(issues) > before or group is None or kind is None:
         return None
     return WorkloadKind(
-        group=group, kind=kind, templates=templates, plural=plural, versions=versions, source=f"{file}#{index}"
+        group=group,
+        kind=kind,
+        templates=templates,
+        plural=plural,
+        versions=versions,
+        source=f"{file}#{index}",
+        pod_specs=pod_specs,
     )
+
+
+_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _pod_specs(doc: Doc, value: Any) -> tuple[tuple[str, str], ...]:
+    """``spec.podSpecs``: bare PodSpecs, each ``{path, podMetadata}`` — where the pods' labels and annotations
+    come from, relative to the PodSpec's parent (absent: the parent itself), as LLMInferenceService's."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        doc.fail("spec.podSpecs", "must be a list of {path, podMetadata}")
+        return ()
+    out = []
+    for i, item in enumerate(value):
+        where = f"spec.podSpecs[{i}]"
+        entry = doc.mapping(item, where, ("path", "podMetadata"))
+        path = doc.string(entry.get("path"), f"{where}.path")
+        meta = doc.string(entry.get("podMetadata"), f"{where}.podMetadata") or ""
+        if path is None:
+            doc.fail(f"{where}.path", "is required: the dotted path of a PodSpec (spec.template)")
+        elif not _TEMPLATE_PATH.fullmatch(path):
+            doc.fail(
+                f"{where}.path", f"{path!r} is not a path; write dotted field names, [*] after a list, * for a map"
+            )
+        elif meta and not _FIELD_PATH.fullmatch(meta):
+            doc.fail(f"{where}.podMetadata", f"{meta!r} is not a field path beside the PodSpec (extraPodMetadata)")
+        else:
+            out.append((path, meta))
+    return tuple(out)

@@ -219,9 +219,15 @@ def policy_schema() -> dict[str, Any]:
             "plural": _STRING,
             "versions": _STRINGS,
             "podTemplates": {**_STRINGS, "minItems": 1},
+            "podSpecs": {
+                "type": "array",
+                "minItems": 1,
+                "items": _object({"path": _STRING, "podMetadata": _STRING}, required=("path",)),
+            },
         },
-        required=("group", "kind", "podTemplates"),
+        required=("group", "kind"),
     )
+    workload["anyOf"] = [{"required": ["podTemplates"]}, {"required": ["podSpecs"]}]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
