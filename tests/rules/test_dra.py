@@ -151,3 +151,54 @@ def test_amd_partitions_are_amd_gpus():
     assert verdict.allowed, verdict.message
     assert result["spec"]["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert result["spec"]["nodeSelector"] == {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}
+
+
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
+def test_containers_of_a_dra_gpu_pod_that_reference_no_gpu_claim_see_no_gpu():
+    # DRA's driver gives the claim's devices only to the containers that list it under resources.claims; a
+    # sidecar, an init container or a container of a CPU claim would still honour a CUDA image's
+    # NVIDIA_VISIBLE_DEVICES=all under an NVIDIA runtime, so each gets void.
+    obj = pod(
+        container("trainer", resources={"claims": [{"name": "gpu"}]}),
+        container("pinned", resources={"claims": [{"name": "cpus"}]}),
+        container("log-shipper"),
+        init=[container("fetch")],
+        resourceClaims=[
+            {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+            {"name": "cpus", "resourceClaimTemplateName": "cpus"},
+        ],
+    )
+    result, verdict = decide(obj, lookup=claims(**{"one-gpu": ("gpu.nvidia.com",), "cpus": ("dra.cpu",)}))
+    assert verdict.allowed, verdict.message
+    spec = result["spec"]
+    assert VOID not in (spec["containers"][0].get("env") or [])
+    assert [c.get("env") for c in spec["containers"][1:]] == [[VOID], [VOID]]
+    assert spec["initContainers"][0]["env"] == [VOID]
+
+
+def test_a_container_of_an_unresolved_claim_keeps_its_devices():
+    # A claim gpugate cannot resolve may hold a GPU: the container that references it is left alone.
+    obj = pod(
+        container("trainer", resources={"claims": [{"name": "c"}]}),
+        container("side"),
+        resourceClaims=[{"name": "c", "resourceClaimTemplateName": "nowhere"}],
+        tolerations=[NVIDIA_TOLERATION],
+    )
+    result, verdict = decide(obj, fleet=None, lookup=claims())
+    assert verdict.allowed, verdict.message
+    assert "env" not in result["spec"]["containers"][0]
+    assert "env" not in result["spec"]["containers"][1]  # no vendor known: nothing to hide from
+
+
+def test_a_sidecar_of_a_dra_extended_resource_pod_sees_no_gpu():
+    obj = pod(
+        container("trainer", limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+        container("side"),
+        tolerations=[NVIDIA_TOLERATION],
+    )
+    result, verdict = decide(obj)
+    assert verdict.allowed, verdict.message
+    assert "env" not in result["spec"]["containers"][0]
+    assert result["spec"]["containers"][1]["env"] == [VOID]

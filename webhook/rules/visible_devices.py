@@ -10,8 +10,11 @@ A GPU pod runs under the NVIDIA runtime class as a whole, and CUDA images set ``
 themselves, so a container of it that requests no GPU (a sidecar, an init container) would see every GPU of
 the node. The mutator gives each such container ``NVIDIA_VISIBLE_DEVICES=void`` (later ``env`` entries win
 over the image's and over ``envFrom``), unless the policy lists it in ``spec.security.sharedGPUContainers``.
-Only for pods whose GPUs come from the NVIDIA device plugin: DRA (CDI) and fractional holds inject devices
-their own way. Ephemeral containers (``kubectl debug``) cannot request resources, so each one an UPDATE of the
+Also for pods holding NVIDIA GPUs through DRA: its drivers give devices only to the containers that reference
+the claim (``resources.claims``), so each other container gets ``void`` too. Not for fractional holds: KAI's
+binder gives every container of the pod the fraction's own ``NVIDIA_VISIBLE_DEVICES``.
+
+Ephemeral containers (``kubectl debug``) cannot request resources, so each one an UPDATE of the
 ``pods/ephemeralcontainers`` subresource adds gets the same ``void``; only those (not in the old pod, by name):
 the apiserver refuses any change to an existing one (k/k pkg/apis/core/validation/validation.go,
 ValidatePodEphemeralContainersUpdate).
@@ -29,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..pods.fields import STRINGS
+from ..pods.fields import RESOURCES, STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
 from ..policy.model import BUILTIN
@@ -74,6 +77,8 @@ record = rule(
     reads={
         "container.env": [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": _CONFIG_MAP_REF}}],
         "container.envFrom": [{"prefix": str, "configMapRef": {"name": str}, "secretRef": {"name": str}}],
+        "container.resources": {**RESOURCES, "claims": [{"name": str}]},
+        "spec.resourceClaims": [{"name": str}],
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
@@ -83,23 +88,45 @@ record = rule(
 
 
 def _voids_containers(ctx: PodContext) -> bool:
-    """Whether the mutator gives this pod's containers without GPUs ``void``: NVIDIA device-plugin GPUs only."""
+    """Whether the mutator gives this pod's containers without GPUs ``void``: pods holding NVIDIA GPUs through
+    resources (device plugin, or DRA-backed extended resources) or resource claims. Not fractional holds: KAI's
+    binder gives every container of the pod the fraction's ``NVIDIA_VISIBLE_DEVICES`` itself."""
     gpu = ctx.gpu
     device = gpu.device
-    return (
-        device is not None
-        and device.name == "nvidia"
-        and not gpu.holders
-        and gpu.dra is None
-        and bool(gpu.device_plugin_resources)
-    )
+    return device is not None and device.name == "nvidia" and not gpu.fractional and bool(gpu.resources or gpu.holders)
 
 
-def _hidden(container: Mapping[str, Any], ctx: PodContext) -> bool:
-    """A container of such a pod that requests no GPU and that no ``sharedGPUContainers`` entry names."""
-    return container.get("name") not in ctx.policy.shared_gpu_containers and not any(
-        amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()
-    )
+def _gpu_claim_names(spec: Mapping[str, Any], ctx: PodContext) -> frozenset[str]:
+    """Names of the pod's ``spec.resourceClaims`` entries that hold (or may hold) a GPU: the holders
+    ``spec.resourceClaims[i]``, GPU claims and, under ``gpuHolders.resourceClaims``, unresolved ones."""
+    claims = spec.get("resourceClaims")
+    if not isinstance(claims, list):
+        return frozenset()
+    names = set()
+    for holder in ctx.gpu.holders:
+        if holder.startswith("spec.resourceClaims[") and holder.endswith("]"):
+            index = holder[len("spec.resourceClaims[") : -1]
+            if index.isdigit() and int(index) < len(claims) and isinstance(claims[int(index)], Mapping):
+                names.add(str(claims[int(index)].get("name")))
+    return frozenset(names)
+
+
+def _hidden(container: Mapping[str, Any], ctx: PodContext, spec: Mapping[str, Any]) -> bool:
+    """A container of such a pod that requests no GPU, references no GPU claim (``resources.claims``) and that
+    no ``sharedGPUContainers`` entry names. DRA's drivers give devices only to the containers that reference
+    the claim; under an NVIDIA runtime the others would still honour a CUDA image's ``NVIDIA_VISIBLE_DEVICES``."""
+    if container.get("name") in ctx.policy.shared_gpu_containers:
+        return False
+    if any(amount > 0 for amount in gpu_amounts(container, ctx.counts_as_gpu).values()):
+        return False
+    if not ctx.gpu.holders:
+        return True
+    resources = container.get("resources")
+    refs = resources.get("claims") if isinstance(resources, Mapping) else None
+    if not isinstance(refs, list) or not refs:
+        return True
+    held = _gpu_claim_names(spec, ctx)
+    return not any(isinstance(r, Mapping) and r.get("name") in held for r in refs)
 
 
 @record.mutator(pods="gpu")
@@ -111,7 +138,7 @@ def hide_gpus_from_containers_without_any(editor: PodEditor, ctx: PodContext) ->
     for fld in ("initContainers", "containers", "ephemeralContainers"):
         items = editor.spec.get(fld)
         for index, container in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(container, Mapping) or not _hidden(container, ctx):
+            if not isinstance(container, Mapping) or not _hidden(container, ctx, editor.spec):
                 continue
             if fld == "ephemeralContainers" and container.get("name") in existing:
                 continue  # added before: the apiserver keeps it as it is
@@ -180,7 +207,7 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
     for fld, index, container in containers(pod.spec):
         if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
             continue
-        if voided and _hidden(container, ctx):
+        if voided and _hidden(container, ctx, pod.spec):
             continue
         for e, source in enumerate(container.get("envFrom") or []):
             if not isinstance(source, Mapping):
