@@ -202,14 +202,19 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
     if ctx.policy.visible_devices_env_from == "allow" or (devices and all(d.name != "nvidia" for d in devices)):
         return []  # AMD's and Intel's runtimes read no NVIDIA_* variable
     # A workload's template is checked as written: its pods get the void at /mutate, if a policy governs them.
-    voided = ctx.policy is not BUILTIN and _voids_containers(ctx)
+    voided: bool | None = None  # worked out at the first container with an envFrom (most pods have none)
     violations = []
     for fld, index, container in containers(pod.spec):
+        sources = container.get("envFrom")
+        if not sources:
+            continue
         if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
             continue
+        if voided is None:
+            voided = ctx.policy is not BUILTIN and _voids_containers(ctx)
         if voided and _hidden(container, ctx, pod.spec):
             continue
-        for e, source in enumerate(container.get("envFrom") or []):
+        for e, source in enumerate(sources):
             if not isinstance(source, Mapping):
                 continue
             prefix = str(source.get("prefix") or "")
