@@ -143,6 +143,21 @@ def gpu_pod(gpus: Any = 1, **kw: Any) -> dict[str, Any]:
     return pod(container(limits={"nvidia.com/gpu": gpus}), **kw)
 
 
+def deployment(
+    spec: Mapping[str, Any], *, name: str = "d", annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Deployment whose pod template has `spec` (labels app=<name>, and `annotations` if given)."""
+    meta: dict[str, Any] = {"labels": {"app": name}}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": meta, "spec": dict(spec)}},
+    }
+
+
 def request(
     obj: Mapping[str, Any] | None,
     *,

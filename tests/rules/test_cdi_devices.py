@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import container, gpu_pod, mutated, pod, standard, validated
+from tests.support import container, deployment, gpu_pod, mutated, pod, standard, validated
 from webhook.policy.model import PolicySet
 from webhook.rules.cdi_devices import requests_cdi_devices
 
@@ -50,19 +50,8 @@ def test_a_gpu_pod_and_a_workload_template_are_refused_too():
     obj = _annotated(gpu_pod(1), **{"nvidia.cdi.k8s.io/container.main": "nvidia.com/gpu=all"})
     result, _ = mutated(obj, standard(), labels=TEAM)
     assert "nvidia.cdi.k8s.io/container.main" in validated(result, standard(), labels=TEAM).message
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "d", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "d"}},
-            "template": {
-                "metadata": {"labels": {"app": "d"}, "annotations": {"cdi.k8s.io/y": "nvidia.com/gpu=0"}},
-                "spec": {"containers": [container("main")]},
-            },
-        },
-    }
-    decision = validated(deployment, standard(), labels=TEAM)
+    workload = deployment({"containers": [container("main")]}, annotations={"cdi.k8s.io/y": "nvidia.com/gpu=0"})
+    decision = validated(workload, standard(), labels=TEAM)
     assert not decision.allowed
     assert "spec.template.metadata.annotations[cdi.k8s.io/y]" in decision.message
 

@@ -6,7 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import apply, container, env, gpu_pod, mutated, pod, request, schema_check, standard, validated
+from tests.support import (
+    apply,
+    container,
+    deployment,
+    env,
+    gpu_pod,
+    mutated,
+    pod,
+    request,
+    schema_check,
+    standard,
+    validated,
+)
 from webhook.admission import mutate
 
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
@@ -191,15 +203,6 @@ def test_a_workload_sidecar_with_env_from_is_settled_by_the_void_its_pods_will_g
         container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()),
         container("log-shipper", envFrom=_env_from()),
     )["spec"]
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "d", "namespace": "default"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "d"}},
-            "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec},
-        },
-    }
-    decision = validated(deployment, standard(), labels=TEAM)
+    decision = validated(deployment(spec), standard(), labels=TEAM)
     assert 'spec.template.spec.containers[0].envFrom[0]: container "trainer"' in decision.message
     assert 'container "log-shipper": takes' not in decision.message

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import container, gpu_pod, mutated, pod, standard, validated
+from tests.support import container, deployment, gpu_pod, mutated, pod, standard, validated
 from webhook.policy.model import PolicySet
 
 PRIVILEGED = {"privileged": True}
@@ -21,13 +21,7 @@ def privileged(obj: dict[str, Any], fld: str = "containers", index: int = 0) -> 
 
 
 def deployment_of(p: dict[str, Any]) -> dict[str, Any]:
-    template = {"metadata": {"labels": {"app": "w"}}, "spec": p["spec"]}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "w", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template},
-    }
+    return deployment(p["spec"], name="w")
 
 
 def final(obj: dict[str, Any], policy: PolicySet) -> dict[str, Any]:
