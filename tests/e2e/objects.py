@@ -193,7 +193,11 @@ def wait_for_team_label(stack: Stack, namespace: str, team: str) -> str | None:
     """gpugate learns namespace labels from a watch: wait (bounded) until it attributes to `team`."""
 
     def probe() -> str | None:
-        dry = stack.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu_pod("probe", namespace))
+        dry = stack.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu_pod("probe", namespace), check=False
+        )
+        if not dry.ok:  # the workers may disagree for a moment (one has seen the new labels): ask again
+            return None
         got = dry.json()["metadata"].get("labels", {}).get(TEAM)
         return got if got == team else None
 

@@ -97,8 +97,12 @@ def test_gpugate_refuses_a_status_update_of_an_attribution_key_outside_its_group
         policy_file.write_text(own)
 
         def labelled() -> bool:
-            dry = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu_pod("probe", ns))
-            return dry.json()["metadata"].get("labels", {}).get(OWN_KEY) == "billing"
+            # While the workers pick up the new file, /mutate and /validate of one request may run under
+            # different policy sets (a refusal that the pod lacks the new label): not loaded yet, ask again.
+            dry = cp.kubectl(
+                "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=gpu_pod("probe", ns), check=False
+            )
+            return dry.ok and dry.json()["metadata"].get("labels", {}).get(OWN_KEY) == "billing"
 
         assert eventually(labelled, timeout=15), "gpugate did not load the policy"
         cp.kubectl("apply", "-f", "-", stdin=gpu_pod("trainer", ns))
