@@ -59,14 +59,7 @@ def _model_class(
         doc.strings(c.get("deviceClasses"), f"{path}.deviceClasses", check=is_dns_subdomain, what="DeviceClass name")
         or ()
     )
-    node_selector: dict[str, str] = {}
-    for key, val in doc.mapping(c.get("nodeSelector"), f"{path}.nodeSelector", None).items():
-        if not isinstance(key, str) or not is_label_key(key):
-            doc.fail(f"{path}.nodeSelector", f"{key!r} is not a valid label key")
-        elif not isinstance(val, str) or not is_label_value(val):
-            doc.fail(f"{path}.nodeSelector[{key}]", f"{val!r} is not a valid label value")
-        else:
-            node_selector[key] = val
+    node_selector = doc.labels(c.get("nodeSelector"), f"{path}.nodeSelector")
     if not vals and not device_classes:
         doc.fail(
             f"{path}.values",

@@ -102,18 +102,23 @@ class Doc:
             return default
         return str(value)
 
+    def labels(self, value: Any, path: str) -> dict[str, str]:
+        """A map of label keys to label values (``matchLabels``, ``nodeSelector``); invalid entries are left out."""
+        out: dict[str, str] = {}
+        for key, val in self.mapping(value, path, None).items():
+            if not isinstance(key, str) or not is_label_key(key):
+                self.fail(path, f"{key!r} is not a valid label key")
+            elif not isinstance(val, str) or not is_label_value(val):
+                self.fail(f"{path}[{key}]", f"{val!r} is not a valid label value")
+            else:
+                out[key] = val
+        return out
+
     def selector(self, value: Any, path: str) -> LabelSelector | None:
         if value is None:
             return None
         raw = self.mapping(value, path, ("matchLabels", "matchExpressions"))
-        labels: dict[str, str] = {}
-        for key, val in self.mapping(raw.get("matchLabels"), f"{path}.matchLabels", None).items():
-            if not isinstance(key, str) or not is_label_key(key):
-                self.fail(f"{path}.matchLabels", f"{key!r} is not a valid label key")
-            elif not isinstance(val, str) or not is_label_value(val):
-                self.fail(f"{path}.matchLabels[{key}]", f"{val!r} is not a valid label value")
-            else:
-                labels[key] = val
+        labels = self.labels(raw.get("matchLabels"), f"{path}.matchLabels")
         requirements = []
         exprs = raw.get("matchExpressions") or []
         if not isinstance(exprs, list):
