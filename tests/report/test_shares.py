@@ -21,7 +21,7 @@ import pytest
 
 from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
 from .schema import checked
-from .synthetic import A100, HOUR, START, T4, Fleet, dcgm_labels
+from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
 from .test_report import gpugate
 
 H200 = "NVIDIA H200"
@@ -54,15 +54,40 @@ def shared_fleet() -> Fleet:
     # asks gpu-fraction 0.5 all six hours, infer-b gpu-memory 20480 MiB (a quarter of 80 GiB) for the first 3 h.
     reservation = "gpu-reservation-node-k-x7k2p"
     fleet.pod(
-        RESERVATION_NS, reservation, node="node-k", resources={"nvidia.com/gpu": 1}, attribution=None, pod_labels=g1, **every
+        RESERVATION_NS,
+        reservation,
+        node="node-k",
+        resources={"nvidia.com/gpu": 1},
+        attribution=None,
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=LENGTH,
     )
     annotations(RESERVATION_NS, reservation, {"annotation_run_ai_reserve_for_gpu_index": "GPU-k-0"})
     gpu(dcgm_labels(gpu=0, uuid="GPU-k-0", model=A100, host="node-k", pod=(RESERVATION_NS, reservation)), 40.0)
-    fleet.pod("kai", "infer-a", node="node-k", resources={"cpu": 1}, attribution=team("vision", "a"), pod_labels=g1, **every)
+    fleet.pod(
+        "kai",
+        "infer-a",
+        node="node-k",
+        resources={"cpu": 1},
+        attribution=team("vision", "a"),
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=LENGTH,
+    )
     annotations("kai", "infer-a", {"annotation_gpu_fraction": "0.5"})
     half = {"end": 3 * HOUR}
-    who = team("nlp", "b")
-    fleet.pod("kai", "infer-b", node="node-k", resources={"cpu": 1}, attribution=who, pod_labels=g1, **(every | half))
+    nlp = team("nlp", "b")
+    fleet.pod(
+        "kai",
+        "infer-b",
+        node="node-k",
+        resources={"cpu": 1},
+        attribution=nlp,
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=3 * HOUR,
+    )
     annotations("kai", "infer-b", {"annotation_gpu_memory": "20480"}, **half)
 
     # node-h, HAMi: a T4 of 16 GiB and 100 cores. hami-a: 4 GiB and 30 cores (the larger, 0.30); hami-b:
@@ -71,8 +96,22 @@ def shared_fleet() -> Fleet:
     fleet.add("hami_gpu_memory_limit_bytes", device, 16.0 * GIB, **every)
     fleet.add("hami_gpu_core_limit_ratio", device, 100.0, **every)
     for pod, memory, cores, who in (("hami-a", 4, 30, "research"), ("hami-b", 8, 0, "platform")):
-        fleet.pod("hami", pod, node="node-h", resources={"nvidia.com/gpu": 1}, attribution=team(who, pod), **every)
-        container = {"namespace": "hami", "node": "node-h", "pod": pod, "container_index": "0", "device_uuid": "GPU-h-0"}
+        fleet.pod(
+            "hami",
+            pod,
+            node="node-h",
+            resources={"nvidia.com/gpu": 1},
+            attribution=team(who, pod),
+            interval=INTERVAL,
+            end=LENGTH,
+        )
+        container = {
+            "namespace": "hami",
+            "node": "node-h",
+            "pod": pod,
+            "container_index": "0",
+            "device_uuid": "GPU-h-0",
+        }
         fleet.add("hami_vgpu_memory_allocated_bytes", container, memory * GIB, **every)
         fleet.add("hami_vgpu_core_allocated_ratio", container, float(cores), **every)
     gpu(dcgm_labels(gpu=0, uuid="GPU-h-0", model=T4, host="node-h"), 5.0)
@@ -83,7 +122,15 @@ def shared_fleet() -> Fleet:
     shared = dcgm_labels(gpu=0, uuid="GPU-m-0", model=T4, host="node-m")
     gpu(shared, 60.0)
     for pod, replicas, who in (("mps-x", 1, "search"), ("mps-y", 2, "ads")):
-        fleet.pod("mps", pod, node="node-m", resources={"nvidia.com/gpu": replicas}, attribution=team(who, pod), **every)
+        fleet.pod(
+            "mps",
+            pod,
+            node="node-m",
+            resources={"nvidia.com/gpu": replicas},
+            attribution=team(who, pod),
+            interval=INTERVAL,
+            end=LENGTH,
+        )
         for replica in range(replicas):
             vgpu = str(replica + (1 if pod == "mps-y" else 0))
             gpu(dcgm_labels(gpu=0, uuid="GPU-m-0", model=T4, host="node-m", pod=("mps", pod)) | {"vgpu": vgpu}, 60.0)
@@ -91,9 +138,22 @@ def shared_fleet() -> Fleet:
     # node-d, DRA: train-0's claim holds an H200; dcgm-exporter (--kubernetes-enable-dra) maps it for 3 h at
     # 80%, then the node's exporter is down. ext-0 asks nvidia.com/gpu through a DRA-backed extended
     # resource (no claim in its spec) and has no telemetry at all.
-    fleet.pod("dra", "train-0", node="node-d", resources={"cpu": 1}, attribution=team("training", "train"), **every)
+    fleet.pod(
+        "dra",
+        "train-0",
+        node="node-d",
+        resources={"cpu": 1},
+        attribution=team("training", "train"),
+        interval=INTERVAL,
+        end=LENGTH,
+    )
     claim = {"namespace": "dra", "pod": "train-0", "uid": "uid-train-0", "claim_name": "gpu"}
-    fleet.add("kube_pod_resourceclaim_info", claim | {"resourceclaim_name": "train-0-gpu-abc12", "resourceclaim_template_name": "one-gpu"}, 1.0, **every)
+    fleet.add(
+        "kube_pod_resourceclaim_info",
+        claim | {"resourceclaim_name": "train-0-gpu-abc12", "resourceclaim_template_name": "one-gpu"},
+        1.0,
+        **every,
+    )
     dra = {
         "dra_claim_name": "train-0-gpu-abc12",
         "dra_claim_namespace": "dra",
@@ -102,7 +162,15 @@ def shared_fleet() -> Fleet:
         "dra_device_name": "gpu-0",
     }
     gpu(dcgm_labels(gpu=0, uuid="GPU-d-0", model=H200, host="node-d", pod=("dra", "train-0")) | dra, 80.0, **half)
-    fleet.pod("dra", "ext-0", node="node-d", resources={"nvidia.com/gpu": 1}, attribution=team("infra", "ext"), **every)
+    fleet.pod(
+        "dra",
+        "ext-0",
+        node="node-d",
+        resources={"nvidia.com/gpu": 1},
+        attribution=team("infra", "ext"),
+        interval=INTERVAL,
+        end=LENGTH,
+    )
     return fleet
 
 
@@ -117,9 +185,7 @@ def shares(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPromethe
 
 
 def report(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
-    result = gpugate(
-        "report", "--prometheus", prometheus.url, "--end", END_ISO, "--window", "6h", "-o", "json", *extra
-    )
+    result = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "--window", "6h", "-o", "json", *extra)
     assert result.returncode == 0, result.stderr
     return checked(result.stdout)
 

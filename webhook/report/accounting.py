@@ -385,7 +385,7 @@ class Accumulator:
                 row.whole_gpus = max(row.whole_gpus, count + len(self.counts.get("whole", ())))
             elif kind == "fraction":
                 # held as (pod, device, share): the GPUs they add up to
-                row.fraction = max(row.fraction, sum(share for *_, share in held))  # type: ignore[misc]
+                row.fraction = max(row.fraction, sum(float(entry[-1]) for entry in held))  # type: ignore[index, misc]
             elif kind == "shared":
                 row.shared = max(row.shared, count)
             else:

@@ -149,7 +149,12 @@ class Chunk:
             non_gpu_series=[pod_of(s.labels) for s in inputs.non_gpu_pods],
             hami=_index(inputs.hami_shares, where),
             hami_series=[
-                (pod_of(s.labels), s.labels.get("device_uuid", ""), s.labels.get("node", ""), s.labels.get("dimension", ""))
+                (
+                    pod_of(s.labels),
+                    s.labels.get("device_uuid", ""),
+                    s.labels.get("node", ""),
+                    s.labels.get("dimension", ""),
+                )
                 for s in inputs.hami_shares
             ],
             kai=_index(inputs.kai_pods, where),
@@ -242,10 +247,10 @@ class Chunk:
                 groups[group] = uuid
         for number, _ in self.kai[i] if self.kai else ():
             pod, group, fraction, memory = self.kai_series[number]
-            uuid = groups.get(group)
-            if uuid and (fraction is not None or memory is not None):
+            reserved = groups.get(group)
+            if reserved and (fraction is not None or memory is not None):
                 share = None if fraction is None else min(1.0, fraction)
-                out.append(Claim(pod, uuid, "kai", share, memory_mib=None if share is not None else memory))
+                out.append(Claim(pod, reserved, "kai", share, memory_mib=None if share is not None else memory))
         sharing: dict[tuple[str, str], list[Pod]] = defaultdict(list)
         for number, _ in self.dra[i] if self.dra else ():
             pod, claim = self.dra_series[number]
@@ -257,6 +262,15 @@ class Chunk:
                     continue  # dcgm-exporter maps it: billed from telemetry
                 for pod in sorted(pods):  # a claim shared by several pods: split evenly between them
                     out.append(
-                        Claim(pod, uuid, "dra", 1.0 / len(pods), node=host, instance=instance, profile=profile, model=model)
+                        Claim(
+                            pod,
+                            uuid,
+                            "dra",
+                            1.0 / len(pods),
+                            node=host,
+                            instance=instance,
+                            profile=profile,
+                            model=model,
+                        )
                     )
         return out

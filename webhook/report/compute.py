@@ -193,17 +193,23 @@ class Integrator(Totals):
             if utilisation is None:
                 utilisation, source = devices.dev.get(key), SOURCE_DEV
             kind = "dra" if mine[0].mode == "dra" else "fraction"
-            price = self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+            price = (
+                self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+            )
             for claim, share in zip(mine, shares, strict=True):
                 share *= scale
-                accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
+                accumulator, workload = self._owner(
+                    claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod)
+                )
                 self.last_group[claim.pod] = (accumulator.row.group, workload.key)
                 units = requested.get(claim.pod)
                 for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
                     if units and resource in units:
                         units.remove(resource)
                         break
-                unit = Unit(kind=kind, share=fraction * share, price=price, price_share=share, model=model, fraction=fraction)
+                unit = Unit(
+                    kind=kind, share=fraction * share, price=price, price_share=share, model=model, fraction=fraction
+                )
                 held: Hashable = (claim.pod, key, fraction * share) if kind == "fraction" else key
                 self._account(
                     unit,
@@ -371,7 +377,11 @@ class Integrator(Totals):
             if holders and key[0] in self.time_sliced and replicas > len(holders):
                 # The replicas of a time-sliced GPU that no pod holds: unallocated, as the bill has them.
                 rest = (replicas - len(holders)) / replicas
-                price = self.prices.device(model=device.model, profile="", fraction=rest, node=device.host) if self.prices else None
+                price = (
+                    self.prices.device(model=device.model, profile="", fraction=rest, node=device.host)
+                    if self.prices
+                    else None
+                )
                 self._unallocated(model=device.model, resource="shared", share=rest, price=price, t=t)
             if holders or (not key[1] and key[0] in partitioned):
                 continue

@@ -61,7 +61,9 @@ class ReportError(Exception):
 
 def _device_labels() -> str:
     pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
-    return f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, dra_claim_name, {pod_labels}"
+    return (
+        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, dra_claim_name, {pod_labels}"
+    )
 
 
 def requests_query(step: int) -> str:
@@ -111,14 +113,17 @@ group by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"
 
 def _holding(step: int) -> str:
     """Pods bound and Pending or Running in the step, as the requests query keeps them."""
-    return f"(max by (namespace, pod) (max_over_time({PHASE}{{phase=~\"Pending|Running\"}}[{step}s])) == 1)"
+    return f'(max by (namespace, pod) (max_over_time({PHASE}{{phase=~"Pending|Running"}}[{step}s])) == 1)'
 
 
 def hami_query(step: int) -> str:
     """Per pod and device, HAMi's allocation over the device's limit, for memory and for cores (the pod pays
     the larger: a device is full when either is). Summed over the pod's containers on the device."""
     parts = []
-    for dimension, allocated, limit in (("memory", HAMI_MEMORY, HAMI_MEMORY_LIMIT), ("cores", HAMI_CORES, HAMI_CORES_LIMIT)):
+    for dimension, allocated, limit in (
+        ("memory", HAMI_MEMORY, HAMI_MEMORY_LIMIT),
+        ("cores", HAMI_CORES, HAMI_CORES_LIMIT),
+    ):
         parts.append(
             f"""label_replace(
   sum by (namespace, pod, device_uuid, node) (
@@ -300,7 +305,9 @@ def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tupl
     return found
 
 
-def dra_devices(prometheus: Prometheus, *, start: int, end: int) -> dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]]:
+def dra_devices(
+    prometheus: Prometheus, *, start: int, end: int
+) -> dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]]:
     """(claim namespace, claim) -> the devices dcgm-exporter named with that claim in the window, from the series
     index: a claim's device stays known in the steps its telemetry is missing."""
     found: dict[tuple[str, str], set[tuple[str, str, str, str, str]]] = {}
@@ -368,7 +375,9 @@ def stream_inputs(
     )
     if HAMI_MEMORY in present:
         plan.append(("hami", hami_query(step)))
-    if POD_ANNOTATIONS in present and prometheus.label_values(KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end):
+    if POD_ANNOTATIONS in present and prometheus.label_values(
+        KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end
+    ):
         plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
     if POD_CLAIMS in present and claims:
         plan.append(("dra", dra_claims_query(step)))

@@ -23,6 +23,7 @@ HEADROOM = 1.25  # a class must hold 25% more than the p95 compute share and the
 LIGHT_USE = 20.0  # percent p95: a workload this light may move to a smaller model, whose speed is unknown
 POLICY_PRIORITY = 1000
 
+
 @dataclass(frozen=True)
 class FleetClass:
     """A class the fleet has: a model, held whole, time-sliced (``shared``) or as a MIG profile."""
