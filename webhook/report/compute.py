@@ -178,58 +178,66 @@ class Integrator(Totals):
         for claim in claims:
             by_device[claim.uuid, claim.instance].append(claim)
         for key in sorted(by_device):
-            mine = by_device[key]
-            seen = devices.meta.get(key) or self.devices_seen.get(key)
-            model = seen.model if seen else mine[0].model
-            host = seen.host if seen else mine[0].node
-            profile = seen.profile if seen else mine[0].profile
-            fraction = mig_fraction(profile, model=model)[0] if profile else 1.0
-            shares = [self._claim_share(claim, model=model, profile=profile) for claim in mine]
-            total = sum(shares)
-            if total > 1.0 + 1e-9:
-                self.overcommitted.add(key[0])
-            scale = 1.0 / total if total > 1.0 else 1.0
-            utilisation, source = devices.prof.get(key), SOURCE_PROF
-            if utilisation is None:
-                utilisation, source = devices.dev.get(key), SOURCE_DEV
-            kind = "dra" if mine[0].mode == "dra" else "fraction"
-            price = (
-                self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+            self._bill_claimed_device(key, by_device[key], devices, requested, ksm, index, t)
+
+    def _bill_claimed_device(
+        self,
+        key: DeviceKey,
+        mine: Sequence[Claim],
+        devices: StepDevices,
+        requested: dict[Pod, list[str]],
+        ksm: dict[Pod, dict[str, str] | None],
+        index: int,
+        t: float,
+    ) -> None:
+        """One device held by share: each claim billed its share, the rest unallocated."""
+        seen = devices.meta.get(key) or self.devices_seen.get(key)
+        model = seen.model if seen else mine[0].model
+        host = seen.host if seen else mine[0].node
+        profile = seen.profile if seen else mine[0].profile
+        fraction = mig_fraction(profile, model=model)[0] if profile else 1.0
+        shares = [self._claim_share(claim, model=model, profile=profile) for claim in mine]
+        total = sum(shares)
+        if total > 1.0 + 1e-9:
+            self.overcommitted.add(key[0])
+        scale = 1.0 / total if total > 1.0 else 1.0
+        utilisation, source = devices.prof.get(key), SOURCE_PROF
+        if utilisation is None:
+            utilisation, source = devices.dev.get(key), SOURCE_DEV
+        kind = "dra" if mine[0].mode == "dra" else "fraction"
+        price = self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+        for claim, share in zip(mine, shares, strict=True):
+            share *= scale
+            accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
+            self.last_group[claim.pod] = (accumulator.row.group, workload.key)
+            units = requested.get(claim.pod)
+            for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
+                if units and resource in units:
+                    units.remove(resource)
+                    break
+            unit = Unit(
+                kind=kind, share=fraction * share, price=price, price_share=share, model=model, fraction=fraction
             )
-            for claim, share in zip(mine, shares, strict=True):
-                share *= scale
-                accumulator, workload = self._owner(
-                    claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod)
-                )
-                self.last_group[claim.pod] = (accumulator.row.group, workload.key)
-                units = requested.get(claim.pod)
-                for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
-                    if units and resource in units:
-                        units.remove(resource)
-                        break
-                unit = Unit(
-                    kind=kind, share=fraction * share, price=price, price_share=share, model=model, fraction=fraction
-                )
-                held: Hashable = (claim.pod, key, fraction * share) if kind == "fraction" else key
-                self._account(
-                    unit,
-                    accumulator,
-                    workload,
-                    held=held,
-                    index=index,
-                    t=t,
-                    utilisation=utilisation,
-                    source=source,
-                    missing=utilisation is None,
-                )
-                if utilisation is not None:
-                    workload.samples += 1
-            rest = max(0.0, 1.0 - total)
-            if rest > 1e-9:
-                cost = None if price is None else price * rest
-                self._unallocated(model=model, resource=kind, share=fraction * rest, price=cost, t=t)
-            devices.meta.pop(key, None)
-            devices.holders.pop(key, None)
+            held: Hashable = (claim.pod, key, fraction * share) if kind == "fraction" else key
+            self._account(
+                unit,
+                accumulator,
+                workload,
+                held=held,
+                index=index,
+                t=t,
+                utilisation=utilisation,
+                source=source,
+                missing=utilisation is None,
+            )
+            if utilisation is not None:
+                workload.samples += 1
+        rest = max(0.0, 1.0 - total)
+        if rest > 1e-9:
+            cost = None if price is None else price * rest
+            self._unallocated(model=model, resource=kind, share=fraction * rest, price=cost, t=t)
+        devices.meta.pop(key, None)
+        devices.holders.pop(key, None)
 
     def _claim_share(self, claim: Claim, *, model: str, profile: str) -> float:
         """A claim's share of its device; KAI's gpu-memory (MiB) over the device's framebuffer by its name."""
@@ -298,13 +306,11 @@ class Integrator(Totals):
                         break
             # Several pods on one device in one step of a GPU never seen time-sliced is a hand-over (one pod
             # ended, the next started): the hours are split, but the GPU is not a shared one.
-            sharers = len(holders)
-            if kind == "shared":  # each replica is 1/R of the GPU where GFD names R; else split between holders
-                sharers = max(sharers, self.replicas.get(device.host, 0))
             unit = self._unit(
                 model=device.model,
                 profile=device.profile,
-                sharers=sharers,
+                # each replica is 1/R of the GPU where GFD names R; else the hour is split between the holders
+                sharers=max(len(holders), self.replicas.get(device.host, 0) if kind == "shared" else 0),
                 kind=kind,
                 replicas=replicas,
                 node=device.host,

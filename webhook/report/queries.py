@@ -341,6 +341,23 @@ def node_replicas(prometheus: Prometheus, *, start: int, end: int) -> dict[str, 
     return out
 
 
+def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, claims: bool) -> list[tuple[str, str]]:
+    """The shared-GPU queries, only where their series exist in the window (the label index says, cheaply)."""
+    plan = []
+    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}"}}'
+    present = set(prometheus.label_values("__name__", match=match, start=start, end=end))
+    if HAMI_MEMORY in present:
+        plan.append(("hami", hami_query(step)))
+    kai = POD_ANNOTATIONS in present and prometheus.label_values(
+        KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end
+    )
+    if kai:
+        plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
+    if POD_CLAIMS in present and claims:
+        plan.append(("dra", dra_claims_query(step)))
+    return plan
+
+
 def stream_inputs(
     prometheus: Prometheus,
     *,
@@ -367,20 +384,7 @@ def stream_inputs(
     nodes = mig_nodes(prometheus, start=start, end=end)
     replicas = node_replicas(prometheus, start=start, end=end)
     claims = dra_devices(prometheus, start=start, end=end)
-    # The shared-GPU queries run only where their series exist in the window (the label index says, cheaply).
-    present = set(
-        prometheus.label_values(
-            "__name__", match=f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}"}}', start=start, end=end
-        )
-    )
-    if HAMI_MEMORY in present:
-        plan.append(("hami", hami_query(step)))
-    if POD_ANNOTATIONS in present and prometheus.label_values(
-        KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end
-    ):
-        plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
-    if POD_CLAIMS in present and claims:
-        plan.append(("dra", dra_claims_query(step)))
+    plan += _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims))
     size, done = min(len(steps), max(1, 3600 // step), CHUNK_POINTS), 0
     while done < len(steps):
         chunk = steps[done : done + size]
