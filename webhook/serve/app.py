@@ -17,8 +17,8 @@ from ..admission import Decision, Environment, errored, mutate, validate
 from ..inventory.pools import drift
 from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
 from ..policy.model import PolicySet
-from ..policy.store import PolicyStore
 from . import metrics
+from .policies import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 
 log = logging.getLogger("gpugate")
