@@ -1,5 +1,6 @@
-"""The production app's wiring: the policy store (with its last good copy), the namespace-label cache and the
-per-worker refresh loop around the routes of ``app``. ``gpugate serve`` runs ``build_app`` in every worker."""
+"""The production app's wiring: the policy store (with its last good copy), the namespace-label cache, the
+fleet watcher, the worker's ``status`` and its refresh loop around the routes of ``app``. ``gpugate serve``
+runs ``build_app`` in every worker."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..policy.loader import PolicyError
 from . import lastgood
 from .app import NamespaceLabels, create_app
 from .policies import PolicyStore
+from .status import Status
 
 log = logging.getLogger("gpugate")
 
@@ -44,10 +46,8 @@ def build_app(
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
     fleet = _fleet_watcher(kubeconfig)
-    app = create_app(
-        policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache, fleet=fleet
-    )
-    refresh = app.extensions["gpugate.refresh"]
+    status = Status(store, namespace_cache=cache, fleet=fleet, tls_ready=tls_ready)
+    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, fleet=fleet, status=status)
     saved = [""]
 
     def refresh_and_keep_a_copy() -> None:
@@ -56,7 +56,7 @@ def build_app(
             # that sat out a rotation would otherwise still hold the old certificate when a broken edit
             # follows, and serve it while its neighbours serve the rotated one.
             tls_ready()
-        current = refresh()
+        current = status.refresh()
         if (
             copy is not None
             and store.last_error is None
