@@ -1001,6 +1001,19 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         None,
         [],
     ),
+    # Created bound (spec.nodeName): no scheduler places it, so the annotation holds nothing.
+    (
+        "KAI gpu-fraction pod created with spec.nodeName tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], nodeName="gpu-1", **KAI), annotations=KAI_FRACTION),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "KAI gpu-fraction pod created with spec.nodeName under the NVIDIA runtime class",
+        pod(pod_spec(runtimeClassName="nvidia", nodeName="gpu-1", **KAI), annotations=KAI_FRACTION),
+        None,
+        ["GPU runtime class"],
+    ),
     # Another scheduler ignores the annotation: the pod holds no GPU.
     (
         "gpu-fraction on a default-scheduler pod tolerating the GPU taint",
