@@ -193,6 +193,8 @@ def _by_policy(values: Mapping[str, Any], fallback: Any) -> str:
 def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
     owned = {p.name: _owned(p) for p in policies} | {"": _owned(BUILTIN)}
     counted = {p.name: _counted(p) for p in policies} | {"": _counted(BUILTIN)}
+    holder_annotations = {p.name: sorted(p.holders.annotations) for p in policies}
+    schedulers = {p.name: sorted(p.holders.annotation_schedulers) for p in policies}
     return [
         {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
         {"name": "annotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
@@ -213,13 +215,30 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         {"name": "counted", "expression": f"{literal(counted)}[?variables.policy].orValue('a^')"},
         # A GPU pod, as far as resources tell: a positive amount of a GPU count, or an auxiliary resource.
         {
-            "name": "holdsGPU",
+            "name": "holdsByResource",
             "expression": "variables.all.exists(c, has(c.resources) && "
             "[has(c.resources.limits) ? c.resources.limits : {}, "
             "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, "
             "r.matches(variables.owned) && (!r.matches(variables.counted) || "
             "quantity(string(m[r])).isGreaterThan(quantity('0'))))))",
         },
+        {"name": "holderAnnotations", "expression": _by_policy(holder_annotations, list(BUILTIN.holders.annotations))},
+        {
+            "name": "scheduler",
+            "expression": "has(object.spec.schedulerName) && object.spec.schedulerName != '' ? "
+            "object.spec.schedulerName : 'default-scheduler'",
+        },
+        {
+            "name": "fractionAnnotated",
+            "expression": "variables.annotations.exists(k, k in variables.holderAnnotations)",
+        },
+        # A GPU-sharing scheduler's annotation holds a GPU only under the scheduler that implements it.
+        {
+            "name": "holdsByAnnotation",
+            "expression": "variables.fractionAnnotated && variables.scheduler in "
+            + _by_policy(schedulers, list(BUILTIN.holders.annotation_schedulers)),
+        },
+        {"name": "holdsGPU", "expression": "variables.holdsByResource || variables.holdsByAnnotation"},
     ]
 
 
@@ -578,7 +597,7 @@ def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
             "messageExpression": "'a container requests 0 of a GPU resource; remove it: a zero GPU request still "
             "attracts GPU-node tolerations (policy \"' + variables.policy + '\", gpugate)'",
             "message": "gpugate: a container requests 0 GPUs",
-            "reason": "Invalid",
+            "reason": "Forbidden",
         }
     )
     positive = "quantity(string(m[r])).isGreaterThan(quantity('0'))"
@@ -590,7 +609,18 @@ def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
             "messageExpression": "'pod: mixes whole GPUs with MIG slices; request either whole GPUs or MIG slices "
             "in one pod, no node offers both at once (policy \"' + variables.policy + '\", gpugate)'",
             "message": "gpugate: the pod mixes whole GPUs with MIG slices",
-            "reason": "Invalid",
+            "reason": "Forbidden",
+        }
+    )
+    out.append(
+        {
+            "expression": f"!({names}) || !variables.fractionAnnotated || variables.holdsGPU || "
+            "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
+            "messageExpression": "'pod: asks for part of a GPU with a GPU-sharing annotation, but its "
+            "schedulerName \"' + variables.scheduler + '\" does not implement it, so the pod would get no GPU "
+            "(policy \"' + variables.policy + '\", gpugate)'",
+            "message": "gpugate: a GPU-sharing annotation under a scheduler that does not implement it",
+            "reason": "Forbidden",
         }
     )
     return out
@@ -670,6 +700,10 @@ def _match_conditions(policies: tuple[Policy, ...], *, env: bool) -> list[dict[s
         "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, "
         "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, r.matches("
         f"{string(owned)}))))"
+    )
+    annotations = sorted({a for p in (*policies, BUILTIN) for a in p.holders.annotations})
+    names += (
+        f" || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k in {literal(annotations)}))"
     )
     if env:
         names += (
