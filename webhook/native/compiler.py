@@ -186,15 +186,32 @@ def _governing(policies: tuple[Policy, ...]) -> str:
     return out
 
 
-def _by_policy(values: Mapping[str, Any], fallback: Any) -> str:
-    return f"{literal(dict(values))}[?variables.policy].orValue({literal(fallback)})"
+def _device_profiles(policies: tuple[Policy, ...]) -> tuple[dict[str, str], dict[str, list[Any]]]:
+    """Policy -> the id of its GPU vocabulary (what counts, what holds a GPU), and id -> [owned pattern, counted
+    pattern, holder annotations, their schedulers]: policies with the same devices share one entry."""
+    ids: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    data: dict[str, list[Any]] = {}
+    for p in (*policies, BUILTIN):
+        row = [_owned(p), _counted(p), sorted(p.holders.annotations), sorted(p.holders.annotation_schedulers)]
+        signature = literal(row)
+        if signature not in seen:
+            seen[signature] = f"d{len(seen)}"
+            data[seen[signature]] = row
+        ids["" if p is BUILTIN else p.name] = seen[signature]
+    return ids, data
 
 
 def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
-    owned = {p.name: _owned(p) for p in policies} | {"": _owned(BUILTIN)}
-    counted = {p.name: _counted(p) for p in policies} | {"": _counted(BUILTIN)}
-    holder_annotations = {p.name: sorted(p.holders.annotations) for p in policies}
-    schedulers = {p.name: sorted(p.holders.annotation_schedulers) for p in policies}
+    ids, data = _device_profiles(policies)
+    owned = {d: row[0] for d, row in data.items()}
+    counted = {d: row[1] for d, row in data.items()}
+    holder_annotations = {d: row[2] for d, row in data.items()}
+    schedulers = {d: row[3] for d, row in data.items()}
+
+    def by_devices(table: Mapping[str, Any], fallback: Any) -> str:
+        return f"{literal(dict(table))}[?variables.devices].orValue({literal(fallback)})"
+
     return [
         {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
         {"name": "annotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
@@ -211,8 +228,9 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             "+ variables.all.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {})",
         },
         {"name": "policy", "expression": _governing(policies)},
-        {"name": "owned", "expression": f"{literal(owned)}[?variables.policy].orValue('a^')"},
-        {"name": "counted", "expression": f"{literal(counted)}[?variables.policy].orValue('a^')"},
+        {"name": "devices", "expression": f"{literal(ids)}[?variables.policy].orValue('')"},
+        {"name": "owned", "expression": by_devices(owned, "a^")},
+        {"name": "counted", "expression": by_devices(counted, "a^")},
         # A GPU pod, as far as resources tell: a positive amount of a GPU count, or an auxiliary resource.
         {
             "name": "holdsByResource",
@@ -222,7 +240,7 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             "r.matches(variables.owned) && (!r.matches(variables.counted) || "
             "quantity(string(m[r])).isGreaterThan(quantity('0'))))))",
         },
-        {"name": "holderAnnotations", "expression": _by_policy(holder_annotations, list(BUILTIN.holders.annotations))},
+        {"name": "holderAnnotations", "expression": by_devices(holder_annotations, [])},
         {
             "name": "scheduler",
             "expression": "has(object.spec.schedulerName) && object.spec.schedulerName != '' ? "
@@ -235,8 +253,7 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         # A GPU-sharing scheduler's annotation holds a GPU only under the scheduler that implements it.
         {
             "name": "holdsByAnnotation",
-            "expression": "variables.fractionAnnotated && variables.scheduler in "
-            + _by_policy(schedulers, list(BUILTIN.holders.annotation_schedulers)),
+            "expression": "variables.fractionAnnotated && variables.scheduler in " + by_devices(schedulers, []),
         },
         {"name": "holdsGPU", "expression": "variables.holdsByResource || variables.holdsByAnnotation"},
     ]
@@ -285,11 +302,21 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
     shared: dict[str, list[str]] = {}
     holders: dict[str, list[str]] = {}
     look_alike: dict[str, str] = {}
+    # Policies that differ only in what they match share one profile, so a thousand team policies cut from
+    # one template cost one set of table entries, not a thousand (the apiserver stores an object in etcd,
+    # 1.5 MiB at most by default).
+    profiles: dict[str, str] = {}
+    seen: dict[str, str] = {}
     for p in policies:
+        signature = literal(_profile(p))
+        if signature in seen:
+            profiles[p.name] = seen[signature]
+            continue
+        name = seen[signature] = profiles[p.name] = f"p{len(seen)}"
         entries, _ = _entries(p)
-        candidates[p.name] = sorted(entries)
+        candidates[name] = sorted(entries)
         for resource, e in sorted(entries.items()):
-            key = f"{p.name}|{resource}"
+            key = f"{name}|{resource}"
             tables["rc"][key] = e.runtime_class
             tables["tolerations"][key] = [dict(t) for t in e.tolerations]
             tables["tolerationsNormal"][key] = [
@@ -306,19 +333,19 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
             tables["choice"][key] = list(e.choice_keys)
             if e.void:
                 void.append(key)
-        attribution[p.name] = [
+        attribution[name] = [
             [a.key, "value", a.value, ""]
             if a.value is not None
             else [a.key, "from", a.from_namespace_label or "", a.default]
             for a in p.attribution
         ]
-        shared[p.name] = sorted(p.shared_gpu_containers)
-        holders[p.name] = sorted(
+        shared[name] = sorted(p.shared_gpu_containers)
+        holders[name] = sorted(
             {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION}
             | {a for d in p.devices.values() for a in d.choice_annotations}
         )
         owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
-        look_alike[p.name] = "|".join(look_alike_pattern(k) for k in [*owned, MODEL_LABEL])
+        look_alike[name] = "|".join(look_alike_pattern(k) for k in [*owned, MODEL_LABEL])
     return {
         **tables,
         "void": void,
@@ -327,6 +354,19 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         "shared": shared,
         "holders": holders,
         "lookAlike": look_alike,
+        "profiles": profiles,
+    }
+
+
+def _profile(p: Policy) -> dict[str, Any]:
+    """Everything of a policy the mutating policy's tables hold: its entries and attribution, not its match."""
+    entries, _ = _entries(p)
+    return {
+        "entries": {r: repr(e) for r, e in sorted(entries.items())},
+        "attribution": [repr(a) for a in p.attribution],
+        "shared": sorted(p.shared_gpu_containers),
+        "holders": repr(p.holders),
+        "choices": sorted({a for d in p.devices.values() for a in d.choice_annotations}),
     }
 
 
@@ -391,8 +431,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             f"size({spec}.containers) <= {MAX_CONTAINERS} && size(variables.init) <= {MAX_CONTAINERS}",
             f"!has({spec}.nodeName)",
             f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || "
-            f"k in {literal(t['holders'])}[?variables.policy].orValue([]))",
-            f"!variables.labels.exists(k, k.lowerAscii().matches({literal(t['lookAlike'])}[?variables.policy]"
+            f"k in {literal(t['holders'])}[?variables.profile].orValue([]))",
+            f"!variables.labels.exists(k, k.lowerAscii().matches({literal(t['lookAlike'])}[?variables.profile]"
             ".orValue('a^')))",
             f"(!has({spec}.nodeSelector) || !{spec}.nodeSelector.exists(k, k in {at('choice', [])}))",
             f"(!has({spec}.affinity) || !has({spec}.affinity.nodeAffinity) || (size({at('affinity', [])}) == 0 && "
@@ -422,15 +462,16 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         "string(variables.nsLabels[s[2]]) : s[3])"
     )
     return [
+        {"name": "profile", "expression": f"{literal(t['profiles'])}[?variables.policy].orValue('')"},
         *workload,
         {
             "name": "present",
-            "expression": f"{literal(t['candidates'])}[?variables.policy].orValue([])"
+            "expression": f"{literal(t['candidates'])}[?variables.profile].orValue([])"
             ".filter(r, variables.maps.exists(m, r in m))",
         },
         {"name": "resource", "expression": plain_resource},
-        {"name": "key", "expression": "variables.policy + '|' + variables.resource"},
-        {"name": "shared", "expression": f"{literal(t['shared'])}[?variables.policy].orValue([])"},
+        {"name": "key", "expression": "variables.profile + '|' + variables.resource"},
+        {"name": "shared", "expression": f"{literal(t['shared'])}[?variables.profile].orValue([])"},
         {"name": "plain", "expression": plain},
         {"name": "rc", "expression": at("rc", "")},
         {"name": "addRuntimeClass", "expression": f"variables.rc != '' && !has({spec}.runtimeClassName)"},
@@ -461,8 +502,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         },
         {
             "name": "labelPairs",
-            "expression": f"size({literal(t['attribution'])}[?variables.policy].orValue([])) == 0 ? [] : "
-            f"{literal(t['attribution'])}[?variables.policy].orValue([]).map(s, "
+            "expression": f"size({literal(t['attribution'])}[?variables.profile].orValue([])) == 0 ? [] : "
+            f"{literal(t['attribution'])}[?variables.profile].orValue([]).map(s, "
             f"[string(s[0]), string({attribution_value})]) + "
             f"[[{string(WORKLOAD_KIND_LABEL)}, string(variables.workloadKind)], "
             f"[{string(WORKLOAD_NAME_LABEL)}, string(variables.workloadName)]]",
