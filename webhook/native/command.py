@@ -16,7 +16,7 @@ from .compiler import Compiled, compile_policies
 
 
 def add_policy_compile(policy_sub: Any) -> None:
-    """Add ``compile`` to the ``policy`` subcommands, and the native explanation to ``validate``."""
+    """Add ``compile`` to the ``policy`` subcommands, and ``--explain`` (the native tier's account) to ``validate``."""
     compile_cmd = policy_sub.add_parser(
         "compile",
         help="print DIR as MutatingAdmissionPolicy/ValidatingAdmissionPolicy objects (Kubernetes 1.36+)",
@@ -26,7 +26,11 @@ def add_policy_compile(policy_sub: Any) -> None:
         "--explain", action="store_true", help="say per policy and rule what compiles and what stays in the webhook"
     )
     compile_cmd.set_defaults(run=compile_directory)
-    policy_sub.choices["validate"].set_defaults(run=validate_and_explain)
+    validate = policy_sub.choices["validate"]
+    validate.add_argument(
+        "--explain", action="store_true", help="also say what the native tier decides (as policy compile --explain)"
+    )
+    validate.set_defaults(run=validate_and_explain)
 
 
 def render(compiled: Compiled) -> str:
@@ -56,7 +60,7 @@ def compile_directory(args: argparse.Namespace) -> int:
 
 def validate_and_explain(args: argparse.Namespace) -> int:
     code = validate_directory(args)
-    if code != EXIT_OK:
+    if code != EXIT_OK or not args.explain:
         return code
     print("native tier (gpugate policy compile):")
     print(explanation(compile_policies(load_policies(args.directory))))
