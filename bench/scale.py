@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from tests.support import STANDARD, gpu_pod, policy_yaml, request  # noqa: E402
 from webhook.admission import Environment, mutate, validate  # noqa: E402
 from webhook.policy.files import load_policies  # noqa: E402
-from webhook.policy.store import PolicyStore  # noqa: E402
+from webhook.serve.policies import PolicyStore  # noqa: E402
 
 FALLBACK = (REPO / "policies" / "00-default.yaml").read_text()
 

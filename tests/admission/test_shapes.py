@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, review
-from webhook.policy.store import PolicyStore
 from webhook.serve.app import create_app
+from webhook.serve.policies import PolicyStore
 
 TRAIN_JOB_KIND = """\
 apiVersion: gpugate.io/v2

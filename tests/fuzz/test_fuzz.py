@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from tests.support import REPO, container, gpu_pod, pod, review
 from webhook.policy.files import load_policies
 from webhook.policy.loader import PolicyError
-from webhook.policy.store import PolicyStore
 from webhook.serve.app import create_app
+from webhook.serve.policies import PolicyStore
 
 CPU_BUDGET = 2.0  # seconds of CPU for one input; an ordinary review takes well under a millisecond
 FUZZ = settings(

@@ -588,8 +588,8 @@ def test_namespace_selector_and_attribution_through_the_cache_end_to_end(
     import jsonpatch
 
     from tests.support import gpu_pod, review
-    from webhook.policy.store import PolicyStore
     from webhook.serve.app import create_app
+    from webhook.serve.policies import PolicyStore
 
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "serving.yaml").write_text("""

@@ -1,5 +1,5 @@
 """YAML read in bounded work (webhook/policy/documents.py), by `gpugate check` and by the policy loader
-(tests/policy/test_lastgood.py): aliases that expand a manifest a million-fold, recursive anchors, deep nesting
+(tests/policy/test_files.py): aliases that expand a manifest a million-fold, recursive anchors, deep nesting
 and endless integers are one-line input errors (exit 2) within a CPU budget, never a hang, a traceback or
 gigabytes of memory."""
 

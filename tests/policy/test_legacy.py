@@ -11,8 +11,8 @@ from tests.support import REPO
 from webhook.cli import main
 from webhook.policy.files import load_policies
 from webhook.policy.loader import PolicyError
-from webhook.policy.store import PolicyStore
 from webhook.serve.app import create_app
+from webhook.serve.policies import PolicyStore
 
 CURRENT = """\
 apiVersion: {version}

@@ -1,5 +1,5 @@
 """Policy loading (webhook/policy/loader.py and files.py: every error with file, document, field; the 0.1 format),
-selection by priority, hot reload, and the JSON Schema."""
+selection by priority and the JSON Schema (hot reload: tests/serve/test_policies.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from webhook.policy.files import load_policies
 from webhook.policy.keys import LEGACY_API_VERSION
 from webhook.policy.loader import PolicyError
 from webhook.policy.model import BUILTIN, NamespaceLabelsUnavailable, Policy
-from webhook.policy.store import PolicyStore
 
 HEAD = "apiVersion: gpugate.io/v1\nkind: GPUPolicy\nmetadata: {name: p}\n"
 
@@ -229,42 +228,6 @@ def test_namespace_selectors_need_labels_and_say_so_when_they_are_unknown():
         ps.governing(namespace="a", pod_labels={}, namespace_labels=lambda: None)
     decision = mutate(request(gpu_pod(1)), type(env(ps))(policies=ps, namespace_labels=lambda ns: None))
     assert not decision.allowed and decision.code == 503 and 'labels of namespace "default"' in decision.message
-
-
-def test_store_reloads_on_change_and_keeps_the_last_good_set(tmp_path):
-    (tmp_path / "p.yaml").write_text(HEAD + "spec: {priority: 1}\n")
-    now = [0.0]
-    store = PolicyStore(tmp_path, interval=1.0, clock=lambda: now[0])
-    assert store.current().policies[0].priority == 1 and store.generation == 1
-    (tmp_path / "p.yaml").write_text(HEAD + "spec: {priority: 2}\n")
-    assert store.current().policies[0].priority == 1  # not yet: checked at most once a second
-    now[0] = 1.5
-    assert store.current().policies[0].priority == 2 and store.generation == 2
-    (tmp_path / "p.yaml").write_text(HEAD + "spec: {priority: [}\n")
-    now[0] = 3.0
-    assert store.current().policies[0].priority == 2
-    assert store.reload_errors == 1 and "p.yaml" in (store.last_error or "")
-    (tmp_path / "p.yaml").write_text(HEAD + "spec: {priority: 3}\n")
-    now[0] = 4.5
-    assert store.current().policies[0].priority == 3 and store.last_error is None and store.generation == 3
-
-
-def test_store_follows_configmap_symlink_swaps(tmp_path):
-    """A ConfigMap volume: p.yaml -> ..data/p.yaml, ..data -> ..<timestamp>; an update swaps ..data."""
-    root = tmp_path / "mount"
-    root.mkdir()
-    (root / "..v1").mkdir()
-    (root / "..v1" / "p.yaml").write_text(HEAD + "spec: {priority: 1}\n")
-    (root / "..data").symlink_to("..v1")
-    (root / "p.yaml").symlink_to("..data/p.yaml")
-    now = [0.0]
-    store = PolicyStore(root, clock=lambda: now[0])
-    (root / "..v2").mkdir()
-    (root / "..v2" / "p.yaml").write_text(HEAD + "spec: {priority: 7}\n")
-    (root / "..data_tmp").symlink_to("..v2")
-    (root / "..data_tmp").rename(root / "..data")
-    now[0] = 2.0
-    assert store.current().policies[0].priority == 7
 
 
 # ----------------------------------------------------------------------------- the JSON Schema

@@ -75,35 +75,3 @@ def test_the_index_is_bounded(monkeypatch: Any) -> None:
         assert policy_set.governing(namespace=f"team-{i}", pod_labels={}, namespace_labels=dict).name == "p"
         assert policy_set.governing(namespace=f"other-{i}", pod_labels={}, namespace_labels=dict) is BUILTIN
     assert len(policy_set._by_namespace) <= 3
-
-
-def test_a_background_reload_never_holds_up_the_policies_in_force(tmp_path: Any, monkeypatch: Any) -> None:
-    import threading
-    import time
-
-    from webhook.policy import store as store_module
-    from webhook.policy.files import load_policies
-    from webhook.policy.store import PolicyStore
-
-    policy = "apiVersion: gpugate.io/v2\nkind: GPUPolicy\nmetadata: {{name: p}}\nspec: {{priority: {}}}\n"
-    (tmp_path / "p.yaml").write_text(policy.format(1))
-    store = PolicyStore(tmp_path, interval=0, background=True)
-    parsing = threading.Event()
-    release = threading.Event()
-    real = load_policies
-
-    def slow(directory: Any) -> PolicySet:
-        parsing.set()
-        release.wait(30)
-        return real(directory)
-
-    monkeypatch.setattr(store_module, "load_policies", slow)
-    (tmp_path / "p.yaml").write_text(policy.format(22))
-    assert store.current().policies[0].priority == 1
-    assert parsing.wait(30)  # the reload is under way, and still:
-    assert store.current().policies[0].priority == 1 and store.generation == 1
-    release.set()
-    deadline = time.monotonic() + 30
-    while store.generation == 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert store.current().policies[0].priority == 22 and store.generation == 2

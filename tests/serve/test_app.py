@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import FIXTURES, REPO, STANDARD, apply, gpu_pod, pod, review, schema_check
 from webhook.policy.keys import API_VERSION
-from webhook.policy.store import PolicyStore
 from webhook.serve.app import MAX_BODY, create_app
+from webhook.serve.policies import PolicyStore
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, gpu_pod, review
-from webhook.policy.store import PolicyStore
 from webhook.serve.app import create_app
+from webhook.serve.policies import PolicyStore
 
 POLICY = (REPO / "policies" / "00-default.yaml").read_text()
 WRONG = [["x"], {"a": 1}, 7, 1.5, True, "s", [{"a": None}]]

@@ -1,4 +1,4 @@
 """GPU policies: the model (``model``, ``classes``, ``labels``, ``keys``, ``vendors``), reading policy documents
 (``reader``, ``devices``, ``loader``, ``legacy`` for the deprecated forms) and directories (``documents``,
-``files``), the set in force (``store``), the last good copy (``lastgood``), the JSON Schema (``schema``) and
-``gpugate policy`` (``command``)."""
+``files``), the JSON Schema (``schema``) and ``gpugate policy`` (``command``). The set in force, its last
+good copy and the file follower are the server's (``webhook.serve``)."""

@@ -27,9 +27,10 @@ from .accounting import (
     Workload,
     mig_fraction,
     mig_profile_of,
+    model_memory_mib,
     sanitize,
 )
-from .chunk import Chunk, StepDevices
+from .chunk import Chunk, Claim, DeviceSeries, StepDevices
 from .model import (
     ATTRIBUTION_KEYS,
     BUCKETS,
@@ -93,6 +94,9 @@ class Integrator(Totals):
         self.mig_nodes: dict[str, tuple[str, str]] = {}
         self.owners: dict[tuple[Pod, int, int], tuple[Accumulator, Workload]] = {}
         self.unit_cache: dict[tuple[str, str, int, str, int, str], Unit] = {}
+        self.replicas: dict[str, int] = {}  # node -> time-slicing/MPS replicas per GPU, where GFD says
+        self.devices_seen: dict[DeviceKey, DeviceSeries] = {}  # what telemetry last said of a claimed device
+        self.sharing = False  # the chunk has KAI, HAMi or DRA claim series: claims are looked at
 
     # ---- one chunk ---------------------------------------------------------------------------
 
@@ -101,6 +105,8 @@ class Integrator(Totals):
         # The owner cache is keyed by the ids of this chunk's label dicts; a freed dict's id can be reused.
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
+        self.replicas.update(inputs.replicas)
+        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series)
         # A device is time-sliced for the whole window once any of its series says so, so that a step in
         # which one replica is idle or missing is not mistaken for a whole GPU handed from pod to pod.
         self.time_sliced.update(s.key[0] for s in (*chunk.engine_series, *chunk.util_series) if s.vgpu)
@@ -109,8 +115,15 @@ class Integrator(Totals):
             self._step(chunk, i, len(self.times) - 1, t)
 
     def _step(self, chunk: Chunk, i: int, index: int, t: float) -> None:
-        devices = chunk.devices(i)
+        placeholders = chunk.placeholders(i)
+        devices = chunk.devices(i, placeholders=placeholders)
         requested, nodes, ksm = chunk.pods(i)
+        if self.sharing:
+            for pod in placeholders:
+                requested.pop(pod, None)
+            self.devices_seen.update(devices.meta)
+            held = {key: {pod for pod, _ in holders} for key, holders in devices.holders.items()}
+            self._bill_claims(chunk.claims(i, held), devices, requested, ksm, index, t)
         pod_devices: dict[Pod, list[DeviceKey]] = defaultdict(list)
         for key in sorted(devices.holders):
             for pod in sorted({pod for pod, _ in devices.holders[key]}):
@@ -148,6 +161,93 @@ class Integrator(Totals):
                 self.groups[group] = Accumulator(group)
             found = self.owners[cache_key] = (self.groups[group], workload)
         return found
+
+    def _bill_claims(
+        self,
+        claims: Sequence[Claim],
+        devices: StepDevices,
+        requested: dict[Pod, list[str]],
+        ksm: dict[Pod, dict[str, str] | None],
+        index: int,
+        t: float,
+    ) -> None:
+        """Devices held by share (KAI, HAMi, a DRA claim no telemetry maps): each pod billed its share, the
+        rest of the device unallocated, the device's own utilisation for all of them. Such a device is then
+        out of the step's telemetry path, so that nobody (KAI's reservation pod, a copy per pod) bills it twice."""
+        by_device: dict[DeviceKey, list[Claim]] = defaultdict(list)
+        for claim in claims:
+            by_device[claim.uuid, claim.instance].append(claim)
+        for key in sorted(by_device):
+            self._bill_claimed_device(key, by_device[key], devices, requested, ksm, index, t)
+
+    def _bill_claimed_device(
+        self,
+        key: DeviceKey,
+        mine: Sequence[Claim],
+        devices: StepDevices,
+        requested: dict[Pod, list[str]],
+        ksm: dict[Pod, dict[str, str] | None],
+        index: int,
+        t: float,
+    ) -> None:
+        """One device held by share: each claim billed its share, the rest unallocated."""
+        seen = devices.meta.get(key) or self.devices_seen.get(key)
+        model = seen.model if seen else mine[0].model
+        host = seen.host if seen else mine[0].node
+        profile = seen.profile if seen else mine[0].profile
+        fraction = mig_fraction(profile, model=model)[0] if profile else 1.0
+        shares = [self._claim_share(claim, model=model, profile=profile) for claim in mine]
+        total = sum(shares)
+        if total > 1.0 + 1e-9:
+            self.overcommitted.add(key[0])
+        scale = 1.0 / total if total > 1.0 else 1.0
+        utilisation, source = devices.prof.get(key), SOURCE_PROF
+        if utilisation is None:
+            utilisation, source = devices.dev.get(key), SOURCE_DEV
+        kind = "dra" if mine[0].mode == "dra" else "fraction"
+        price = self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+        for claim, share in zip(mine, shares, strict=True):
+            share *= scale
+            accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
+            self.last_group[claim.pod] = (accumulator.row.group, workload.key)
+            units = requested.get(claim.pod)
+            for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
+                if units and resource in units:
+                    units.remove(resource)
+                    break
+            unit = Unit(
+                kind=kind, share=fraction * share, price=price, price_share=share, model=model, fraction=fraction
+            )
+            held: Hashable = (claim.pod, key, fraction * share) if kind == "fraction" else key
+            self._account(
+                unit,
+                accumulator,
+                workload,
+                held=held,
+                index=index,
+                t=t,
+                utilisation=utilisation,
+                source=source,
+                missing=utilisation is None,
+            )
+            if utilisation is not None:
+                workload.samples += 1
+        rest = max(0.0, 1.0 - total)
+        if rest > 1e-9:
+            cost = None if price is None else price * rest
+            self._unallocated(model=model, resource=kind, share=fraction * rest, price=cost, t=t)
+        devices.meta.pop(key, None)
+        devices.holders.pop(key, None)
+
+    def _claim_share(self, claim: Claim, *, model: str, profile: str) -> float:
+        """A claim's share of its device; KAI's gpu-memory (MiB) over the device's framebuffer by its name."""
+        if claim.share is not None:
+            return claim.share
+        memory = model_memory_mib(model, profile)
+        if not memory or claim.memory_mib is None:
+            self.unknown_memory.add(model or "(no modelName)")
+            return 1.0
+        return min(1.0, claim.memory_mib / memory)
 
     def _unit(self, *, model: str, profile: str, sharers: int, kind: str, replicas: int = 1, node: str = "") -> Unit:
         """One device's unit as a pod holding ``replicas`` of its ``sharers`` shares is billed."""
@@ -190,7 +290,7 @@ class Integrator(Totals):
             holders = devices.holders[key]
             replicas = sum(1 for holder, _ in holders if holder == pod)
             time_sliced = key[0] in self.time_sliced or any(v for _, v in holders)
-            kind = device.profile or ("shared" if time_sliced else "whole")
+            kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
             # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
             wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
             if not device.profile and (time_sliced or len(holders) > 1):
@@ -209,7 +309,8 @@ class Integrator(Totals):
             unit = self._unit(
                 model=device.model,
                 profile=device.profile,
-                sharers=len(holders),
+                # each replica is 1/R of the GPU where GFD names R; else the hour is split between the holders
+                sharers=max(len(holders), self.replicas.get(device.host, 0) if kind == "shared" else 0),
                 kind=kind,
                 replicas=replicas,
                 node=device.host,
@@ -259,8 +360,10 @@ class Integrator(Totals):
                 unit = self._unit(model=model, profile=profile, sharers=1, kind=profile, node=node)
             else:
                 kind = "shared" if resource == SHARED else "whole"
+                # A replica of a node whose GFD names its replicas per GPU is that share of a GPU.
+                share = 1.0 / self.replicas[node] if kind == "shared" and self.replicas.get(node) else 1.0
                 price = self.prices.unknown(fraction=1.0, node=node) if self.prices else None
-                unit = Unit(kind=kind, share=1.0, price=price)
+                unit = Unit(kind=kind, share=share, price=price, price_share=share)
             self._account(
                 unit, accumulator, workload, held=(pod, resource, n), index=index, t=t, utilisation=None, missing=True
             )
@@ -275,7 +378,18 @@ class Integrator(Totals):
                 partitioned[key[0]] += mig_fraction(device.profile, model=device.model)[0]
                 models[key[0]] = (device.model, device.host)
         for key, device in devices.meta.items():
-            if devices.holders.get(key) or (not key[1] and key[0] in partitioned):
+            holders = devices.holders.get(key)
+            replicas = self.replicas.get(device.host, 0)
+            if holders and key[0] in self.time_sliced and replicas > len(holders):
+                # The replicas of a time-sliced GPU that no pod holds: unallocated, as the bill has them.
+                rest = (replicas - len(holders)) / replicas
+                price = (
+                    self.prices.device(model=device.model, profile="", fraction=rest, node=device.host)
+                    if self.prices
+                    else None
+                )
+                self._unallocated(model=device.model, resource="shared", share=rest, price=price, t=t)
+            if holders or (not key[1] and key[0] in partitioned):
                 continue
             unit = self._unit(
                 model=device.model, profile=device.profile, sharers=1, kind=device.profile or "whole", node=device.host

@@ -16,31 +16,12 @@ from typing import Any
 
 import yaml
 
-from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction
+from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction, model_memory_mib
 from .model import Capacity, Report
 
 HEADROOM = 1.25  # a class must hold 25% more than the p95 compute share and the peak memory
 LIGHT_USE = 20.0  # percent p95: a workload this light may move to a smaller model, whose speed is unknown
 POLICY_PRIORITY = 1000
-
-_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
-_PROFILE_MEMORY = re.compile(r"^\d+g\.(\d+)gb")
-# Framebuffer of models whose NVML name does not say it (NVIDIA's product pages).
-_MEMORY_GIB = (("T4", 16), ("L40S", 48), ("L40", 48), ("L4", 24), ("A10G", 24), ("A10", 24), ("RTX PRO 6000", 96))
-
-
-def model_memory_mib(model: str, profile: str = "") -> float | None:
-    """Framebuffer of a MIG profile (``1g.10gb``: 10 GiB) or of a GPU by its product name, in MiB."""
-    if profile:
-        match = _PROFILE_MEMORY.match(profile)
-        return float(match.group(1)) * 1024 if match else None
-    match = _GB.search(model)
-    if match:
-        return float(match.group(1)) * 1024
-    for fragment, gib in _MEMORY_GIB:
-        if fragment in model:
-            return float(gib * 1024)
-    return None
 
 
 @dataclass(frozen=True)

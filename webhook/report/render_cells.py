@@ -34,6 +34,7 @@ def allocation(row: Row) -> str:
     parts = [f"{row.whole_gpus} GPU"] if row.whole_gpus else []
     parts += [f"{count}x{profile}" for profile, count in sorted(row.mig_slices.items())]
     parts += [f"{row.shared} shared"] if row.shared else []
+    parts += [f"{row.fraction:.2f} in fractions"] if row.fraction else []
     return ", ".join(parts) or "-"
 
 

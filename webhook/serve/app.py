@@ -1,5 +1,6 @@
-"""The HTTP layer: flask routes for /mutate, /validate, /healthz, /readyz and /metrics (the wiring that feeds them
-policies and namespace labels is ``wiring``)."""
+"""The HTTP layer: flask routes for /mutate, /validate, /healthz, /readyz and /metrics; reading the body, asking
+the decision, writing the answer. What /readyz and /metrics report is ``status``; the wiring that feeds the
+routes policies, namespace labels and the fleet is ``wiring``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from ..admission import Decision, Environment, errored, mutate, validate
-from ..inventory.pools import drift
 from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
-from ..policy.model import PolicySet
-from ..policy.store import PolicyStore
 from . import metrics
+from .policies import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
+from .status import Status
 
 log = logging.getLogger("gpugate")
 
@@ -74,7 +74,7 @@ def _status(code: int, message: str) -> Response:
     )
 
 
-# Over 60 lines: the routes are closures over one app's store, namespace cache and error counters.
+# Over 60 lines: the routes are closures over one app's environment and its large-body semaphore.
 def create_app(
     *,
     policies: PolicyStore,
@@ -82,46 +82,17 @@ def create_app(
     tls_ready: Callable[[], bool] | None = None,
     namespace_cache: Any = None,
     fleet: Any = None,
+    status: Status | None = None,
 ) -> Flask:
-    """The WSGI app. Tests inject a PolicyStore over a temp dir; ``build_app`` wires the real cluster."""
+    """The WSGI app: routes, body, answer. Tests inject a PolicyStore over a temp dir; ``build_app`` wires the
+    real cluster and hands in the worker's ``status`` (else one is made over ``policies``, ``namespace_cache``,
+    ``fleet`` and ``tls_ready``), which /metrics and /readyz ask."""
     app = Flask("gpugate")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     labels_of: NamespaceLabels = namespace_labels or (lambda _name: {})
-    counted: set[str] = set()
-    drifted: list[str] = []
-    drift_of: list[Any] = [None, ""]
-
-    def refresh() -> PolicySet:
-        """The policies in force; this worker's gauges brought up to date on the way."""
-        current = policies.current()
-        metrics.POLICY_GENERATION.set(policies.generation)
-        error_id = policies.last_error_id
-        if error_id is not None and error_id not in counted:
-            counted.add(error_id)
-            if metrics.claim(f"policy-{error_id}"):  # every worker sees the edit; one counts it
-                metrics.POLICY_RELOAD_ERRORS.inc()
-        metrics.POLICY_VALID.set(0 if policies.last_error else 1)
-        if fleet is not None:
-            inventory = fleet.inventory()
-            metrics.INVENTORY_SYNCED.set(1 if inventory is not None else 0)
-            for kind, value in fleet.stats().items():
-                if kind in ("nodes", "runtimeclasses", "deviceclasses", "resourceslices"):
-                    metrics.INVENTORY_OBJECTS.labels(kind).set(value)
-            # only when the fleet or the policies changed: drift walks every node
-            if drift_of[0] is not inventory or drift_of[1] != current.digest:
-                drift_of[:] = [inventory, current.digest]
-                drifted[:] = drift(inventory, current) if inventory is not None else []
-            metrics.INVENTORY_DRIFT.set(len(drifted))
-        if namespace_cache is not None:
-            metrics.NAMESPACE_CACHE_SYNCED.set(1 if namespace_cache.synced() else 0)
-            stats = dict(namespace_cache.stats())
-            metrics.NAMESPACE_CACHE_SIZE.set(stats.pop("namespaces", 0))
-            for event, value in stats.items():
-                metrics.NAMESPACE_CACHE.labels(event).set(value)
-        return current
-
-    refresh()
-    app.extensions["gpugate.refresh"] = refresh
+    if status is None:
+        status = Status(policies, namespace_cache=namespace_cache, fleet=fleet, tls_ready=tls_ready)
+    status.refresh()
 
     def environment() -> Environment:
         # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
@@ -205,34 +176,14 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = []  # what makes this replica unable to serve: the certificate first
-        if tls_ready is not None and not tls_ready():
-            problems.append("the serving certificate is outside its validity period or not loaded")
-        refresh()
-        notes = []  # what a person should know, but leaves the replica ready
-        if policies.last_error:
-            # The last good policies are in force, so this alone does not take the replica out of the Service.
-            error = " ".join(line.strip() for line in policies.last_error.splitlines())
-            notes.append(f"policy edit ignored, the last good policies stay in force: {error[:500]}")
-        if fleet is not None and not fleet.synced():
-            # Never refuse on missing data: until then there are no feasibility verdicts, and the replica serves.
-            notes.append(f"GPU inventory not synced yet ({', '.join(fleet.unsynced())}): no feasibility verdicts")
-        if drifted:
-            more = f" and {len(drifted) - 3} more" if len(drifted) > 3 else ""
-            notes.append("policies and fleet disagree: " + "; ".join(drifted[:3]) + more)
-        deprecated = len(policies.current().notes)
-        if deprecated:
-            notes.append(
-                f"{deprecated} policy document{'s' if deprecated != 1 else ''} in a deprecated form; "
-                "gpugate policy validate says what to change"
-            )
+        problems, notes = status.readiness()
         if problems:
             return Response("not ready: " + "; ".join(problems + notes) + "\n", status=503, mimetype="text/plain")
         return Response("ok" + "".join(f" ({note})" for note in notes) + "\n", mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
-        refresh()
+        status.refresh()
         body, content_type = metrics.render()
         return Response(body, content_type=content_type)
 

@@ -12,12 +12,13 @@ import socket
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from gunicorn.workers import gthread
 
-from ..policy import lastgood
 from ..policy.loader import PolicyError
 from ..policy.model import PolicySet
+from . import lastgood
 from .gunicorn import FIRST_BYTES_TIMEOUT, Server, gunicorn_options
 from .tls import (
     HANDSHAKE_TIMEOUT,
@@ -143,8 +144,9 @@ def check_factory(spec: str) -> str:
     return spec
 
 
-def check_policies(policies: str, *, required: bool) -> None:
-    """Load the policies once before forking, so a broken directory stops the server with a message."""
+def check_policies(policies: str, *, required: bool, run_directory: str | None) -> None:
+    """Load the policies once before forking, so a broken directory stops the server with a message, unless
+    ``run_directory`` (where this server run keeps its metrics) holds a last good copy that loads."""
     if not os.path.isdir(policies):
         raise ValueError(f"--policies {policies}: not a directory")
     try:
@@ -159,7 +161,7 @@ def check_policies(policies: str, *, required: bool) -> None:
         issues = err.issues
         more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
         first = f"{issues[0]}{more}" if issues else str(err)
-        good = _last_good_copy()
+        good = _last_good_copy(run_directory)
         if good is None:
             raise ValueError(
                 f"--policies {policies}: invalid: {first}; no last good copy to start from "
@@ -172,14 +174,13 @@ def check_policies(policies: str, *, required: bool) -> None:
         )
 
 
-def _last_good_copy() -> PolicySet | None:
+def _last_good_copy(run_directory: str | None) -> PolicySet | None:
     """The copy a previous run of this server kept in its metrics directory (an emptyDir outlives a
     container restart), if there is one that loads."""
-    copy = lastgood.location()
-    if copy is None:
+    if run_directory is None:
         return None
     try:
-        return lastgood.load(from_=copy)
+        return lastgood.load(from_=Path(run_directory))
     except (PolicyError, OSError):
         return None
 
@@ -194,7 +195,7 @@ def prepare_metrics_dir() -> str | None:
     if existing:
         os.makedirs(existing, exist_ok=True)
         # prometheus_client: "This directory should be wiped between Gunicorn runs".
-        # The last good policy copy stays (webhook/policy/lastgood.py): a server restarted over broken
+        # The last good policy copy stays (webhook/serve/lastgood.py): a server restarted over broken
         # files starts from it. Older copies and staging directories go.
         link = os.path.join(existing, lastgood.LINK)
         kept = os.readlink(link) if os.path.islink(link) else None
@@ -202,7 +203,7 @@ def prepare_metrics_dir() -> str | None:
             path = os.path.join(existing, name)
             if name.endswith(".db") or name.startswith("claim-"):  # claim-*: webhook.serve.metrics.claim
                 os.unlink(path)
-            elif name.startswith(("policies-", ".policies-", ".last-good-policies")) and name != kept:
+            elif name.startswith(lastgood.OWN_PREFIXES) and name != kept:
                 shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         return None
     created = tempfile.mkdtemp(prefix="gpugate-metrics-")
@@ -220,7 +221,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-parked-connections must be at least 1, got {args.max_parked_connections}")
         check_bind_free(args.bind)
         metrics_dir = prepare_metrics_dir()
-        check_policies(args.policies, required=args.app_factory == APP_FACTORY)
+        check_policies(
+            args.policies,
+            required=args.app_factory == APP_FACTORY,
+            run_directory=os.environ.get("PROMETHEUS_MULTIPROC_DIR"),  # set by prepare_metrics_dir
+        )
         timeouts = Timeouts(args.handshake_timeout, args.request_timeout, args.idle_timeout)
         certificate = ReloadingCertificate(args.cert, args.key, timeouts=timeouts)
         factory = check_factory(args.app_factory)

@@ -42,7 +42,7 @@ POLICY_VALID = Gauge(
     multiprocess_mode="livemin",
 )
 
-# Every worker keeps its own namespace cache and refreshes these once a second (webhook.serve.app), so a
+# Every worker keeps its own namespace cache and refreshes these once a second (webhook.serve.status), so a
 # scrape shows all workers whichever of them answers it.
 NAMESPACE_CACHE_SYNCED = Gauge(
     "gpugate_namespace_cache_synced",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from cryptography import x509
 
-from ..reloading import Follower
+from .reloading import Follower
 
 log = logging.getLogger("gpugate.tls")
 
@@ -208,7 +208,7 @@ class ReloadingCertificate:
     without SNI, so clients connecting by IP are covered too). Connections already established
     keep the certificate they were set up with. Broken new files are logged and skipped: the
     previous certificate stays in service, and the files are retried when they change again
-    (``webhook.reloading`` follows them).
+    (``webhook.serve.reloading`` follows them).
     """
 
     def __init__(

@@ -1,20 +1,24 @@
-"""The production app's wiring: the policy store (with its last good copy), the namespace-label cache and the
-per-worker refresh loop around the routes of ``app``. ``gpugate serve`` runs ``build_app`` in every worker."""
+"""The production app's wiring: the policy store (with its last good copy), the namespace-label cache, the
+fleet watcher, the worker's ``status`` and its refresh loop around the routes of ``app``. ``gpugate serve``
+runs ``build_app`` in every worker."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
 
-from ..policy import lastgood
 from ..policy.loader import PolicyError
-from ..policy.store import PolicyStore
+from . import lastgood
 from .app import NamespaceLabels, create_app
+from .policies import PolicyStore
+from .status import Status
 
 log = logging.getLogger("gpugate")
 
@@ -29,7 +33,8 @@ def build_app(
     """The production app: policies hot-reloaded from ``policies_dir``, namespace labels from the cluster."""
     from ..kube import namespaces as kube
 
-    store = _policy_store(policies_dir)
+    copy = run_directory()
+    store = _policy_store(policies_dir, last_good=copy)
     cache = kube.namespace_cache(kubeconfig)
     labels_of: NamespaceLabels | None = None
     if cache is not None:
@@ -41,11 +46,8 @@ def build_app(
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
     fleet = _fleet_watcher(kubeconfig)
-    app = create_app(
-        policies=store, namespace_labels=labels_of, tls_ready=tls_ready, namespace_cache=cache, fleet=fleet
-    )
-    refresh = app.extensions["gpugate.refresh"]
-    copy = lastgood.location()
+    status = Status(store, namespace_cache=cache, fleet=fleet, tls_ready=tls_ready)
+    app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, fleet=fleet, status=status)
     saved = [""]
 
     def refresh_and_keep_a_copy() -> None:
@@ -54,7 +56,7 @@ def build_app(
             # that sat out a rotation would otherwise still hold the old certificate when a broken edit
             # follows, and serve it while its neighbours serve the rotated one.
             tls_ready()
-        current = refresh()
+        current = status.refresh()
         if (
             copy is not None
             and store.last_error is None
@@ -71,8 +73,6 @@ def build_app(
 def _fleet_watcher(kubeconfig: str | None) -> Any:
     """The live GPU inventory, on whenever gpugate has cluster access (``--kubeconfig``, or in a pod); None
     offline. A worker's threads share it; no feasibility verdict until it has synced."""
-    import os
-
     from ..kube import cluster
     from ..kube.inventory import FleetWatcher
 
@@ -87,15 +87,22 @@ def _fleet_watcher(kubeconfig: str | None) -> Any:
     return watcher
 
 
-def _policy_store(policies_dir: str) -> PolicyStore:
-    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy."""
+def run_directory() -> Path | None:
+    """The directory of this server run, which `gpugate serve` creates before forking and hands its workers in
+    the variable prometheus_client reads: the metrics files and the last good policy copy live there."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return Path(directory) if directory else None
+
+
+def _policy_store(policies_dir: str, *, last_good: Path | None) -> PolicyStore:
+    """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy
+    kept in ``last_good`` (None: no copy is kept)."""
     try:
         return PolicyStore(policies_dir, background=True)  # a reload never holds up a request
     except PolicyError:
-        copy = lastgood.location()
-        if copy is None:
+        if last_good is None:
             raise
-        fallback = lastgood.load(from_=copy)  # PolicyError/OSError: no good copy either, the worker stops
+        fallback = lastgood.load(from_=last_good)  # PolicyError/OSError: no good copy either, the worker stops
         log.error(
             "the policies in %s are invalid; this worker starts with the last good copy (%s)",
             policies_dir,

@@ -6,36 +6,39 @@ that crashed, was OOM-killed or hit its timeout) would find nothing it can load,
 "worker failed to boot" code, and gunicorn's arbiter then stops the whole server (HaltServer in
 gunicorn/arbiter.py). So whenever a worker has a set in force that the files on disk produced, it keeps a
 copy of those files here; a worker that cannot load the directory starts from the copy instead.
+
+The directory is the caller's: `gpugate serve` keeps the copy beside the metrics of its run (an emptyDir
+outlives a container restart) and removes everything else of a run it starts over (``OWN_PREFIXES``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from .files import load_policies, policy_files
-from .loader import PolicyError
-from .model import PolicySet
+from ..policy.files import load_policies, policy_files
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
 
-log = logging.getLogger("gpugate.policy")
+#: The symlink a starting worker reads; it names the newest saved copy.
 LINK = "last-good-policies"
-
-
-def location() -> Path | None:
-    """Where the copy lives: beside the metrics of this server run (`gpugate serve` creates the directory)."""
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    return Path(directory) if directory else None
+#: A saved copy is ``policies-<digest>``; one being written is ``.policies-*``; a link being replaced is
+#: ``.last-good-policies.<pid>``.
+COPY_PREFIX = "policies-"
+STAGING_PREFIX = ".policies-"
+TEMPORARY_LINK_PREFIX = f".{LINK}."
+#: Every name this module creates in the directory it is given.
+OWN_PREFIXES = (COPY_PREFIX, STAGING_PREFIX, TEMPORARY_LINK_PREFIX)
 
 
 def save(source: str | os.PathLike[str], policies: PolicySet, *, into: Path) -> bool:
     """Copy the policy files of ``source`` if they load to ``policies`` (same digest); True when saved."""
-    target = into / f"policies-{policies.digest}"
+    target = into / f"{COPY_PREFIX}{policies.digest}"
     if not target.is_dir():
-        staging = Path(tempfile.mkdtemp(dir=into, prefix=".policies-"))
+        staging = Path(tempfile.mkdtemp(dir=into, prefix=STAGING_PREFIX))
         try:
             for path in policy_files(source):
                 shutil.copyfile(path, staging / path.name)
@@ -48,7 +51,7 @@ def save(source: str | os.PathLike[str], policies: PolicySet, *, into: Path) -> 
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     link = into / LINK
-    temporary = into / f".{LINK}.{os.getpid()}"
+    temporary = into / f"{TEMPORARY_LINK_PREFIX}{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         temporary.unlink()
     temporary.symlink_to(target.name)

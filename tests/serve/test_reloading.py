@@ -1,4 +1,4 @@
-"""webhook.reloading.Follower with an injected clock and fake files: when it checks, what it puts in force,
+"""webhook.serve.reloading.Follower with an injected clock and fake files: when it checks, what it puts in force,
 what it reports, and a version that changed while it was read."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook.reloading import UNREADABLE, Follower
+from webhook.serve.reloading import UNREADABLE, Follower
 
 
 class Files:

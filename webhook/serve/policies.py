@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-from ..reloading import Follower
-from .files import load_policies, policy_files
-from .loader import PolicyError
-from .model import PolicySet
+from ..policy.files import load_policies, policy_files
+from ..policy.loader import PolicyError
+from ..policy.model import PolicySet
+from .reloading import Follower
 
 log = logging.getLogger("gpugate.policy")
 
@@ -24,7 +24,7 @@ class PolicyStore:
     while nothing changes. With ``background``, the check and any reload run in a short-lived thread and
     ``current()`` answers with the set in force meanwhile, so no request waits for a reload (1,000 policies
     take a good part of a second to parse); without it, the call that notices the change does the reload.
-    The files are followed by ``webhook.reloading``.
+    The files are followed by ``webhook.serve.reloading``.
     """
 
     def __init__(
