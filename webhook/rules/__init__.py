@@ -6,6 +6,7 @@ registry is checked once they are all in: a module here that registers no rule s
 from . import (  # noqa: F401
     attribution,
     cdi_devices,
+    device_variables,
     feasibility,
     fraction_annotations,
     gpu_limits,
