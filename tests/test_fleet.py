@@ -76,19 +76,21 @@ def test_policy_init_writes_devices_and_classes_that_validate(tmp_path):
     assert classes["nvidia-l4"] == {"values": ["NVIDIA-L4"], "resources": ["nvidia.com/gpu"], "device": "nvidia"}
     assert classes["nvidia-h200"] == {"resources": ["nvidia.com/gpu"], "deviceClasses": ["gpu.nvidia.com"]}
     assert doc["spec"]["devices"]["nvidia"]["runtimeClassName"] == "nvidia"  # the fleet has that RuntimeClass
-    # and it decides: a plain GPU pod lands on the first pool, 8 GPUs on it are refused with the fleet
+    # and it decides: its default is the first pool, whose nodes hold 4: 8 GPUs are refused, naming the classes that hold 8
     check = gpugate(
         "check",
         "--policies",
         str(tmp_path),
         "-f",
-        "policies/examples/pod-more-gpus-than-any-node.yaml",
+        "policies/examples/pod-eight-gpus-no-class.yaml",
         "--fleet",
         str(SNAPSHOT),
         "-o",
         "none",
     )
-    assert check.returncode == 1 and "largest: 4 × nvidia.com/gpu on NVIDIA-L4 nodes" in check.stderr
+    assert check.returncode == 1, check.stderr
+    assert "more than a node of its default class holds (largest: nvidia-l4: 4)" in check.stderr
+    assert "with a class whose nodes hold 8 (tesla-t4-shared, nvidia-h100-80gb-hbm3," in check.stderr
 
 
 def test_snapshot_of_a_snapshot_keeps_what_the_inventory_reads(tmp_path):

@@ -32,8 +32,37 @@ def feasibility(decision):
     return [v.message() for v in decision.violations if v.rule == "feasibility"]
 
 
+def test_an_eight_gpu_pod_naming_no_class_takes_the_first_default_that_holds_it():
+    # default: [l4, h100]; L4 nodes hold 4, so the pod goes to H100 (it used to get L4's selector: Pending for ever)
+    result, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})))
+    assert verdict.allowed, verdict.message
+    assert result["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    small, _ = decide(pod(container(limits={"nvidia.com/gpu": 4})))
+    assert small["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
+
+
+def test_no_default_holds_it_refused_naming_each_default_s_largest_node(tmp_path):
+    text = (REPO / "policies" / "00-default.yaml").read_text().replace("default: [l4, h100]", "default: l4")
+    (tmp_path / "00-default.yaml").write_text(text)
+    env = Environment(policies=load_policies(tmp_path), fleet=lambda: SNAPSHOT)
+    obj = pod(container(limits={"nvidia.com/gpu": 8}))
+    mutated = mutate(request(obj), env)
+    assert mutated.allowed and "nodeSelector" not in str(mutated.patch)  # no class chosen, so no selector
+    decision = validate(request(apply(obj, mutated.patch)), env)
+    assert not decision.allowed
+    [violation] = [v for v in decision.violations if v.rule == "model-selection"]
+    assert violation.message() == (
+        "metadata.labels[gpugate.io/model]: pod: requests 8 × nvidia.com/gpu on one node, more than a node of its "
+        "default class holds (largest: l4: 4); label the pod gpugate.io/model with a class whose nodes hold 8 "
+        "(t4, h100, h100-mig, h200, l40s), or request fewer"
+    )
+    # without an inventory there is nothing to size by: the first default, as before
+    offline = Environment(policies=load_policies(tmp_path), fleet=lambda: None)
+    assert "NVIDIA-L4" in str(mutate(request(obj), offline).patch)
+
+
 def test_more_gpus_than_the_class_s_largest_node_names_it():
-    _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})))
+    _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8}), labels={"gpugate.io/model": "l4"}))
     assert not verdict.allowed
     [message] = feasibility(verdict)
     assert "largest: 4 × nvidia.com/gpu on NVIDIA-L4 nodes" in message
@@ -55,9 +84,10 @@ def test_no_inventory_no_verdict():
 def test_sidecars_add_up_init_containers_do_not():
     init = container("init", limits={"nvidia.com/gpu": 4})
     sidecar = {**container("side", limits={"nvidia.com/gpu": 1}), "restartPolicy": "Always"}
-    ok = pod(container(limits={"nvidia.com/gpu": 3}), initContainers=[init, sidecar])
+    l4 = {"gpugate.io/model": "l4"}
+    ok = pod(container(limits={"nvidia.com/gpu": 3}), initContainers=[init, sidecar], labels=l4)
     assert decide(ok)[1].allowed
-    too_many = pod(container(limits={"nvidia.com/gpu": 4}), initContainers=[sidecar])
+    too_many = pod(container(limits={"nvidia.com/gpu": 4}), initContainers=[sidecar], labels=l4)
     assert "requests 5 × nvidia.com/gpu on one node" in feasibility(decide(too_many)[1])[0]
 
 
@@ -120,7 +150,7 @@ def test_other_modes_only_report(mode, tmp_path):
     text = (REPO / "policies" / "00-default.yaml").read_text().replace("mode: enforce", f"mode: {mode}")
     (tmp_path / "00-default.yaml").write_text(text)
     env = Environment(policies=load_policies(tmp_path), fleet=lambda: SNAPSHOT)
-    obj = pod(container(limits={"nvidia.com/gpu": 8}))
+    obj = pod(container(limits={"nvidia.com/gpu": 8}), labels={"gpugate.io/model": "l4"})
     result = apply(obj, mutate(request(obj), env).patch)
     verdict = validate(request(result), env)
     assert verdict.allowed

@@ -95,9 +95,13 @@ class Models:
         return remember(self._cache, ("default", device, wanted), lambda: self._default_for(device, wanted))  # type: ignore[no-any-return]
 
     def _default_for(self, device: str, wanted: tuple[str, ...]) -> ModelClass | None:
+        found = self.defaults_for(device, wanted)
+        return found[0] if found else None
+
+    def defaults_for(self, device: str, resources: Iterable[str]) -> list[ModelClass]:
+        """Every class a pod that names none may get, in order: the listed defaults that can serve it, else the
+        only class that can (a pod too large for the first default's nodes takes the next that holds it)."""
+        wanted = tuple(resources)
         candidates = self.offering(device, wanted)
-        for name in self.defaults:
-            for c in candidates:
-                if c.name == name:
-                    return c
-        return candidates[0] if len(candidates) == 1 else None
+        listed = [c for name in self.defaults for c in candidates if c.name == name]
+        return listed or (candidates if len(candidates) == 1 else [])

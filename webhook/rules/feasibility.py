@@ -22,9 +22,8 @@ from typing import Any
 
 from ..inventory.model import Inventory, Node, ScalablePool
 from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
-from ..pods.gpus import gpu_amounts
-from ..pods.objects import containers, is_sidecar
-from ..pods.quantity import QuantityError, parse_quantity
+from ..pods.fit import _amount, capacity, per_node_amounts
+from ..pods.objects import containers
 from ..policy.vendors import IMPLICIT_DRA_PREFIX
 from .base import PodContext, PodView, Violation
 from .registry import rule
@@ -52,23 +51,7 @@ _SHOWN = 6  # pools named in a message before "and N more"
 
 
 def _amounts(spec: Mapping[str, Any], ctx: PodContext) -> dict[str, Fraction]:
-    """GPU resource -> what one node must hold for the pod, as the scheduler sums it (KEP-753): app
-    containers plus sidecars, or one init container plus the sidecars, whichever is more."""
-    apps: dict[str, Fraction] = {}
-    inits: dict[str, Fraction] = {}
-    for fld, _, container in containers(spec):
-        if fld == "ephemeralContainers":
-            continue
-        for resource, amount in _container_gpus(container, ctx).items():
-            if fld == "containers" or is_sidecar(container):
-                apps[resource] = apps.get(resource, Fraction(0)) + amount
-            else:
-                inits[resource] = max(inits.get(resource, Fraction(0)), amount)
-    return {r: max(apps.get(r, Fraction(0)), inits.get(r, Fraction(0))) for r in {*apps, *inits}}
-
-
-def _container_gpus(container: Mapping[str, Any], ctx: PodContext) -> dict[str, Fraction]:
-    return {r: a for r, a in gpu_amounts(container, ctx.counts_as_gpu).items() if a > 0}
+    return per_node_amounts(spec, ctx.counts_as_gpu)
 
 
 def _matches(expr: Mapping[str, Any], labels: Mapping[str, str], node: Node) -> bool | None:
@@ -124,34 +107,6 @@ def selects(spec: Mapping[str, Any], node: Node) -> bool:
 def tolerates(spec: Mapping[str, Any], node: Node) -> bool:
     tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
     return all(t.tolerated_by(tolerations) for t in node.taints if t.effect in ("NoSchedule", "NoExecute"))
-
-
-_AMOUNTS: dict[str, Fraction] = {}
-
-
-def _amount(raw: str) -> Fraction:
-    """A node's allocatable quantity; nodes of a fleet report a handful of distinct strings, so remember them."""
-    found = _AMOUNTS.get(raw)
-    if found is None:
-        try:
-            found = parse_quantity(raw)
-        except QuantityError:
-            found = Fraction(0)
-        if len(_AMOUNTS) < 1024:
-            _AMOUNTS[raw] = found
-    return found
-
-
-def capacity(fleet: Inventory, node: Node, resource: str) -> Fraction:
-    """What a node could ever give of a resource: its allocatable, else the devices its ResourceSlices publish
-    for the DeviceClass that serves the resource (KEP-5004: a node without the resource in its allocatable
-    gets it from DRA)."""
-    if resource in node.allocatable:
-        return _amount(node.allocatable[resource])
-    served = fleet.class_for_resource(resource)
-    if served is None or not served.drivers:
-        return Fraction(0)
-    return Fraction(fleet.devices_on(node.name, served.drivers))
 
 
 def pool_of(node: Node, fleet: Inventory, model_label: str | None) -> str:
