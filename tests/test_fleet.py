@@ -76,7 +76,7 @@ def test_policy_init_writes_devices_and_classes_that_validate(tmp_path):
     assert classes["nvidia-l4"] == {"values": ["NVIDIA-L4"], "resources": ["nvidia.com/gpu"], "device": "nvidia"}
     assert classes["nvidia-h200"] == {"resources": ["nvidia.com/gpu"], "deviceClasses": ["gpu.nvidia.com"]}
     assert doc["spec"]["devices"]["nvidia"]["runtimeClassName"] == "nvidia"  # the fleet has that RuntimeClass
-    # and it decides: its default is the first pool, whose nodes hold 4: 8 GPUs are refused, naming the classes that hold 8
+    # and it decides: its default is the first pool, whose nodes hold 4: 8 GPUs are refused, naming classes that hold 8
     check = gpugate(
         "check",
         "--policies",
@@ -89,7 +89,7 @@ def test_policy_init_writes_devices_and_classes_that_validate(tmp_path):
         "none",
     )
     assert check.returncode == 1, check.stderr
-    assert "more than a node of its default class holds (largest: nvidia-l4: 4)" in check.stderr
+    assert "largest: 4 × nvidia.com/gpu on NVIDIA-L4 nodes" in check.stderr
     assert "with a class whose nodes hold 8 (tesla-t4-shared, nvidia-h100-80gb-hbm3," in check.stderr
 
 

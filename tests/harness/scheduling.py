@@ -25,6 +25,7 @@ from typing import Any
 from tests.harness import fleet
 from tests.harness.controlplane import BUILD_SH, BinariesMissing, ControlPlane, binary_dir
 from tests.harness.kubeapi import ApiError, KubeAPI
+from tests.harness.polling import eventually
 from tests.harness.ports import free_port
 from tests.harness.processes import Process, wait_for_https
 
@@ -162,7 +163,14 @@ class FleetCluster:
         crd = self.cp.workdir / "karpenter.sh_nodepools.yaml"
         crd.write_bytes(fleet.karpenter_crd())
         self.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd), timeout=90)
+
+        def established() -> bool:
+            # kubectl wait fails outright on a CRD whose status has no conditions yet, so ask until it answers.
+            done = self.kubectl("wait", "--for=condition=Established", "--timeout=10s", "-f", str(crd), check=False)
+            return bool(done.ok)
+
+        if not eventually(established, timeout=90):
+            raise RuntimeError("Karpenter's NodePool CRD was not Established within 90s")
         for obj in fleet.NODEPOOLS:
             try:
                 self.api.create(obj)

@@ -83,6 +83,9 @@ def _claiming(cluster: FleetCluster, ns: str, name: str, device_class: str, coun
     return cluster.kubectl("create", "-f", "-", stdin=_pod(name, ns, body), check=False)
 
 
+L4 = {"gpugate.io/model": "l4"}
+
+
 def _container(**limits: Any) -> dict[str, Any]:
     return {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}
 
@@ -96,14 +99,44 @@ def test_the_server_s_inventory_syncs_and_readyz_says_nothing_more(fleet: tuple[
 def test_a_pod_no_node_can_host_is_refused_naming_the_largest_node(fleet: tuple[FleetCluster, GPUGate]) -> None:
     cluster, _ = fleet
     ns = cluster.create_namespace("too-big")
-    result = cluster.kubectl(
-        "create", "-f", "-", stdin=_pod("eight", ns, {"containers": [_container(**{"nvidia.com/gpu": 8})]}), check=False
-    )
+    eight = {"containers": [_container(**{"nvidia.com/gpu": 8})]}
+    result = cluster.kubectl("create", "-f", "-", stdin=_pod("eight", ns, eight, L4), check=False)
     assert not result.ok, result
     assert "largest: 4 × nvidia.com/gpu on NVIDIA-L4 nodes" in result.stderr, result.stderr
     # the same eight GPUs on a class whose nodes hold eight are admitted and scheduled there
-    big = _pod("eight-h100", ns, {"containers": [_container(**{"nvidia.com/gpu": 8})]}, {"gpugate.io/model": "h100"})
+    big = _pod("eight-h100", ns, eight, {"gpugate.io/model": "h100"})
     assert cluster.kubectl("create", "-f", "-", stdin=big, check=False).ok
+    # and naming no class, the first default whose nodes hold eight (l4 holds 4, then h100)
+    assert cluster.kubectl("create", "-f", "-", stdin=_pod("eight-any", ns, eight), check=False).ok
+    stored = cluster.api.get("Pod", "eight-any", ns)
+    assert stored["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def test_pools_at_zero_nodes_that_can_scale_up_are_waited_for(fleet: tuple[FleetCluster, GPUGate]) -> None:
+    """The Karpenter NodePool (read live from the apiserver) and the GKE pool declared in policy have no node:
+    their pods are admitted with a warning and stay Pending; what neither pool could host is refused."""
+    cluster, _ = fleet
+    ns = cluster.create_namespace("scale-from-zero")
+    l40s = _pod("l40s", ns, {"containers": [_container(**{"nvidia.com/gpu": 4})]}, {"gpugate.io/model": "l40s"})
+    created = cluster.kubectl("create", "-f", "-", stdin=l40s, check=False)
+    assert created.ok, created
+    assert 'NodePool "l40s" can add one (Pending until then)' in created.stderr, created.stderr
+    gke = {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    one = _pod("a100", ns, {"nodeSelector": gke, "containers": [_container(**{"nvidia.com/gpu": 1})]})
+    created = cluster.kubectl("create", "-f", "-", stdin=one, check=False)
+    assert created.ok and 'node pool "a100-gke" can add one' in created.stderr, created
+    two = _pod("a100-two", ns, {"nodeSelector": gke, "containers": [_container(**{"nvidia.com/gpu": 2})]})
+    refused = cluster.kubectl("create", "-f", "-", stdin=two, check=False)
+    assert not refused.ok
+    assert 'node pool "a100-gke" (up to 1 × nvidia.com/gpu per node)' in refused.stderr, refused.stderr
+
+    def pending() -> bool:
+        pods = [cluster.api.get("Pod", n, ns) for n in ("l40s", "a100")]
+        return all(
+            any(c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", [])) for p in pods
+        )
+
+    assert eventually(pending, timeout=60), "the scheduler did not report both pods Unschedulable"
 
 
 def test_a_dra_claim_is_allocated_by_the_scheduler_from_the_resource_slices(
@@ -145,7 +178,7 @@ def test_before_the_inventory_syncs_there_is_no_feasibility_verdict(fleet: tuple
     watcher = FleetWatcher(api_client(str(cluster.cp.kubeconfig)))
     policies = load_policies(placements.REPO / "policies")
     env = Environment(policies=policies, fleet=watcher.inventory, claims=watcher.claim)
-    pod = _pod("eight", "default", {"containers": [_container(**{"nvidia.com/gpu": 8})]})
+    pod = _pod("eight", "default", {"containers": [_container(**{"nvidia.com/gpu": 8})]}, L4)
 
     def verdict() -> Any:
         mutated = mutate({"uid": "u", "operation": "CREATE", "namespace": "default", "object": pod}, env)

@@ -22,8 +22,9 @@ from typing import Any
 
 from ..inventory.model import Inventory, Node, ScalablePool
 from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
-from ..pods.fit import _amount, capacity, per_node_amounts
+from ..pods.fit import _amount, capacity, class_largest, per_node_amounts
 from ..pods.objects import containers
+from ..policy.keys import MODEL_LABEL
 from ..policy.vendors import IMPLICIT_DRA_PREFIX
 from .base import PodContext, PodView, Violation
 from .registry import rule
@@ -166,14 +167,21 @@ def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> lis
     reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     violations = []
     for resource, amount in sorted(_amounts(spec, ctx).items()):
-        refusal = _on_nodes(spec, ctx, fleet, reachable, resource, amount)
+        refusal = _on_nodes(spec, ctx, fleet, reachable, resource, amount, named=MODEL_LABEL in pod.labels)
         if refusal is not None:
             violations.append(_unless_a_pool_adds_one(refusal, spec, fleet, resource, amount))
     return violations
 
 
 def _on_nodes(
-    spec: Mapping[str, Any], ctx: PodContext, fleet: Inventory, reachable: list[Node], resource: str, amount: Fraction
+    spec: Mapping[str, Any],
+    ctx: PodContext,
+    fleet: Inventory,
+    reachable: list[Node],
+    resource: str,
+    amount: Fraction,
+    *,
+    named: bool,
 ) -> Violation | None:
     """Why no node the cluster has now can host the pod's ``amount`` of ``resource``, or None if one can."""
     label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
@@ -213,7 +221,28 @@ def _on_nodes(
         "pod",
         f"requests {_fmt(amount)} × {resource} on one node, more than any node it can land on has "
         f"(largest: {_fmt(most)} × {resource} on {_pools(holders, fleet, label).split(' (')[0]} nodes)",
-        f"request at most {_fmt(most)}, or split the work across pods",
+        f"request at most {_fmt(most)}{'' if named else _larger_classes(ctx, fleet, resource, amount)}, "
+        "or split the work across pods",
+    )
+
+
+def _larger_classes(ctx: PodContext, fleet: Inventory, resource: str, amount: Fraction) -> str:
+    """For a pod that names no class: the classes of its vendor whose nodes (or pools) hold ``amount``."""
+    models, device = ctx.policy.models, ctx.gpu.device
+    if models is None or device is None:
+        return ""
+    larger = [
+        c.name
+        for c in models.classes.values()
+        if c.device == device.name
+        and c.offers([resource])
+        and (most := class_largest(fleet, c, device, resource)) is not None
+        and most >= amount
+    ]
+    return (
+        f", label the pod {MODEL_LABEL} with a class whose nodes hold {_fmt(amount)} ({', '.join(larger)})"
+        if larger
+        else ""
     )
 
 

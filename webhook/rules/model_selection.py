@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from ..pods.affinity import label_expressions, required_terms, requirement_text
@@ -243,48 +242,19 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
 
 def _fitting_default(pod: PodView, ctx: PodContext, defaults: list[ModelClass], device: Device) -> Choice:
     """The first default class whose nodes can hold the pod (the live inventory's nodes and the pools that can
-    scale up for the class; a class of unknown size fits). Without an inventory, the first default. When no
-    default holds it, the pod is refused naming each default's largest node, never steered where it would
-    stay Pending for ever."""
+    scale up for the class; a class of unknown size fits), so a pod too large for the first default's nodes
+    is never steered where it would stay Pending for ever. Without an inventory, or when no default holds
+    it, the first default: feasibility then refuses the pod, naming the classes whose nodes would."""
     fleet = ctx.fleet
-    if fleet is None:
-        return Choice(defaults[0], violations=_outside_class(pod, ctx, defaults[0], device))
-    amounts = per_node_amounts(pod.spec, ctx.counts_as_gpu)
-    sizes: list[tuple[ModelClass, str, Fraction]] = []
-    for cls in defaults:
-        short = [
-            (resource, most)
-            for resource, amount in sorted(amounts.items())
-            if (most := class_largest(fleet, cls, device, resource)) is not None and amount > most
-        ]
-        if not short:
-            return Choice(cls, violations=_outside_class(pod, ctx, cls, device))
-        sizes.append((cls, *short[0]))
-    resource = sizes[0][1]
-    want = amounts[resource]
-    held = ", ".join(f"{c.name}: {_fmt(n)}" for c, _, n in sizes)
-    other = [
-        c
-        for c in ctx.policy.models.classes.values()  # type: ignore[union-attr]
-        if c.device == device.name
-        and c not in defaults
-        and c.offers(sorted(amounts))
-        and all((most := class_largest(fleet, c, device, r)) is None or a <= most for r, a in amounts.items())
-    ]
-    fix = (
-        f"label the pod {MODEL_LABEL} with a class whose nodes hold {_fmt(want)} ({_names(other)}), or request fewer"
-        if other
-        else f"request at most {_fmt(max(n for _, _, n in sizes))} × {resource} per pod, or split the work"
-    )
-    text = (
-        f"requests {_fmt(want)} × {resource} on one node, more than a node of its default "
-        f"class{'es' if len(sizes) > 1 else ''} holds (largest: {held})"
-    )
-    return Choice(violations=[Violation(RULE, ctx.meta_field(f"labels[{MODEL_LABEL}]"), "pod", text, fix)])
-
-
-def _fmt(amount: Fraction) -> str:
-    return str(amount.numerator) if amount.denominator == 1 else str(float(amount))
+    if fleet is not None and len(defaults) > 1:
+        amounts = per_node_amounts(pod.spec, ctx.counts_as_gpu)
+        for cls in defaults:
+            if all(
+                (most := class_largest(fleet, cls, device, resource)) is None or amount <= most
+                for resource, amount in amounts.items()
+            ):
+                return Choice(cls, violations=_outside_class(pod, ctx, cls, device))
+    return Choice(defaults[0], violations=_outside_class(pod, ctx, defaults[0], device))
 
 
 def _own_class(
