@@ -101,8 +101,9 @@ def test_a_pod_naming_more_claims_than_any_real_one_is_refused_before_any_read(a
     out = client.post("/mutate", data=json.dumps(review(claims_pod(3000))), content_type="application/json")
     response = out.get_json()["response"]
     assert response["allowed"] is False and response["status"]["code"] == 400
-    assert "request.object.spec.resourceClaims: Too many: 3000: must have at most 32 items" in (
-        response["status"]["message"]
+    assert (
+        "request.object.spec.resourceClaims: Too many: 3000: must have at most 32 items"
+        in (response["status"]["message"])
     )
     assert reads.keys == []
 
