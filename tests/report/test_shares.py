@@ -14,15 +14,19 @@ mode on a node whose GPU Feature Discovery label says 4 replicas; a DRA claim's 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from webhook.report.command import parse_time
+from webhook.report.prometheus import Prometheus
+
 from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
 from .schema import checked
 from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
-from .test_report import gpugate
+from .test_report import ROOT, gpugate
 
 H200 = "NVIDIA H200"
 LENGTH = 6 * HOUR
@@ -171,6 +175,13 @@ def shared_fleet() -> Fleet:
         interval=INTERVAL,
         end=LENGTH,
     )
+
+    # What the nodes advertise (kube-state-metrics kube_node_status_capacity): node-d has a third H200 no
+    # exporter reports and no pod holds; node-x has two GPUs and no dcgm-exporter at all. node-m's four
+    # nvidia.com/gpu are one GPU's four replicas; node-h's ten are HAMi's device-plugin split of one T4.
+    for node, count in (("node-k", 1), ("node-m", 4), ("node-d", 3), ("node-x", 2), ("node-h", 10)):
+        labels = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
+        fleet.add("kube_node_status_capacity", labels, float(count), **every)
     return fleet
 
 
@@ -236,15 +247,18 @@ def test_the_unclaimed_rest_of_a_shared_gpu_is_unallocated(by_team: dict[str, An
     shared = resources["shared"]
     assert (shared["allocated_gpu_hours"], shared["unallocated_gpu_hours"]) == pytest.approx((4.5, 1.5), abs=1e-6)
     assert resources["dra"]["allocated_gpu_hours"] == pytest.approx(6.0, abs=1e-6)
-    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(5 * 6.0, abs=1e-6)
+    # node-d's unreported H200 and node-x's two GPUs, six hours each
+    assert resources["no-telemetry"]["unallocated_gpu_hours"] == pytest.approx(3 * 6.0, abs=1e-6)
+    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(8 * 6.0, abs=1e-6)
 
 
 def test_shares_and_unallocated_add_up_to_the_fleet_every_hour(by_team: dict[str, Any]) -> None:
     fleet = by_team["buckets"]["fleet"]
     assert len(fleet) == 6
     for bucket in fleet:
-        # five GPUs: KAI's A100, HAMi's T4, the time-sliced T4, the DRA H200, the extended-resource GPU
-        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(5.0, abs=1e-6), bucket
+        # eight GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's three H200 (the claim's, the
+        # extended resource's, the unreported one) and node-x's two
+        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(8.0, abs=1e-6), bucket
 
 
 def test_by_namespace_the_fractional_pods_pay_and_the_reservation_pod_does_not(shares: RunningPrometheus) -> None:
@@ -252,3 +266,37 @@ def test_by_namespace_the_fractional_pods_pay_and_the_reservation_pod_does_not(s
     assert RESERVATION_NS not in rows
     assert rows["kai"]["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75, abs=1e-6)
     assert rows["hami"]["allocated_gpu_hours"] == pytest.approx(1.8 + 3.0, abs=1e-6)
+
+
+def test_by_pod_the_most_idle_pods_come_first_with_their_workload(shares: RunningPrometheus) -> None:
+    document = report(shares, "--group", "pod")
+    rows = document["groups"]
+    assert [row["group"] for row in rows[:2]] == ["hami/hami-b", "hami/hami-a"]
+    assert [row["idle_gpu_hours"] for row in rows[:2]] == pytest.approx([3.0, 1.8], abs=1e-6)
+    assert rows[0]["workload"] == "hami/Deployment/hami-b"
+    assert {row["group"]: row["workload"] for row in rows}["kai/infer-b"] == "kai/Deployment/b"
+    assert RESERVATION_NS + "/gpu-reservation-node-k-x7k2p" not in {row["group"] for row in rows}
+    table = gpugate(
+        "report", "--prometheus", shares.url, "--end", END_ISO, "--window", "6h", "--group", "pod", "--recommend"
+    )
+    assert table.returncode == 0, table.stderr
+    header, _rule, first = table.stdout.splitlines()[2:5]
+    assert header.split()[:2] == ["POD", "WORKLOAD"] and header.rstrip().endswith("RECOMMENDED")
+    assert first.split()[:2] == ["hami/hami-b", "hami/Deployment/hami-b"]
+
+
+def test_the_dashboards_hami_panel_gives_the_reports_shares(shares: RunningPrometheus) -> None:
+    dashboard = json.loads((ROOT / "deploy/monitoring/gpugate-report-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"] == "GPU-hours held as HAMi shares by team"]
+    client = Prometheus(shares.url)
+    end = parse_time(END_ISO, now=0)
+    got = {}
+    for target in panel["targets"]:
+        expr = target["expr"].replace("$__range", f"{LENGTH}s")
+        got[target["refId"]] = {
+            s.labels.get("team", ""): next(iter(s.samples.values())) for s in client.query(expr, at=end)
+        }
+    # within one 5-minute step, as the dashboard's other panels (its subquery also samples the range's start)
+    step = INTERVAL / 3600
+    assert got["held"] == pytest.approx({"research": 0.30 * 6, "platform": 0.50 * 6}, abs=step)
+    assert got["unclaimed"] == pytest.approx({"": 0.2 * 6}, abs=step)

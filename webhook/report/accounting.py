@@ -155,6 +155,7 @@ class Row:
     no_telemetry_cost: float | None = None
     unpriced_hours: float = 0.0
     source: str = "none"
+    workload: str | None = None  # with --group pod: the pod's workload (namespace/kind/name)
 
     @property
     def telemetry_hours(self) -> float:

@@ -128,6 +128,8 @@ class Chunk:
     dra: list[list[tuple[int, float]]] = field(default_factory=list)
     dra_series: list[tuple[Pod, str]] = field(default_factory=list)  # pod, ResourceClaim name
     dra_devices: Mapping[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = field(default_factory=dict)
+    capacity: list[list[tuple[int, float]]] = field(default_factory=list)
+    capacity_series: list[tuple[str, str]] = field(default_factory=list)  # node, resource
 
     @classmethod
     def of(cls, inputs: Inputs) -> Chunk:
@@ -179,6 +181,8 @@ class Chunk:
             dra=_index(inputs.dra_claims, where),
             dra_series=[(pod_of(s.labels), s.labels.get("resourceclaim_name", "")) for s in inputs.dra_claims],
             dra_devices=inputs.dra_devices,
+            capacity=_index(inputs.node_capacity, where),
+            capacity_series=[(s.labels.get("node", ""), s.labels.get("resource", "")) for s in inputs.node_capacity],
         )
 
     def devices(self, i: int, *, placeholders: set[Pod] | None = None) -> StepDevices:
@@ -273,4 +277,13 @@ class Chunk:
                             model=model,
                         )
                     )
+        return out
+
+    def advertised(self, i: int) -> dict[str, list[tuple[str, float]]]:
+        """Per node in one step: the GPU resources it advertised and how many units of each."""
+        out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        for number, value in self.capacity[i] if self.capacity else ():
+            node, resource = self.capacity_series[number]
+            if node and value > 0:
+                out[node].append((resource, value))
         return out

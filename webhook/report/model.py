@@ -11,7 +11,7 @@ from .series import Series
 
 DEFAULT_THRESHOLD = 10.0  # percent; a GPU busy less than this during a step is idle for that step
 UNLABELLED = "unlabelled"
-GROUPS = ("team", "cost-center", "workload", "namespace")
+GROUPS = ("team", "cost-center", "workload", "namespace", "pod")
 BUCKETS = {"1h": 3600, "1d": 86400}
 
 # The per-pod label keys on kube_pod_labels (kube-state-metrics: "label_" + sanitised key) and on DCGM
@@ -58,6 +58,8 @@ class Inputs:
     dra_devices: Mapping[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = field(default_factory=dict)
     # node -> replicas per GPU of a time-sliced or MPS node (GPU Feature Discovery's nvidia.com/gpu.replicas)
     replicas: Mapping[str, int] = field(default_factory=dict)
+    # kube_node_status_capacity {node, resource}: the GPU units each node advertised in the step
+    node_capacity: Sequence[Series] = ()
 
 
 @dataclass

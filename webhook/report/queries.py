@@ -41,6 +41,8 @@ KAI_RESERVED = "annotation_run_ai_reserve_for_gpu_index"
 # (--kubernetes-enable-dra, internal/pkg/transformation/const.go) name the claim of the device they map.
 POD_CLAIMS = "kube_pod_resourceclaim_info"
 NODE_LABELS = "kube_node_labels"
+# What each node advertises (kube-state-metrics internal/store/node.go: kube_node_status_capacity{node, resource}).
+NODE_CAPACITY = "kube_node_status_capacity"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 ALLOWLIST = (
     "--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
@@ -158,6 +160,11 @@ max by (namespace, pod, {KAI_RESERVED}) (max_over_time({POD_ANNOTATIONS}{{{KAI_R
 * on (namespace, pod) group_left ({KAI_GROUP})
 max by (namespace, pod, {KAI_GROUP}) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
 """.strip()
+
+
+def node_capacity_query(step: int) -> str:
+    """The GPU units each node advertised in the step (whole GPUs, replicas, MIG instances)."""
+    return f'max by (node, resource) (max_over_time({NODE_CAPACITY}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))'
 
 
 def dra_claims_query(step: int) -> str:
@@ -344,7 +351,7 @@ def node_replicas(prometheus: Prometheus, *, start: int, end: int) -> dict[str, 
 def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, claims: bool) -> list[tuple[str, str]]:
     """The shared-GPU queries, only where their series exist in the window (the label index says, cheaply)."""
     plan = []
-    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}"}}'
+    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}|{NODE_CAPACITY}"}}'
     present = set(prometheus.label_values("__name__", match=match, start=start, end=end))
     if HAMI_MEMORY in present:
         plan.append(("hami", hami_query(step)))
@@ -355,6 +362,8 @@ def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, cl
         plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
     if POD_CLAIMS in present and claims:
         plan.append(("dra", dra_claims_query(step)))
+    if NODE_CAPACITY in present:
+        plan.append(("node capacity", node_capacity_query(step)))
     return plan
 
 
@@ -409,6 +418,7 @@ def stream_inputs(
             dra_claims=results.get("dra", ()),
             dra_devices=claims,
             replicas=replicas,
+            node_capacity=results.get("node capacity", ()),
         )
         done += len(chunk)
         per_step = max(1.0, points / len(chunk))

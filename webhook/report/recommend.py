@@ -44,7 +44,8 @@ def fleet_classes(capacity: Capacity) -> list[FleetClass]:
     """Every class dcgm-exporter showed in the window, allocated or not."""
     out = []
     for (model, kind), (hours, unit_hours) in sorted(capacity.classes.items()):
-        if kind == "mig-unpartitioned" or not model or not unit_hours:
+        # A KAI/HAMi fraction, a DRA device or a GPU seen only by its node is no class a GFD policy steers to.
+        if kind in ("mig-unpartitioned", "fraction", "dra", "no-telemetry") or not model or not unit_hours:
             continue
         requested = capacity.requested_as.get((model, kind), "")
         plain = model.replace(" ", "-")

@@ -64,6 +64,7 @@ def _row_dict(row: Row, *, priced: bool) -> dict[str, Any]:
         "mig_slices_peak": dict(sorted(row.mig_slices.items())),
         "shared_peak": row.shared,
         "fraction_gpus_peak": round(row.fraction, 4),
+        "workload": row.workload,
         "allocated_gpu_hours": _r(row.allocated_hours, 3),
         "busy_gpu_hours": _r(row.busy_hours, 3),
         "idle_gpu_hours": _r(row.idle_hours, 3),
@@ -184,6 +185,7 @@ def to_csv(report: Report) -> str:
     header = [
         "record",
         report.group_by,
+        "workload",
         "start",
         "end",
         "whole_gpus_peak",
