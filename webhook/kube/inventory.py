@@ -1,12 +1,14 @@
-"""The live GPU inventory of ``gpugate serve``: Nodes, RuntimeClasses, DeviceClasses and ResourceSlices kept by
-list+watch, each object reduced at once to the fields ``webhook.inventory.model`` keeps; ResourceClaims and
-ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler #1780: a cluster-wide pod
-cache outgrew 256 MiB on large clusters).
+"""The live GPU inventory of ``gpugate serve``: Nodes, RuntimeClasses, DeviceClasses, ResourceSlices and
+Karpenter NodePools kept by list+watch, each object reduced at once to the fields ``webhook.inventory.model``
+keeps; ResourceClaims and ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler
+#1780: a cluster-wide pod cache outgrew 256 MiB on large clusters).
 
 One ``FleetWatcher`` per worker process, shared by its threads: a daemon thread per kind, the reduced records
 under one lock, and an ``Inventory`` built from them only when something changed. ``inventory()`` is None until
 every kind has listed once (a kind the apiserver does not serve, such as DRA before 1.34, counts as listed and
-empty), so feasibility never judges on a partial picture.
+empty), so feasibility never judges on a partial picture. A kind gpugate may not read (NodePools without the
+RBAC rule for them, HTTP 403) counts as listed and *unread*: what it would add is unknown, so feasibility
+warns where it would have refused.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..inventory.model import (
     claim_of,
     device_class_of,
     node_of,
+    nodepool_of,
     slice_of,
 )
 from .client import close as _close
@@ -44,6 +47,8 @@ class _Kind:
     name: str
     paths: tuple[str, ...]  # list paths, first served wins
     reduce: Callable[[Mapping[str, Any]], Any]
+    #: A 403 leaves it unread (unknown), not failing: an optional API gpugate's RBAC may not grant.
+    optional: bool = False
 
 
 def _runtime_class(obj: Mapping[str, Any]) -> str:
@@ -55,6 +60,8 @@ KINDS = (
     _Kind("runtimeclasses", ("/apis/node.k8s.io/v1/runtimeclasses",), _runtime_class),
     _Kind("deviceclasses", tuple(f"/apis/resource.k8s.io/{v}/deviceclasses" for v in DRA_VERSIONS), device_class_of),
     _Kind("resourceslices", tuple(f"/apis/resource.k8s.io/{v}/resourceslices" for v in DRA_VERSIONS), slice_of),
+    # Karpenter's NodePools (karpenter.sh/v1 since Karpenter 1.0): what the cluster can add.
+    _Kind("nodepools", ("/apis/karpenter.sh/v1/nodepools",), nodepool_of, optional=True),
 )
 
 
@@ -64,6 +71,10 @@ class _Expired(Exception):
 
 class _NotServed(Exception):
     """No version of this kind is served (404 on every path)."""
+
+
+class _Forbidden(Exception):
+    """An optional kind gpugate's RBAC does not let it list (403)."""
 
 
 class FleetWatcher:
@@ -94,6 +105,7 @@ class FleetWatcher:
         self._lock = threading.Lock()
         self._records: dict[str, dict[str, Any]] = {k.name: {} for k in KINDS}
         self._listed: set[str] = set()
+        self._unread: set[str] = set()
         self._paths: dict[str, str] = {}
         self._snapshot: Inventory | None = None
         self._dirty = True
@@ -116,6 +128,8 @@ class FleetWatcher:
                     runtime_classes=frozenset(self._records["runtimeclasses"].values()),
                     device_classes={c.name: c for c in self._records["deviceclasses"].values()},
                     slices=tuple(self._records["resourceslices"].values()),
+                    pools=tuple(self._records["nodepools"].values()),
+                    unread=frozenset(self._unread),
                 )
                 self._dirty = False
             return self._snapshot
@@ -223,8 +237,24 @@ class FleetWatcher:
             except _NotServed:
                 with self._lock:
                     self._listed.add(kind.name)  # nothing of this kind can exist: listed, and empty
+                    self._unread.discard(kind.name)
+                    self._records[kind.name] = {}
                     self._dirty = True
                 log.info("inventory: the apiserver serves no %s; looking again in %.0fs", kind.name, self._backoff_max)
+                self._stop.wait(self._backoff_max)
+                version = None
+            except _Forbidden:
+                with self._lock:
+                    self._listed.add(kind.name)  # listed as unknown: feasibility warns instead of refusing
+                    self._unread.add(kind.name)
+                    self._records[kind.name] = {}
+                    self._dirty = True
+                log.warning(
+                    "inventory: forbidden to list %s (RBAC); pods they could host are warned about, never refused;"
+                    " looking again in %.0fs",
+                    kind.name,
+                    self._backoff_max,
+                )
                 self._stop.wait(self._backoff_max)
                 version = None
             except _Expired:
@@ -265,8 +295,11 @@ class FleetWatcher:
                     continue
                 if exc.status == 410:
                     raise _Expired() from exc
+                if exc.status == 403 and kind.optional:
+                    raise _Forbidden() from exc
                 raise
             with self._lock:
+                self._unread.discard(kind.name)
                 self._paths[kind.name] = candidate
                 self._records[kind.name] = records
                 self._listed.add(kind.name)
@@ -341,10 +374,17 @@ def read_fleet(api_client: Any) -> list[dict[str, Any]]:
         "runtimeclasses": ("node.k8s.io/v1", "RuntimeClass"),
         "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
         "resourceslices": ("resource.k8s.io/v1", "ResourceSlice"),
+        "nodepools": ("karpenter.sh/v1", "NodePool"),
     }
     for kind in KINDS:
         for path in kind.paths:
-            items = _list_all(watcher, path)
+            try:
+                items = _list_all(watcher, path)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 403 and kind.optional:
+                    log.warning("fleet snapshot: forbidden to list %s; the snapshot has none", kind.name)
+                    break
+                raise
             if items is None:
                 continue
             api_version, name = kinds[kind.name]
