@@ -589,6 +589,37 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
         True,
     ),
     ("other env", pod(pod_spec(container(env=[{"name": "CUDA_HOME", "value": "/usr"}]))), None, False),
+    ("NVIDIA_GDS", pod(pod_spec(container(env=[{"name": "NVIDIA_GDS", "value": "enabled"}]))), None, True),
+    (
+        "NVIDIA_IMEX_CHANNELS",
+        pod(pod_spec(container(env=[{"name": "NVIDIA_IMEX_CHANNELS", "value": "0"}]))),
+        None,
+        True,
+    ),
+    (
+        "envFrom with an NVIDIA_ prefix",
+        pod(pod_spec({**container(), "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]})),
+        None,
+        True,
+    ),
+    (
+        "envFrom with a prefix that begins NVIDIA_",
+        pod(pod_spec({**container(), "envFrom": [{"prefix": "NV", "configMapRef": {"name": "c"}}]})),
+        None,
+        True,
+    ),
+    (
+        "envFrom with another prefix",
+        pod(pod_spec({**container(), "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "c"}}]})),
+        None,
+        False,
+    ),
+    (
+        "envFrom without a prefix",
+        pod(pod_spec({**container(), "envFrom": [{"configMapRef": {"name": "c"}}]})),
+        None,
+        False,
+    ),
     ("CPU pod under the NVIDIA runtime class", pod(pod_spec(runtimeClassName="nvidia")), None, True),
     ("CPU pod under another runtime class", pod(pod_spec(runtimeClassName="kata")), None, False),
     # The GPU Operator's other runtime classes (assets/pre-requisites/0210_*, 0220_*): gpuRuntimeClasses.
@@ -969,6 +1000,19 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         pod(pod_spec(tolerations=[GPU_TOLERATION], **KAI), annotations={"gpu-memory": "2000"}),
         None,
         [],
+    ),
+    # Created bound (spec.nodeName): no scheduler places it, so the annotation holds nothing.
+    (
+        "KAI gpu-fraction pod created with spec.nodeName tolerating the GPU taint",
+        pod(pod_spec(tolerations=[GPU_TOLERATION], nodeName="gpu-1", **KAI), annotations=KAI_FRACTION),
+        None,
+        ["GPU node taint"],
+    ),
+    (
+        "KAI gpu-fraction pod created with spec.nodeName under the NVIDIA runtime class",
+        pod(pod_spec(runtimeClassName="nvidia", nodeName="gpu-1", **KAI), annotations=KAI_FRACTION),
+        None,
+        ["GPU runtime class"],
     ),
     # Another scheduler ignores the annotation: the pod holds no GPU.
     (

@@ -16,7 +16,7 @@ import yaml
 
 from webhook.policy.files import load_policies
 from webhook.policy.model import Policy
-from webhook.policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_SCHEDULERS
+from webhook.policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_SCHEDULERS, NVIDIA_DEVICE_VARIABLES
 
 REPO = Path(__file__).resolve().parents[2]
 COPIES = [REPO / "deploy" / "base", REPO / "charts" / "gpugate" / "files" / "base"]
@@ -74,6 +74,16 @@ def test_match_conditions_route_every_gpu_runtime_class(base: Path):
         found = re.findall(r"s\.runtimeClassName in (\[[^\]]*\])", condition["expression"])
         assert len(found) == 1, f"{hook['name']}: expected one runtimeClassName list, found {found}"
         assert set(_cel_list(found[0])) == shipped_runtime_classes(), hook["name"]
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_match_conditions_route_every_nvidia_device_variable(base: Path):
+    hooks = [h for doc in yaml.safe_load_all((base / "webhooks.yaml").read_text()) for h in doc["webhooks"]]
+    for hook in hooks:
+        [condition] = hook["matchConditions"]
+        found = re.findall(r"e\.name in (\[[^\]]*\])", condition["expression"])
+        assert len(found) == 1, f"{hook['name']}: expected one list of env names, found {found}"
+        assert set(_cel_list(" ".join(found[0].split()))) == {"NVIDIA_VISIBLE_DEVICES", *NVIDIA_DEVICE_VARIABLES}
 
 
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])

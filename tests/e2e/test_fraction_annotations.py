@@ -48,3 +48,23 @@ def test_a_kai_scheduled_fraction_pod_gets_the_gpu_toleration(stack: Stack, name
     result = stack.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=sent, check=False)
     assert result.ok, result
     assert GPU_TOLERATION in json.loads(result.stdout)["spec"]["tolerations"]
+
+
+def test_a_kai_fraction_pod_created_with_node_name_gets_no_gpu_and_is_refused(stack: Stack, namespace: str) -> None:
+    """Created bound, the pod is never placed by kai-scheduler, so no fraction is allocated: gpugate injects
+    neither the runtime class nor the toleration (the stored object would run under the NVIDIA runtime with the
+    image's NVIDIA_VISIBLE_DEVICES=all otherwise) and refuses it, saying why."""
+    sent = _fraction(namespace, schedulerName="kai-scheduler", nodeName="gpu-node-1")
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+    assert not result.ok, f"a kai-scheduler gpu-fraction pod created with spec.nodeName was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None, result
+    assert 'created bound to the node "gpu-node-1" (spec.nodeName), so no scheduler places it' in message, message
+
+
+def test_a_bound_fraction_pod_under_the_nvidia_runtime_is_refused_by_the_backstop(stack: Stack, namespace: str) -> None:
+    sent = _fraction(namespace, schedulerName="kai-scheduler", nodeName="gpu-node-1", runtimeClassName="nvidia")
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+    assert not result.ok, result
+    assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr, result
+    assert 'must not run under the GPU runtime class "nvidia"' in result.stderr, result

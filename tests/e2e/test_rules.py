@@ -114,6 +114,45 @@ def test_nvidia_visible_devices_override_is_refused(stack: Stack, namespace: str
     assert "peeker-main" in message, message
 
 
+@pytest.mark.parametrize("gpus", [None, "1"], ids=["cpu-pod", "gpu-pod"])
+@pytest.mark.parametrize(("variable", "value"), [("NVIDIA_GDS", "enabled"), ("NVIDIA_IMEX_CHANNELS", "0")])
+def test_other_nvidia_device_variables_are_refused(
+    stack: Stack, namespace: str, gpus: str | None, variable: str, value: str
+) -> None:
+    """The matchConditions route a pod without GPUs that sets one, and gpugate refuses it (as both webhooks
+    saw nothing of the kind before)."""
+    sent = pod("doors", namespace, container("doors-main", gpus=gpus, env={variable: value}))
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, f"{variable}={value} was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None and f"sets {variable}={value}" in message and "doors-main" in message, result
+
+
+def test_env_from_with_an_nvidia_prefix_in_a_pod_without_gpus_is_refused(stack: Stack, namespace: str) -> None:
+    app = container("app")
+    app["envFrom"] = [{"prefix": "NVIDIA_", "configMapRef": {"name": "devices"}}]
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod("prefixed", namespace, app), check=False)
+
+    assert not result.ok, f"envFrom with the prefix NVIDIA_ was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None and 'with the prefix "NVIDIA_"' in message, result
+
+
+@pytest.mark.parametrize("capability", ["SYS_ADMIN", "all"])
+def test_sys_admin_or_all_in_a_gpu_container_is_refused(stack: Stack, namespace: str, capability: str) -> None:
+    main = container("main", gpus="1")
+    main["securityContext"] = {"capabilities": {"add": [capability]}}
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod("admin", namespace, main), check=False)
+
+    assert not result.ok, f"capabilities.add [{capability}] in a GPU container was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None and f"adds the capability {capability} in a GPU pod" in message, result
+
+
 def test_ephemeral_debug_container_cannot_override_visible_devices(stack: Stack, namespace: str) -> None:
     """`kubectl debug` adds an ephemeral container through pods/ephemeralcontainers: the same rule."""
     stack.kubectl("create", "-f", "-", stdin=gpu_pod("trainer", namespace))

@@ -40,6 +40,36 @@ VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
+#: Well-typed values for the fields the security rules read, so that generated pods reach those rules (a wrong
+#: type stops at the type guard): device variables, envFrom prefixes, capabilities in every spelling.
+NAMES = st.sampled_from(
+    ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_IMEX_CHANNELS", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_GDS", "NVIDIA_NVSWITCH"]
+) | st.text(max_size=24)
+SHAPED: dict[Any, Any] = {
+    "env": st.lists(
+        st.fixed_dictionaries({"name": NAMES}, optional={"value": st.text(max_size=12) | st.just("enabled")}),
+        max_size=4,
+    )
+    | VALUES,
+    "envFrom": st.lists(
+        st.fixed_dictionaries(
+            {"configMapRef": st.fixed_dictionaries({"name": st.text(max_size=8)})},
+            optional={"prefix": st.sampled_from(["", "NV", "NVIDIA_", "APP_"]) | st.text(max_size=8)},
+        ),
+        max_size=3,
+    )
+    | VALUES,
+    "add": st.lists(st.sampled_from(["SYS_ADMIN", "cap_sys_admin", "all", "NET_ADMIN"]) | st.text(max_size=12))
+    | VALUES,
+    "resourceClaims": st.lists(
+        st.fixed_dictionaries(
+            {"name": st.text(max_size=8)},
+            optional={"resourceClaimTemplateName": st.text(max_size=8), "resourceClaimName": st.text(max_size=8)},
+        ),
+        max_size=300,
+    )
+    | VALUES,
+}
 PATHS = [
     ("metadata",),
     ("metadata", "labels"),
@@ -50,6 +80,9 @@ PATHS = [
     ("spec", "containers", 0),
     ("spec", "containers", 0, "env"),
     ("spec", "containers", 0, "envFrom"),
+    ("spec", "containers", 0, "securityContext"),
+    ("spec", "containers", 0, "securityContext", "capabilities"),
+    ("spec", "containers", 0, "securityContext", "capabilities", "add"),
     ("spec", "containers", 0, "resources"),
     ("spec", "containers", 0, "resources", "limits"),
     ("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"),
@@ -84,7 +117,7 @@ def reviews(draw: Any) -> bytes:
     body = review(base, operation=draw(st.sampled_from(["CREATE", "UPDATE"])), old=copy.deepcopy(base))
     for _ in range(draw(st.integers(1, 4))):
         path = draw(st.sampled_from(PATHS))
-        value = draw(QUANTITIES if path[-1] == "nvidia.com/gpu" else VALUES)
+        value = draw(QUANTITIES if path[-1] == "nvidia.com/gpu" else SHAPED.get(path[-1], VALUES))
         _set(body["request"]["object"], path, value)
     if draw(st.booleans()):
         body["request"]["subResource"] = draw(st.sampled_from(["status", "ephemeralcontainers", "binding", "x"]))

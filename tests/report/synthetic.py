@@ -70,8 +70,10 @@ class Fleet:
         end: int = WEEK,
         interval: int = 60,
         phases: tuple[str, ...] = PHASES,
+        pod_labels: dict[str, str] | None = None,
     ) -> None:
-        """kube-state-metrics' series for one pod with one container."""
+        """kube-state-metrics' series for one pod with one container; ``pod_labels`` are further allowlisted
+        labels on its kube_pod_labels (already in kube-state-metrics' ``label_`` spelling)."""
         for resource, count in resources.items():
             self.add(
                 "kube_pod_container_resource_requests",
@@ -101,6 +103,7 @@ class Fleet:
         labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
         for key, value in (attribution or {}).items():
             labels[f"label_gpugate_io_{key}"] = value
+        labels |= pod_labels or {}
         self.add("kube_pod_labels", labels, 1.0, begin=begin, end=end, interval=interval)
 
     def write(self, stream: TextIO, *, since: int = 0, until: int | None = None) -> int:

@@ -116,3 +116,48 @@ def test_a_workload_crd_template_without_a_scheduler_is_left_to_its_pods():
     refused = validated(named, standard())
     assert not refused.allowed
     assert "spec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]" in refused.message
+
+
+def test_a_kai_fraction_pod_created_bound_by_node_name_holds_no_gpu():
+    """Created with spec.nodeName, the pod is stored bound: no scheduler places it, so kai-scheduler never
+    allocates the fraction; it gets no runtime class, no toleration, and a violation saying why."""
+    obj = fraction_pod(schedulerName="kai-scheduler", nodeName="gpu-node-1")
+    result, decision = mutated(obj, standard())
+    assert decision.allowed and decision.patch is None
+    verdict = validated(result, standard())
+    assert not verdict.allowed
+    assert (
+        "metadata.annotations[gpu-fraction]: pod: asks for part of a GPU with the annotation gpu-fraction, but it is "
+        'created bound to the node "gpu-node-1" (spec.nodeName), so no scheduler places it'
+    ) in verdict.message
+    assert "remove spec.nodeName and let kai-scheduler place the pod" in verdict.message
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn", "audit"])
+def test_a_bound_fraction_pod_under_the_gpu_runtime_class_or_toleration_is_refused_in_every_mode(mode):
+    policy = standard(mode=mode)
+    for extra in ({"runtimeClassName": "nvidia"}, {"tolerations": [GPU_TOLERATION]}):
+        obj = fraction_pod(schedulerName="kai-scheduler", nodeName="gpu-node-1", **extra)
+        assert not validated(obj, policy).allowed, (mode, extra)
+
+
+def test_a_template_with_node_name_makes_bound_pods_too():
+    from tests.support import deployment
+
+    template = fraction_pod(schedulerName="kai-scheduler", nodeName="gpu-node-1")
+    obj = deployment(template["spec"], name="w")
+    obj["spec"]["template"]["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    verdict = validated(obj, standard())
+    assert not verdict.allowed and "created bound to the node" in verdict.message
+
+
+def test_on_update_a_pod_kai_bound_still_holds_its_fraction():
+    """kai-scheduler's own bind sets spec.nodeName on the stored pod: a later UPDATE is no creation."""
+    policy = standard()
+    created, decision = mutated(fraction_pod(schedulerName="kai-scheduler"), policy)
+    assert decision.allowed
+    bound = copy.deepcopy(created)
+    bound["spec"]["nodeName"] = "gpu-node-1"
+    updated = copy.deepcopy(bound)
+    updated["metadata"].setdefault("labels", {})["stage"] = "b"
+    assert validated(updated, policy, operation="UPDATE", old=bound).allowed

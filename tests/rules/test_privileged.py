@@ -116,3 +116,24 @@ def test_on_update_a_pod_that_was_privileged_before_is_not_refused_again():
     updated = copy.deepcopy(stored)
     updated["metadata"].setdefault("labels", {})["app"] = "relabelled"
     assert validated(updated, policy, operation="UPDATE", old=stored).allowed
+
+
+@pytest.mark.parametrize("cap", ["SYS_ADMIN", "CAP_SYS_ADMIN", "sys_admin", "Cap_Sys_Admin", "ALL", "all"])
+@pytest.mark.parametrize("mode", ["enforce", "audit"])
+def test_sys_admin_or_all_in_any_spelling_counts_as_privileged(cap, mode):
+    policy = standard(mode=mode)
+    obj = gpu_pod(1)
+    obj["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_ADMIN", cap]}}
+    verdict = validated(final(obj, policy), policy)
+    assert not verdict.allowed
+    assert (
+        f'spec.containers[0].securityContext.capabilities.add[1]: container "main": adds the capability {cap} in a '
+        "GPU pod: with CAP_SYS_ADMIN the NVIDIA Container Toolkit treats it as privileged"
+    ) in verdict.message
+    allowing = standard(mode=mode, security={"privilegedGPUContainers": "allow"})
+    assert validated(final(obj, allowing), allowing).allowed
+
+
+def test_capabilities_of_a_pod_without_gpus_are_left_to_pod_security_admission():
+    obj = pod(container(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}}))
+    assert validated(obj, standard()).allowed

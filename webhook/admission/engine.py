@@ -64,7 +64,15 @@ def _subjects(
             operation=str(request.get("operation")),
             object_meta=obj.get("metadata") or {},
             gpu=gpu_use(
-                meta, spec, policy, namespace=namespace, inventory=fleet, claims=env.claims, defaulted=defaulted
+                meta,
+                spec,
+                policy,
+                namespace=namespace,
+                inventory=fleet,
+                claims=env.claims,
+                defaulted=defaulted,
+                # A pod template is what each pod is created with; a pod's spec on UPDATE may be a scheduler's bind.
+                created=shape.is_template or str(request.get("operation")) == "CREATE",
             ),
             old=before,
             # The pods an operator builds from its own fields cannot be patched here: what they get is reported.

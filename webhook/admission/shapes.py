@@ -108,6 +108,28 @@ def _matches(value: Any, schema: Any) -> bool:
     return isinstance(value, schema)
 
 
+#: The most containers of all kinds (containers, init and ephemeral containers) gpugate reads in one pod spec.
+#: Kubernetes sets no such bound, but every rule walks the containers, so without one a pod of 20,000 containers
+#: cost about a second of CPU per call; real pods have a handful (a large inference pod a dozen or two), and
+#: ``kubectl debug`` adds one ephemeral container per session.
+MAX_CONTAINERS = 256
+
+
+def _too_many_containers(spec: Any, path: str) -> str | None:
+    """A spec with more containers than ``MAX_CONTAINERS``, in the apiserver's words (field.TooMany)."""
+    if not isinstance(spec, Mapping):
+        return None
+    counts = {f: len(spec[f]) for f in CONTAINER_LISTS if isinstance(spec.get(f), list)}
+    total = sum(counts.values())
+    if total <= MAX_CONTAINERS:
+        return None
+    largest = max(counts, key=lambda f: counts[f])
+    return (
+        f"{path}.{largest}: Too many: {total}: must have at most {MAX_CONTAINERS} items (containers, init and "
+        "ephemeral containers together); split the work over several pods"
+    )
+
+
 def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads | None = None) -> list[str]:
     """Fields of ``obj`` (a Pod or a workload gpugate reads) whose JSON type no apiserver would send.
     ``workloads``: the kinds gpugate reads (``pods.objects.workload_kinds``; the built-in ones when None)."""
@@ -124,10 +146,18 @@ def object_problems(obj: Mapping[str, Any], *, path: str, workloads: Workloads |
     for shape in shapes or ():  # kinds gpugate does not read are not looked into
         if shape.template:
             _check(dig(obj, shape.meta_keys), OBJECT_META, f"{path}.{shape.meta_path}", problems)
-        _check(dig(obj, shape.spec_keys), POD_SPEC, f"{path}.{shape.spec_path}", problems)
+        spec = dig(obj, shape.spec_keys)
+        too_many = _too_many_containers(spec, f"{path}.{shape.spec_path}")
+        if too_many:
+            return [too_many]  # before anything walks them
+        _check(spec, POD_SPEC, f"{path}.{shape.spec_path}", problems)
     if shapes is not None:
         for pod in operated_pods(obj):  # what an operator builds its pods from (pods.operated), as the rules read it
             found: list[str] = []
+            too_many = _too_many_containers(pod.spec, "spec")
+            if too_many:
+                where, _, what = too_many.partition(": ")
+                return [f"{path}.{pod.locate(where)}: {what}"]
             _check(pod.metadata, OBJECT_META, "metadata", found)
             _check(pod.spec, POD_SPEC, "spec", found)
             for problem in found:  # named by the field the user wrote

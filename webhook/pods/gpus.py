@@ -76,6 +76,8 @@ class GPUUse:
     #: Fraction annotations the pod carries that hold nothing: the scheduler that places it does not implement
     #: them (``gpuHolders.annotationSchedulers``).
     ignored_annotations: tuple[str, ...] = ()
+    #: The annotations are ignored because the pod is created bound (``spec.nodeName``): no scheduler places it.
+    bound: bool = False
 
     @property
     def dra_resources(self) -> frozenset[str]:
@@ -130,9 +132,13 @@ def gpu_use(
     inventory: Inventory | None = None,
     claims: ClaimLookup | None = None,
     defaulted: bool = True,
+    created: bool = False,
 ) -> GPUUse:
     """``defaulted``: the apiserver fills this pod spec's defaults (a Pod, a built-in kind's template), so an unset
-    ``schedulerName`` is the default scheduler; in a workload CRD's template it is unknown (see scheduler_of)."""
+    ``schedulerName`` is the default scheduler; in a workload CRD's template it is unknown (see scheduler_of).
+    ``created``: the spec is what a pod is created with (a CREATE, or any pod template), so a ``spec.nodeName`` in it
+    binds the pod at creation: no scheduler places it and no fraction annotation holds anything (a pod a
+    scheduler bound has one too, so an UPDATE is read without this)."""
     counted: set[str] = set()
     dra: set[str] = set()
     vendors: dict[str, Device] = {}
@@ -182,10 +188,12 @@ def gpu_use(
         observer = bool(use.observers) and not use.gpus
     annotations = meta.get("annotations") or {}
     ignored: tuple[str, ...] = ()
+    bound = False
     if isinstance(annotations, Mapping):
         present = tuple(a for a in policy.holders.annotations if a in annotations)
         scheduler = scheduler_of(spec, defaulted=defaulted)
-        if present and scheduler is not None and scheduler not in policy.holders.annotation_schedulers:
+        bound = created and bool(spec.get("nodeName"))
+        if present and (bound or (scheduler is not None and scheduler not in policy.holders.annotation_schedulers)):
             present, ignored = (), present
         holders += [f"annotation {a}" for a in present]
         device = policy.devices.get(policy.holders.annotation_device or "")
@@ -202,7 +210,7 @@ def gpu_use(
             use.wants if use is not None else {},
             tuple(use.missing) if use is not None else (),
         )
-    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use, ignored)
+    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use, ignored, bound=bool(ignored) and bound)
 
 
 def scheduler_of(spec: Mapping[str, Any], *, defaulted: bool = True) -> str | None:

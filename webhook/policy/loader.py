@@ -24,7 +24,12 @@ from .model import (
     WorkloadKind,
 )
 from .reader import Doc, PolicyError, PolicyIssue
-from .vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_ANNOTATIONS, DEFAULT_HOLDER_SCHEDULERS
+from .vendors import (
+    DEFAULT_GPU_RUNTIME_CLASSES,
+    DEFAULT_HOLDER_ANNOTATIONS,
+    DEFAULT_HOLDER_SCHEDULERS,
+    NVIDIA_DEVICE_VARIABLES,
+)
 
 # The errors are the reader's; they are part of what loading raises and reports, so they are named here too.
 __all__ = ["PolicyError", "PolicyIssue", "parse_policy", "parse_workload_kind"]
@@ -229,6 +234,7 @@ SECURITY_FIELDS = (
     "visibleDevicesEnvFrom",
     "cdiAnnotations",
     "privilegedGPUContainers",
+    "deviceVariables",
 )
 
 
@@ -310,6 +316,14 @@ def parse_policy(
     privileged = doc.choice(
         security.get("privilegedGPUContainers"), "spec.security.privilegedGPUContainers", ("deny", "allow"), "deny"
     )
+    device_variables = doc.strings(security.get("deviceVariables"), "spec.security.deviceVariables") or ()
+    unknown = sorted(set(device_variables) - set(NVIDIA_DEVICE_VARIABLES))
+    if unknown:
+        doc.fail(
+            "spec.security.deviceVariables",
+            f"unknown variable(s) {', '.join(unknown)}: the NVIDIA toolkit's device variables are "
+            f"{', '.join(NVIDIA_DEVICE_VARIABLES)} (NVIDIA_VISIBLE_DEVICES has visibleDevicesOverride)",
+        )
     init_only = doc.choice(spec.get("initOnlyGPUs"), "spec.initOnlyGPUs", ("deny", "warn", "allow"), "warn")
     mutate_templates = spec.get("mutateTemplates", False)
     if not isinstance(mutate_templates, bool):
@@ -339,6 +353,7 @@ def parse_policy(
         shared_gpu_containers=frozenset(shared),
         visible_devices_env_from=env_from,  # type: ignore[arg-type]
         cdi_annotations=cdi_annotations,  # type: ignore[arg-type]
+        device_variables=frozenset(device_variables),
     )
 
 

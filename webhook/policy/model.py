@@ -158,6 +158,9 @@ class Policy:
     visible_devices_env_from: Literal["deny", "allow"] = "deny"
     #: CDI device annotations (``cdi.k8s.io/...``) on a pod (``allow``: a trusted namespace).
     cdi_annotations: Literal["deny", "allow"] = "deny"
+    #: ``spec.security.deviceVariables``: NVIDIA toolkit device variables besides NVIDIA_VISIBLE_DEVICES
+    #: (``vendors.NVIDIA_DEVICE_VARIABLES``) this policy's pods may set, one opt-in per feature (e.g. NVIDIA_GDS).
+    device_variables: frozenset[str] = frozenset()
     init_only_gpus: Literal["deny", "warn", "allow"] = "warn"
     mutate_templates: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

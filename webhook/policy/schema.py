@@ -14,6 +14,7 @@ from typing import Any
 from . import devices, loader, reader
 from .keys import API_VERSION, LEGACY_API_VERSION
 from .model import KIND, WORKLOAD_KIND
+from .vendors import NVIDIA_DEVICE_VARIABLES
 
 SCHEMA_ID = "https://gpugate.io/schemas/gpugate-policy.schema.json"
 #: The current apiVersion, and the deprecated one that still loads (``policy.legacy``).
@@ -185,6 +186,12 @@ def policy_schema() -> dict[str, Any]:
                         "visibleDevicesEnvFrom": {"enum": ["deny", "allow"]},
                         "cdiAnnotations": {"enum": ["deny", "allow"]},
                         "privilegedGPUContainers": {"enum": ["deny", "allow"]},
+                        "deviceVariables": {
+                            "type": "array",
+                            "items": {"enum": list(NVIDIA_DEVICE_VARIABLES)},
+                            "description": "NVIDIA toolkit device variables this policy's pods may set (one opt-in "
+                            "per feature, e.g. NVIDIA_GDS)",
+                        },
                     }
                 ),
                 "initOnlyGPUs": {"enum": ["deny", "warn", "allow"]},

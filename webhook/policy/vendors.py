@@ -70,3 +70,19 @@ DEFAULT_SCHEDULER = "default-scheduler"
 #: (KAI-Scheduler pkg/binder/common/gpusharingconfigmap): ``<name>-<container index>``, ``-i<index>`` for
 #: init containers.
 KAI_SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
+#: The variables besides ``NVIDIA_VISIBLE_DEVICES`` that the NVIDIA Container Toolkit reads to hand a container
+#: devices of its node, and the value that makes it do so (None: any value but an empty one, ``void`` or
+#: ``none``). NVIDIA/nvidia-container-toolkit internal/config/image/envvars.go names the IMEX channels and the
+#: MIG config/monitor devices (``cuda_image.go`` ``ImexChannelRequests``; the legacy hook passes the MIG ones to
+#: nvidia-container-cli as ``--mig-config`` / ``--mig-monitor``: cmd/nvidia-container-runtime-hook/
+#: container_config.go and main.go); internal/modifier/gated.go and cdi.go ``gatedDevices`` add every GPUDirect
+#: Storage (nvidia-fs), InfiniBand (MOFED), gdrdrv and NVSwitch device node of the node for ``=enabled``.
+NVIDIA_DEVICE_VARIABLES: dict[str, str | None] = {
+    "NVIDIA_IMEX_CHANNELS": None,
+    "NVIDIA_MIG_CONFIG_DEVICES": None,
+    "NVIDIA_MIG_MONITOR_DEVICES": None,
+    "NVIDIA_GDS": "enabled",
+    "NVIDIA_MOFED": "enabled",
+    "NVIDIA_GDRCOPY": "enabled",
+    "NVIDIA_NVSWITCH": "enabled",
+}

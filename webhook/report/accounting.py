@@ -40,6 +40,26 @@ MIG_SLICES: tuple[tuple[str, int], ...] = (
 DEFAULT_SLICES = 7
 
 
+_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_PROFILE_MEMORY = re.compile(r"^\d+g\.(\d+)gb")
+# Framebuffer of models whose NVML name does not say it (NVIDIA's product pages).
+_MEMORY_GIB = (("T4", 16), ("L40S", 48), ("L40", 48), ("L4", 24), ("A10G", 24), ("A10", 24), ("RTX PRO 6000", 96))
+
+
+def model_memory_mib(model: str, profile: str = "") -> float | None:
+    """Framebuffer of a MIG profile (``1g.10gb``: 10 GiB) or of a GPU by its product name, in MiB."""
+    if profile:
+        match = _PROFILE_MEMORY.match(profile)
+        return float(match.group(1)) * 1024 if match else None
+    match = _GB.search(model)
+    if match:
+        return float(match.group(1)) * 1024
+    for fragment, gib in _MEMORY_GIB:
+        if fragment in model:
+            return float(gib * 1024)
+    return None
+
+
 def sanitize(name: str) -> str:
     return _SANITIZE.sub("_", name)
 
@@ -122,6 +142,7 @@ class Row:
     whole_gpus: int = 0  # most whole GPUs held at once
     mig_slices: dict[str, int] = field(default_factory=dict)  # most MIG instances held at once, per profile
     shared: int = 0  # most time-sliced replicas held at once
+    fraction: float = 0.0  # most GPUs held at once as fractions (KAI, HAMi): the sum of their shares
     allocated_hours: float = 0.0  # GPU-hours (a MIG slice counts as its share of the GPU)
     busy_hours: float = 0.0
     idle_hours: float = 0.0
@@ -134,6 +155,7 @@ class Row:
     no_telemetry_cost: float | None = None
     unpriced_hours: float = 0.0
     source: str = "none"
+    workload: str | None = None  # with --group pod: the pod's workload (namespace/kind/name)
 
     @property
     def telemetry_hours(self) -> float:
@@ -359,7 +381,12 @@ class Accumulator:
         for kind, held in self.counts.items():
             count = len(held)
             if kind == "whole":
-                row.whole_gpus = max(row.whole_gpus, count)
+                row.whole_gpus = max(row.whole_gpus, count + len(self.counts.get("dra", ())))
+            elif kind == "dra":
+                row.whole_gpus = max(row.whole_gpus, count + len(self.counts.get("whole", ())))
+            elif kind == "fraction":
+                # held as (pod, device, share): the GPUs they add up to
+                row.fraction = max(row.fraction, sum(float(entry[-1]) for entry in held))  # type: ignore[index, misc]
             elif kind == "shared":
                 row.shared = max(row.shared, count)
             else:

@@ -22,6 +22,7 @@ class DeviceSeries:
     pod: Pod | None
     vgpu: str  # dcgm-exporter --kubernetes-virtual-gpus: the replica of a time-sliced GPU, else ""
     attribution: dict[str, str] | None  # gpugate's labels copied by dcgm-exporter, if any
+    dra: bool = False  # dcgm-exporter --kubernetes-enable-dra named a ResourceClaim: a DRA-allocated device
 
 
 def _device_series(labels: Labels) -> DeviceSeries:
@@ -37,6 +38,7 @@ def _device_series(labels: Labels) -> DeviceSeries:
         pod=pod,
         vgpu=labels.get("vgpu", ""),
         attribution=_attribution(labels, dcgm_label),
+        dra=bool(labels.get("dra_claim_name")),
     )
 
 
@@ -78,6 +80,30 @@ class StepDevices:
     dcgm_attribution: dict[Pod, dict[str, str]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A pod's share of one GPU by what it asked for, in one step: a KAI fraction or memory request, a HAMi
+    memory/cores allocation, or a DRA claim's device that no telemetry maps to the pod."""
+
+    pod: Pod
+    uuid: str
+    mode: str  # "kai", "hami" or "dra"
+    share: float | None  # of the device; None when memory_mib says it
+    memory_mib: float | None = None  # KAI gpu-memory, MiB: its share is this over the device's framebuffer
+    node: str = ""
+    instance: str = ""  # GPU_I_ID of a MIG instance (DRA)
+    profile: str = ""
+    model: str = ""
+
+
+def _positive(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
 @dataclass
 class Chunk:
     """One chunk's series, decoded once and indexed by step."""
@@ -93,6 +119,17 @@ class Chunk:
     request_series: list[tuple[Pod, str, str]]  # pod, resource, node
     label_series: list[tuple[Pod, dict[str, str] | None]]
     non_gpu_series: list[Pod]
+    hami: list[list[tuple[int, float]]] = field(default_factory=list)
+    hami_series: list[tuple[Pod, str, str, str]] = field(default_factory=list)  # pod, device UUID, node, dimension
+    kai: list[list[tuple[int, float]]] = field(default_factory=list)
+    kai_series: list[tuple[Pod, str, float | None, float | None]] = field(default_factory=list)  # group, frac, MiB
+    reservations: list[list[tuple[int, float]]] = field(default_factory=list)
+    reservation_series: list[tuple[Pod, str, str]] = field(default_factory=list)  # pod, GPU group, GPU UUID
+    dra: list[list[tuple[int, float]]] = field(default_factory=list)
+    dra_series: list[tuple[Pod, str]] = field(default_factory=list)  # pod, ResourceClaim name
+    dra_devices: Mapping[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = field(default_factory=dict)
+    capacity: list[list[tuple[int, float]]] = field(default_factory=list)
+    capacity_series: list[tuple[str, str]] = field(default_factory=list)  # node, resource
 
     @classmethod
     def of(cls, inputs: Inputs) -> Chunk:
@@ -112,14 +149,48 @@ class Chunk:
             ],
             label_series=[(pod_of(s.labels), _attribution(s.labels, ksm_label)) for s in inputs.pod_labels],
             non_gpu_series=[pod_of(s.labels) for s in inputs.non_gpu_pods],
+            hami=_index(inputs.hami_shares, where),
+            hami_series=[
+                (
+                    pod_of(s.labels),
+                    s.labels.get("device_uuid", ""),
+                    s.labels.get("node", ""),
+                    s.labels.get("dimension", ""),
+                )
+                for s in inputs.hami_shares
+            ],
+            kai=_index(inputs.kai_pods, where),
+            kai_series=[
+                (
+                    pod_of(s.labels),
+                    s.labels.get("label_runai_gpu_group", ""),
+                    _positive(s.labels.get("annotation_gpu_fraction", "")),
+                    _positive(s.labels.get("annotation_gpu_memory", "")),
+                )
+                for s in inputs.kai_pods
+            ],
+            reservations=_index(inputs.kai_reservations, where),
+            reservation_series=[
+                (
+                    pod_of(s.labels),
+                    s.labels.get("label_runai_gpu_group", ""),
+                    s.labels.get("annotation_run_ai_reserve_for_gpu_index", ""),
+                )
+                for s in inputs.kai_reservations
+            ],
+            dra=_index(inputs.dra_claims, where),
+            dra_series=[(pod_of(s.labels), s.labels.get("resourceclaim_name", "")) for s in inputs.dra_claims],
+            dra_devices=inputs.dra_devices,
+            capacity=_index(inputs.node_capacity, where),
+            capacity_series=[(s.labels.get("node", ""), s.labels.get("resource", "")) for s in inputs.node_capacity],
         )
 
-    def devices(self, i: int) -> StepDevices:
+    def devices(self, i: int, *, placeholders: set[Pod] | None = None) -> StepDevices:
         """Per device: the profiling value, the GPU_UTIL value, the pods (and replicas) holding it. Virtual-GPU
         mode copies each field to every pod sharing the GPU; the copies carry the same value (GPU_UTIL per
         process is lower and loses), so the device's value is their maximum."""
         found = StepDevices()
-        exporters = {self.non_gpu_series[n] for n, _ in self.non_gpu[i]}
+        exporters = {self.non_gpu_series[n] for n, _ in self.non_gpu[i]} | (placeholders or set())
         for samples, info, values, of_pod, scale in (
             (self.engine[i], self.engine_series, found.prof, found.prof_of_pod, 100.0),
             (self.util[i], self.util_series, found.dev, found.dev_of_pod, 1.0),
@@ -155,3 +226,64 @@ class Chunk:
             if labels or pod not in attribution:
                 attribution[pod] = labels
         return requested, nodes, attribution
+
+    def placeholders(self, i: int) -> set[Pod]:
+        """KAI's reservation pods in one step: each holds a whole GPU for the fractional pods of its GPU group
+        (KAI-Scheduler pkg/binder/binding/resourcereservation), so it is nobody's use: its GPU is billed to them."""
+        return {self.reservation_series[n][0] for n, _ in self.reservations[i]} if self.reservations else set()
+
+    def claims(self, i: int, held: Mapping[DeviceKey, set[Pod]]) -> list[Claim]:
+        """Every share of a device a pod holds by what it asked for in one step. ``held``: the pods telemetry
+        shows on each device, so that a DRA claim dcgm-exporter already maps is not billed twice."""
+        out: list[Claim] = []
+        hami: dict[tuple[Pod, str], Claim] = {}
+        for number, value in self.hami[i] if self.hami else ():
+            pod, uuid, node, _dimension = self.hami_series[number]
+            # A pod is billed the larger of its memory and its cores share: the device is full when either is.
+            found = hami.get((pod, uuid))
+            if found is None or (found.share or 0.0) < value:
+                hami[pod, uuid] = Claim(pod, uuid, "hami", max(0.0, min(1.0, value)), node=node)
+        out.extend(hami[key] for key in sorted(hami))
+        groups: dict[str, str] = {}
+        for number, _ in self.reservations[i] if self.reservations else ():
+            _pod, group, uuid = self.reservation_series[number]
+            if group and uuid:
+                groups[group] = uuid
+        for number, _ in self.kai[i] if self.kai else ():
+            pod, group, fraction, memory = self.kai_series[number]
+            reserved = groups.get(group)
+            if reserved and (fraction is not None or memory is not None):
+                share = None if fraction is None else min(1.0, fraction)
+                out.append(Claim(pod, reserved, "kai", share, memory_mib=None if share is not None else memory))
+        sharing: dict[tuple[str, str], list[Pod]] = defaultdict(list)
+        for number, _ in self.dra[i] if self.dra else ():
+            pod, claim = self.dra_series[number]
+            if (pod[0], claim) in self.dra_devices:
+                sharing[pod[0], claim].append(pod)
+        for (namespace, claim), pods in sorted(sharing.items()):
+            for uuid, instance, profile, model, host in self.dra_devices[namespace, claim]:
+                if any(pod in held.get((uuid, instance), ()) for pod in pods):
+                    continue  # dcgm-exporter maps it: billed from telemetry
+                for pod in sorted(pods):  # a claim shared by several pods: split evenly between them
+                    out.append(
+                        Claim(
+                            pod,
+                            uuid,
+                            "dra",
+                            1.0 / len(pods),
+                            node=host,
+                            instance=instance,
+                            profile=profile,
+                            model=model,
+                        )
+                    )
+        return out
+
+    def advertised(self, i: int) -> dict[str, list[tuple[str, float]]]:
+        """Per node in one step: the GPU resources it advertised and how many units of each."""
+        out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        for number, value in self.capacity[i] if self.capacity else ():
+            node, resource = self.capacity_series[number]
+            if node and value > 0:
+                out[node].append((resource, value))
+        return out

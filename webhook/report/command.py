@@ -158,7 +158,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="price table (YAML): currency, perHour by GPU model or MIG profile; see docs/report.md",
     )
     parser.add_argument(
-        "--group", choices=GROUPS, default="team", help="rows by team (default), cost-center, workload or namespace"
+        "--group",
+        choices=GROUPS,
+        default="team",
+        help="rows by team (default), cost-center, workload, namespace or pod (with its workload)",
     )
     parser.add_argument(
         "--threshold",

@@ -27,9 +27,10 @@ from .accounting import (
     Workload,
     mig_fraction,
     mig_profile_of,
+    model_memory_mib,
     sanitize,
 )
-from .chunk import Chunk, StepDevices
+from .chunk import Chunk, Claim, DeviceSeries, StepDevices
 from .model import (
     ATTRIBUTION_KEYS,
     BUCKETS,
@@ -93,6 +94,15 @@ class Integrator(Totals):
         self.mig_nodes: dict[str, tuple[str, str]] = {}
         self.owners: dict[tuple[Pod, int, int], tuple[Accumulator, Workload]] = {}
         self.unit_cache: dict[tuple[str, str, int, str, int, str], Unit] = {}
+        self.replicas: dict[str, int] = {}  # node -> time-slicing/MPS replicas per GPU, where GFD says
+        self.devices_seen: dict[DeviceKey, DeviceSeries] = {}  # what telemetry last said of a claimed device
+        self.sharing = False  # the chunk has KAI, HAMi or DRA claim series: claims are looked at
+        # What nodes advertise (kube_node_status_capacity), where the chunk has it: GPUs no telemetry shows
+        self.advertising = False
+        self.host_models: dict[str, str] = {}
+        self.time_sliced_hosts: set[str] = set()
+        self.hami_nodes: set[str] = set()  # HAMi's device plugin advertises split counts, not GPUs
+        self.step_held: dict[str, float] = defaultdict(float)  # node -> GPUs held this step without telemetry
 
     # ---- one chunk ---------------------------------------------------------------------------
 
@@ -101,6 +111,9 @@ class Integrator(Totals):
         # The owner cache is keyed by the ids of this chunk's label dicts; a freed dict's id can be reused.
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
+        self.replicas.update(inputs.replicas)
+        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series)
+        self.advertising = bool(chunk.capacity_series)
         # A device is time-sliced for the whole window once any of its series says so, so that a step in
         # which one replica is idle or missing is not mistaken for a whole GPU handed from pod to pod.
         self.time_sliced.update(s.key[0] for s in (*chunk.engine_series, *chunk.util_series) if s.vgpu)
@@ -109,8 +122,16 @@ class Integrator(Totals):
             self._step(chunk, i, len(self.times) - 1, t)
 
     def _step(self, chunk: Chunk, i: int, index: int, t: float) -> None:
-        devices = chunk.devices(i)
+        placeholders = chunk.placeholders(i)
+        devices = chunk.devices(i, placeholders=placeholders)
         requested, nodes, ksm = chunk.pods(i)
+        shown = self._gpus_seen(devices) if self.advertising else {}
+        if self.sharing:
+            for pod in placeholders:
+                requested.pop(pod, None)
+            self.devices_seen.update(devices.meta)
+            held = {key: {pod for pod, _ in holders} for key, holders in devices.holders.items()}
+            self._bill_claims(chunk.claims(i, held), devices, requested, ksm, index, t)
         pod_devices: dict[Pod, list[DeviceKey]] = defaultdict(list)
         for key in sorted(devices.holders):
             for pod in sorted({pod for pod, _ in devices.holders[key]}):
@@ -124,6 +145,8 @@ class Integrator(Totals):
                 self.known_units[pod] = seen
             self._bill_missing(pod, units, nodes.get(pod, ""), len(seen), accumulator, workload, index, t)
         self._bill_unallocated(devices, t)
+        if self.advertising:
+            self._bill_unreported(chunk.advertised(i), shown, t)
         for accumulator in self.groups.values():
             self.total.merge_step(accumulator)
             accumulator.close_step()
@@ -143,11 +166,134 @@ class Integrator(Totals):
             workload = self.workloads.get(key)
             if workload is None:
                 workload = self.workloads[key] = Workload(pod[0], kind, name, team, cost_center)
-            group = {"team": team, "cost-center": cost_center, "namespace": pod[0], "workload": key}[self.group_by]
+            group = {
+                "team": team,
+                "cost-center": cost_center,
+                "namespace": pod[0],
+                "workload": key,
+                "pod": "/".join(pod),
+            }[self.group_by]
             if group not in self.groups:
                 self.groups[group] = Accumulator(group)
+                if self.group_by == "pod":
+                    self.groups[group].row.workload = key
             found = self.owners[cache_key] = (self.groups[group], workload)
         return found
+
+    def _bill_claims(
+        self,
+        claims: Sequence[Claim],
+        devices: StepDevices,
+        requested: dict[Pod, list[str]],
+        ksm: dict[Pod, dict[str, str] | None],
+        index: int,
+        t: float,
+    ) -> None:
+        """Devices held by share (KAI, HAMi, a DRA claim no telemetry maps): each pod billed its share, the
+        rest of the device unallocated, the device's own utilisation for all of them. Such a device is then
+        out of the step's telemetry path, so that nobody (KAI's reservation pod, a copy per pod) bills it twice."""
+        by_device: dict[DeviceKey, list[Claim]] = defaultdict(list)
+        for claim in claims:
+            by_device[claim.uuid, claim.instance].append(claim)
+        for key in sorted(by_device):
+            self._bill_claimed_device(key, by_device[key], devices, requested, ksm, index, t)
+
+    def _bill_claimed_device(
+        self,
+        key: DeviceKey,
+        mine: Sequence[Claim],
+        devices: StepDevices,
+        requested: dict[Pod, list[str]],
+        ksm: dict[Pod, dict[str, str] | None],
+        index: int,
+        t: float,
+    ) -> None:
+        """One device held by share: each claim billed its share, the rest unallocated."""
+        reported = key in devices.meta
+        seen = devices.meta.get(key) or self.devices_seen.get(key)
+        model = seen.model if seen else mine[0].model
+        host = seen.host if seen else mine[0].node
+        profile = seen.profile if seen else mine[0].profile
+        fraction = mig_fraction(profile, model=model)[0] if profile else 1.0
+        shares = [self._claim_share(claim, model=model, profile=profile) for claim in mine]
+        total = sum(shares)
+        if total > 1.0 + 1e-9:
+            self.overcommitted.add(key[0])
+        scale = 1.0 / total if total > 1.0 else 1.0
+        utilisation, source = devices.prof.get(key), SOURCE_PROF
+        if utilisation is None:
+            utilisation, source = devices.dev.get(key), SOURCE_DEV
+        kind = "dra" if mine[0].mode == "dra" else "fraction"
+        price = self.prices.device(model=model, profile=profile, fraction=fraction, node=host) if self.prices else None
+        for claim, share in zip(mine, shares, strict=True):
+            accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
+            self.last_group[claim.pod] = (accumulator.row.group, workload.key)
+            units = requested.get(claim.pod)
+            for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
+                if units and resource in units:
+                    units.remove(resource)
+                    break
+            unit = Unit(
+                kind=kind,
+                share=fraction * share * scale,
+                price=price,
+                price_share=share * scale,
+                model=model,
+                fraction=fraction,
+            )
+            self._bill_share(
+                unit, claim.pod, key, accumulator, workload, index=index, t=t, measured=(utilisation, source)
+            )
+        rest = max(0.0, 1.0 - total)
+        if rest > 1e-9:
+            cost = None if price is None else price * rest
+            self._unallocated(model=model, resource=kind, share=fraction * rest, price=cost, t=t)
+        devices.meta.pop(key, None)
+        devices.holders.pop(key, None)
+        if self.advertising and host:
+            if not reported:  # held, so advertised by its node, but not in the step's telemetry
+                self.step_held[host] += fraction
+            if any(claim.mode == "hami" for claim in mine):
+                self.hami_nodes.add(host)
+
+    def _bill_share(
+        self,
+        unit: Unit,
+        pod: Pod,
+        key: DeviceKey,
+        accumulator: Accumulator,
+        workload: Workload,
+        *,
+        index: int,
+        t: float,
+        measured: tuple[float | None, str],
+    ) -> None:
+        """One pod's share of a shared device in one step, judged by the device's utilisation."""
+        utilisation, source = measured
+        held: Hashable = (pod, key, unit.share) if unit.kind == "fraction" else key
+        self._account(
+            unit,
+            accumulator,
+            workload,
+            held=held,
+            index=index,
+            t=t,
+            utilisation=utilisation,
+            source=source,
+            missing=utilisation is None,
+        )
+        if utilisation is not None:
+            workload.samples += 1
+
+    def _claim_share(self, claim: Claim, *, model: str, profile: str) -> float:
+        """A claim's share of its device; KAI's gpu-memory (MiB) over the device's framebuffer by its name."""
+        if claim.share is not None:
+            return claim.share
+        memory = model_memory_mib(model, profile)
+        if not memory or claim.memory_mib is None:
+            self.unknown_memory.add(model or "(no modelName)")
+            return 1.0
+        return min(1.0, claim.memory_mib / memory)
 
     def _unit(self, *, model: str, profile: str, sharers: int, kind: str, replicas: int = 1, node: str = "") -> Unit:
         """One device's unit as a pod holding ``replicas`` of its ``sharers`` shares is billed."""
@@ -190,7 +336,7 @@ class Integrator(Totals):
             holders = devices.holders[key]
             replicas = sum(1 for holder, _ in holders if holder == pod)
             time_sliced = key[0] in self.time_sliced or any(v for _, v in holders)
-            kind = device.profile or ("shared" if time_sliced else "whole")
+            kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
             # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
             wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
             if not device.profile and (time_sliced or len(holders) > 1):
@@ -209,7 +355,8 @@ class Integrator(Totals):
             unit = self._unit(
                 model=device.model,
                 profile=device.profile,
-                sharers=len(holders),
+                # each replica is 1/R of the GPU where GFD names R; else the hour is split between the holders
+                sharers=max(len(holders), self.replicas.get(device.host, 0) if kind == "shared" else 0),
                 kind=kind,
                 replicas=replicas,
                 node=device.host,
@@ -259,11 +406,15 @@ class Integrator(Totals):
                 unit = self._unit(model=model, profile=profile, sharers=1, kind=profile, node=node)
             else:
                 kind = "shared" if resource == SHARED else "whole"
+                # A replica of a node whose GFD names its replicas per GPU is that share of a GPU.
+                share = 1.0 / self.replicas[node] if kind == "shared" and self.replicas.get(node) else 1.0
                 price = self.prices.unknown(fraction=1.0, node=node) if self.prices else None
-                unit = Unit(kind=kind, share=1.0, price=price)
+                unit = Unit(kind=kind, share=share, price=price, price_share=share)
             self._account(
                 unit, accumulator, workload, held=(pod, resource, n), index=index, t=t, utilisation=None, missing=True
             )
+            if self.advertising and node:
+                self.step_held[node] += unit.share
 
     def _bill_unallocated(self, devices: StepDevices, t: float) -> None:
         """Devices telemetry shows that no pod holds: capacity nobody was allocated (the bill still has it). A
@@ -275,7 +426,18 @@ class Integrator(Totals):
                 partitioned[key[0]] += mig_fraction(device.profile, model=device.model)[0]
                 models[key[0]] = (device.model, device.host)
         for key, device in devices.meta.items():
-            if devices.holders.get(key) or (not key[1] and key[0] in partitioned):
+            holders = devices.holders.get(key)
+            replicas = self.replicas.get(device.host, 0)
+            if holders and key[0] in self.time_sliced and replicas > len(holders):
+                # The replicas of a time-sliced GPU that no pod holds: unallocated, as the bill has them.
+                rest = (replicas - len(holders)) / replicas
+                price = (
+                    self.prices.device(model=device.model, profile="", fraction=rest, node=device.host)
+                    if self.prices
+                    else None
+                )
+                self._unallocated(model=device.model, resource="shared", share=rest, price=price, t=t)
+            if holders or (not key[1] and key[0] in partitioned):
                 continue
             unit = self._unit(
                 model=device.model, profile=device.profile, sharers=1, kind=device.profile or "whole", node=device.host
@@ -289,6 +451,52 @@ class Integrator(Totals):
                 model, host = models[uuid]
                 price = self.prices.device(model=model, profile="", fraction=rest, node=host) if self.prices else None
                 self._unallocated(model=model, resource="mig-unpartitioned", share=rest, price=price, t=t)
+
+    def _gpus_seen(self, devices: StepDevices) -> dict[str, float]:
+        """Physical GPUs telemetry shows per node in one step (a MIG GPU once, however many instances)."""
+        self.step_held.clear()
+        by_node: dict[str, set[str]] = defaultdict(set)
+        for key, device in devices.meta.items():
+            if device.host:
+                by_node[device.host].add(key[0])
+                self.host_models[device.host] = device.model
+                if key[0] in self.time_sliced:
+                    self.time_sliced_hosts.add(device.host)
+        return {node: float(len(uuids)) for node, uuids in by_node.items()}
+
+    def _bill_unreported(
+        self, advertised: dict[str, list[tuple[str, float]]], seen: dict[str, float], t: float
+    ) -> None:
+        """GPUs a node advertised that neither telemetry showed nor a pod held in the step: unallocated capacity
+        (resource ``no-telemetry``), so a GPU whose exporter is down, or a node without one, is still on the bill."""
+        for node in sorted(advertised):
+            gpus = None if node in self.hami_nodes else self._advertised_gpus(node, advertised[node])
+            if gpus is None:
+                continue
+            rest = gpus - seen.get(node, 0.0) - self.step_held.get(node, 0.0)
+            if rest > 1e-6:
+                model = self.host_models.get(node, "")
+                price = self.prices.device(model=model, profile="", fraction=rest, node=node) if self.prices else None
+                self._unallocated(model=model, resource="no-telemetry", share=rest, price=price, t=t)
+
+    def _advertised_gpus(self, node: str, resources: list[tuple[str, float]]) -> float | None:
+        """Physical GPUs behind a node's advertised units: a MIG instance is its g/N, a time-sliced or MPS replica
+        1/R where GFD names R (else None: they cannot be counted)."""
+        replicas = self.replicas.get(node, 0)
+        total = 0.0
+        for resource, count in resources:
+            if resource.startswith(MIG_PREFIX):
+                total += count * mig_fraction(mig_profile_of(resource), model=self.host_models.get(node, ""))[0]
+            elif resource == WHOLE and node in self.mig_nodes:
+                model, profile = self.mig_nodes[node]
+                total += count * mig_fraction(profile, model=model)[0]
+            elif resource == SHARED or node in self.time_sliced_hosts:
+                if not replicas:
+                    return None
+                total += count / replicas
+            else:
+                total += count
+        return total
 
     def _unallocated(self, *, model: str, resource: str, share: float, price: float | None, t: float) -> None:
         hours = share * self.step_hours

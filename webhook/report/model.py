@@ -11,7 +11,7 @@ from .series import Series
 
 DEFAULT_THRESHOLD = 10.0  # percent; a GPU busy less than this during a step is idle for that step
 UNLABELLED = "unlabelled"
-GROUPS = ("team", "cost-center", "workload", "namespace")
+GROUPS = ("team", "cost-center", "workload", "namespace", "pod")
 BUCKETS = {"1h": 3600, "1d": 86400}
 
 # The per-pod label keys on kube_pod_labels (kube-state-metrics: "label_" + sanitised key) and on DCGM
@@ -44,6 +44,22 @@ class Inputs:
     # node (dcgm-exporter's Hostname) -> (modelName, GPU_I_PROFILE) of its MIG instances over the window,
     # from the series index: under the single strategy a slice requested as nvidia.com/gpu is that profile.
     mig_nodes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Shares of one device that pods hold by what they asked for (docs/report.md, "Shared GPUs"):
+    # HAMi's scheduler, {namespace, pod, device_uuid, node, dimension}: allocated / limit of the device (0..1)
+    hami_shares: Sequence[Series] = ()
+    # KAI's fractional pods {namespace, pod, annotation_gpu_fraction, annotation_gpu_memory, label_runai_gpu_group}
+    kai_pods: Sequence[Series] = ()
+    # KAI's reservation pods {namespace, pod, label_runai_gpu_group, annotation_run_ai_reserve_for_gpu_index}
+    kai_reservations: Sequence[Series] = ()
+    # kube_pod_resourceclaim_info of Pending/Running pods {namespace, pod, resourceclaim_name}
+    dra_claims: Sequence[Series] = ()
+    # (claim namespace, claim) -> the devices dcgm-exporter named with that claim in the window (series index):
+    # ((UUID, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname), ...)
+    dra_devices: Mapping[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = field(default_factory=dict)
+    # node -> replicas per GPU of a time-sliced or MPS node (GPU Feature Discovery's nvidia.com/gpu.replicas)
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    # kube_node_status_capacity {node, resource}: the GPU units each node advertised in the step
+    node_capacity: Sequence[Series] = ()
 
 
 @dataclass

@@ -23,6 +23,27 @@ ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 GPU_RESOURCES = "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+# Shared GPUs (docs/report.md "Shared GPUs"). HAMi's scheduler metrics (Project-HAMi/HAMi cmd/scheduler/metrics.go):
+# per container and device what it was given, per device what there is to give.
+HAMI_MEMORY = "hami_vgpu_memory_allocated_bytes"
+HAMI_MEMORY_LIMIT = "hami_gpu_memory_limit_bytes"
+HAMI_CORES = "hami_vgpu_core_allocated_ratio"
+HAMI_CORES_LIMIT = "hami_gpu_core_limit_ratio"
+# KAI-Scheduler (NVIDIA/KAI-Scheduler pkg/common/constants/constants.go, pkg/binder/binding/resourcereservation):
+# a fractional pod's annotations gpu-fraction / gpu-memory and label runai-gpu-group; the group's reservation pod
+# holds the GPU and names it in run.ai/reserve_for_gpu_index. kube-state-metrics exports them once allowlisted.
+POD_ANNOTATIONS = "kube_pod_annotations"
+KAI_GROUP = "label_runai_gpu_group"
+KAI_FRACTION = "annotation_gpu_fraction"
+KAI_MEMORY = "annotation_gpu_memory"
+KAI_RESERVED = "annotation_run_ai_reserve_for_gpu_index"
+# kube-state-metrics' pod -> ResourceClaim link (internal/store/pod.go, alpha); dcgm-exporter's DRA labels
+# (--kubernetes-enable-dra, internal/pkg/transformation/const.go) name the claim of the device they map.
+POD_CLAIMS = "kube_pod_resourceclaim_info"
+NODE_LABELS = "kube_node_labels"
+# What each node advertises (kube-state-metrics internal/store/node.go: kube_node_status_capacity{node, resource}).
+NODE_CAPACITY = "kube_node_status_capacity"
+REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
 ALLOWLIST = (
     "--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
     "gpugate.io/workload-kind,gpugate.io/workload-name]"
@@ -42,7 +63,9 @@ class ReportError(Exception):
 
 def _device_labels() -> str:
     pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
-    return f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, {pod_labels}"
+    return (
+        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, dra_claim_name, {pod_labels}"
+    )
 
 
 def requests_query(step: int) -> str:
@@ -62,12 +85,17 @@ sum by (namespace, pod, resource, node) (
 
 
 def labels_query(step: int) -> str:
-    """gpugate's labels of every pod that requested a GPU in the step."""
+    """gpugate's labels of every pod that requested a GPU in the step, or held one without a GPU request: a
+    KAI fractional pod (its GPU group label) or a pod with a DRA ResourceClaim."""
     keys = ", ".join(ksm_label(key) for key in ATTRIBUTION_KEYS)
     return f"""
 max by (namespace, pod, {keys}) (max_over_time({POD_LABELS}[{step}s]))
 and on (namespace, pod)
-max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
+(
+  max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
+  or max by (namespace, pod) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
+  or max by (namespace, pod) (max_over_time({POD_CLAIMS}[{step}s]))
+)
 """.strip()
 
 
@@ -82,6 +110,69 @@ group by (namespace, pod) (
 and on (namespace, pod) group by (namespace, pod) (max_over_time({PHASE}[{step}s]))
 unless on (namespace, pod)
 group by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
+""".strip()
+
+
+def _holding(step: int) -> str:
+    """Pods bound and Pending or Running in the step, as the requests query keeps them."""
+    return f'(max by (namespace, pod) (max_over_time({PHASE}{{phase=~"Pending|Running"}}[{step}s])) == 1)'
+
+
+def hami_query(step: int) -> str:
+    """Per pod and device, HAMi's allocation over the device's limit, for memory and for cores (the pod pays
+    the larger: a device is full when either is). Summed over the pod's containers on the device."""
+    parts = []
+    for dimension, allocated, limit in (
+        ("memory", HAMI_MEMORY, HAMI_MEMORY_LIMIT),
+        ("cores", HAMI_CORES, HAMI_CORES_LIMIT),
+    ):
+        parts.append(
+            f"""label_replace(
+  sum by (namespace, pod, device_uuid, node) (
+    max by (namespace, pod, container_index, device_uuid, node) (max_over_time({allocated}[{step}s]))
+  )
+  / on (device_uuid) group_left ()
+  (max by (device_uuid) (max_over_time({limit}[{step}s])) > 0),
+  "dimension", "{dimension}", "", ""
+)"""
+        )
+    return f"(\n{parts[0]}\nor\n{parts[1]}\n)\n* on (namespace, pod) group_left ()\n{_holding(step)}"
+
+
+def kai_pods_query(step: int) -> str:
+    """KAI's fractional pods: their gpu-fraction or gpu-memory annotation and their GPU group."""
+    return f"""
+max by (namespace, pod, {KAI_FRACTION}, {KAI_MEMORY}) (
+  max_over_time({POD_ANNOTATIONS}{{{KAI_FRACTION}!=""}}[{step}s])
+  or max_over_time({POD_ANNOTATIONS}{{{KAI_MEMORY}!=""}}[{step}s])
+)
+* on (namespace, pod) group_left ({KAI_GROUP})
+max by (namespace, pod, {KAI_GROUP}) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
+* on (namespace, pod) group_left ()
+{_holding(step)}
+""".strip()
+
+
+def kai_reservations_query(step: int) -> str:
+    """KAI's reservation pods: the GPU group each holds a GPU for, and that GPU's UUID."""
+    return f"""
+max by (namespace, pod, {KAI_RESERVED}) (max_over_time({POD_ANNOTATIONS}{{{KAI_RESERVED}!=""}}[{step}s]))
+* on (namespace, pod) group_left ({KAI_GROUP})
+max by (namespace, pod, {KAI_GROUP}) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
+""".strip()
+
+
+def node_capacity_query(step: int) -> str:
+    """The GPU units each node advertised in the step (whole GPUs, replicas, MIG instances)."""
+    return f'max by (node, resource) (max_over_time({NODE_CAPACITY}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))'
+
+
+def dra_claims_query(step: int) -> str:
+    """The ResourceClaims of Pending/Running pods (kube-state-metrics' kube_pod_resourceclaim_info)."""
+    return f"""
+max by (namespace, pod, resourceclaim_name) (max_over_time({POD_CLAIMS}{{resourceclaim_name!=""}}[{step}s]))
+* on (namespace, pod) group_left ()
+{_holding(step)}
 """.strip()
 
 
@@ -221,6 +312,61 @@ def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tupl
     return found
 
 
+def dra_devices(
+    prometheus: Prometheus, *, start: int, end: int
+) -> dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]]:
+    """(claim namespace, claim) -> the devices dcgm-exporter named with that claim in the window, from the series
+    index: a claim's device stays known in the steps its telemetry is missing."""
+    found: dict[tuple[str, str], set[tuple[str, str, str, str, str]]] = {}
+    for labels in prometheus.series(
+        f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}|{FB_USED}", dra_claim_name!=""}}', start=start, end=end
+    ):
+        claim = (labels.get("dra_claim_namespace") or labels.get("namespace", ""), labels["dra_claim_name"])
+        device = (
+            labels.get("UUID") or labels.get("uuid") or "",
+            labels.get("GPU_I_ID", ""),
+            labels.get("GPU_I_PROFILE", ""),
+            labels.get("modelName", ""),
+            labels.get("Hostname", ""),
+        )
+        if device[0]:
+            found.setdefault(claim, set()).add(device)
+    return {claim: tuple(sorted(devices)) for claim, devices in found.items()}
+
+
+def node_replicas(prometheus: Prometheus, *, start: int, end: int) -> dict[str, int]:
+    """node -> replicas per GPU of its time-sliced or MPS GPUs: GPU Feature Discovery's nvidia.com/gpu.replicas
+    node label (NVIDIA/k8s-device-plugin internal/lm/resource.go), in kube_node_labels once allowlisted."""
+    out: dict[str, int] = {}
+    for labels in prometheus.series(f'{NODE_LABELS}{{{REPLICAS_LABEL}!=""}}', start=start, end=end):
+        try:
+            replicas = int(labels.get(REPLICAS_LABEL, ""))
+        except ValueError:
+            continue
+        if labels.get("node") and replicas > 1:
+            out[labels["node"]] = replicas
+    return out
+
+
+def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, claims: bool) -> list[tuple[str, str]]:
+    """The shared-GPU queries, only where their series exist in the window (the label index says, cheaply)."""
+    plan = []
+    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}|{NODE_CAPACITY}"}}'
+    present = set(prometheus.label_values("__name__", match=match, start=start, end=end))
+    if HAMI_MEMORY in present:
+        plan.append(("hami", hami_query(step)))
+    kai = POD_ANNOTATIONS in present and prometheus.label_values(
+        KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end
+    )
+    if kai:
+        plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
+    if POD_CLAIMS in present and claims:
+        plan.append(("dra", dra_claims_query(step)))
+    if NODE_CAPACITY in present:
+        plan.append(("node capacity", node_capacity_query(step)))
+    return plan
+
+
 def stream_inputs(
     prometheus: Prometheus,
     *,
@@ -245,6 +391,9 @@ def stream_inputs(
         ("util", device_query(GPU_UTIL, step)),
     ]
     nodes = mig_nodes(prometheus, start=start, end=end)
+    replicas = node_replicas(prometheus, start=start, end=end)
+    claims = dra_devices(prometheus, start=start, end=end)
+    plan += _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims))
     size, done = min(len(steps), max(1, 3600 // step), CHUNK_POINTS), 0
     while done < len(steps):
         chunk = steps[done : done + size]
@@ -263,6 +412,13 @@ def stream_inputs(
             gpu_util=results["util"],
             non_gpu_pods=results["exporter pods"],
             mig_nodes=nodes,
+            hami_shares=results.get("hami", ()),
+            kai_pods=results.get("kai", ()),
+            kai_reservations=results.get("kai reservations", ()),
+            dra_claims=results.get("dra", ()),
+            dra_devices=claims,
+            replicas=replicas,
+            node_capacity=results.get("node capacity", ()),
         )
         done += len(chunk)
         per_step = max(1.0, points / len(chunk))

@@ -18,7 +18,7 @@ import yaml
 
 from ..policy.keys import API_VERSION, GROUP, TEAM_LABEL, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
 from ..policy.vendors import BUILTIN_DEVICE_RESOURCES, DEFAULT_GPU_RUNTIME_CLASSES, MODEL_LABELS
-from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction
+from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction, model_memory_mib
 from .model import Capacity, Report
 
 HEADROOM = 1.25  # a class must hold 25% more than the p95 compute share and the peak memory
@@ -26,25 +26,6 @@ LIGHT_USE = 20.0  # percent p95: a workload this light may move to a smaller mod
 POLICY_PRIORITY = 1000
 #: The NVIDIA device plugin's GPU resources, whole, time-sliced and MIG: what a recommended class may use.
 NVIDIA_RESOURCES = BUILTIN_DEVICE_RESOURCES["nvidia"][0]
-
-_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
-_PROFILE_MEMORY = re.compile(r"^\d+g\.(\d+)gb")
-# Framebuffer of models whose NVML name does not say it (NVIDIA's product pages).
-_MEMORY_GIB = (("T4", 16), ("L40S", 48), ("L40", 48), ("L4", 24), ("A10G", 24), ("A10", 24), ("RTX PRO 6000", 96))
-
-
-def model_memory_mib(model: str, profile: str = "") -> float | None:
-    """Framebuffer of a MIG profile (``1g.10gb``: 10 GiB) or of a GPU by its product name, in MiB."""
-    if profile:
-        match = _PROFILE_MEMORY.match(profile)
-        return float(match.group(1)) * 1024 if match else None
-    match = _GB.search(model)
-    if match:
-        return float(match.group(1)) * 1024
-    for fragment, gib in _MEMORY_GIB:
-        if fragment in model:
-            return float(gib * 1024)
-    return None
 
 
 @dataclass(frozen=True)
@@ -67,7 +48,8 @@ def fleet_classes(capacity: Capacity) -> list[FleetClass]:
     """Every class dcgm-exporter showed in the window, allocated or not."""
     out = []
     for (model, kind), (hours, unit_hours) in sorted(capacity.classes.items()):
-        if kind == "mig-unpartitioned" or not model or not unit_hours:
+        # A KAI/HAMi fraction, a DRA device or a GPU seen only by its node is no class a GFD policy steers to.
+        if kind in ("mig-unpartitioned", "fraction", "dra", "no-telemetry") or not model or not unit_hours:
             continue
         requested = capacity.requested_as.get((model, kind), "")
         plain = model.replace(" ", "-")

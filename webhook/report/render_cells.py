@@ -34,12 +34,22 @@ def allocation(row: Row) -> str:
     parts = [f"{row.whole_gpus} GPU"] if row.whole_gpus else []
     parts += [f"{count}x{profile}" for profile, count in sorted(row.mig_slices.items())]
     parts += [f"{row.shared} shared"] if row.shared else []
+    parts += [f"{row.fraction:.2f} in fractions"] if row.fraction else []
     return ", ".join(parts) or "-"
+
+
+def _recommended(report: Report, row: Row) -> str:
+    """What --recommend gives the workload of a pod row: its class, or '-' (kept, or no recommendation)."""
+    for found in report.recommendations or []:
+        if found.get("workload") == row.workload and found.get("recommended"):
+            return f"{found['recommended']['class']} {found['recommended']['model']}"
+    return "-"
 
 
 def _columns(report: Report) -> list[str]:
     columns = [
         report.group_by.upper(),
+        *(["WORKLOAD"] if report.group_by == "pod" else []),
         "GPUS (PEAK)",
         "ALLOC GPU-H",
         "BUSY GPU-H",
@@ -52,12 +62,14 @@ def _columns(report: Report) -> list[str]:
     ]
     if report.currency:
         columns += [f"COST {report.currency}", f"IDLE COST {report.currency}"]
-    return [*columns, "UTILISATION FROM"]
+    recommended = ["RECOMMENDED"] if report.group_by == "pod" and report.recommendations is not None else []
+    return [*columns, "UTILISATION FROM", *recommended]
 
 
 def _cells(report: Report, row: Row) -> list[str]:
     cells = [
         row.group,
+        *([row.workload or ""] if report.group_by == "pod" else []),
         allocation(row),
         _hours(row.allocated_hours),
         _hours(row.busy_hours),
@@ -70,7 +82,8 @@ def _cells(report: Report, row: Row) -> list[str]:
     ]
     if report.currency:
         cells += [_money(row.cost), _money(row.idle_cost)]
-    return [*cells, row.source]
+    recommended = [_recommended(report, row)] if report.group_by == "pod" and report.recommendations is not None else []
+    return [*cells, row.source, *recommended]
 
 
 def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -16,7 +16,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-SCHEMA_VERSION = "gpugate.io/report/v1"
+SCHEMA_VERSION = "gpugate.io/report/v1.1"
 ROW_FIELDS = (
     "allocated_gpu_hours",
     "busy_gpu_hours",
@@ -63,6 +63,8 @@ def _row_dict(row: Row, *, priced: bool) -> dict[str, Any]:
         "whole_gpus_peak": row.whole_gpus,
         "mig_slices_peak": dict(sorted(row.mig_slices.items())),
         "shared_peak": row.shared,
+        "fraction_gpus_peak": round(row.fraction, 4),
+        "workload": row.workload,
         "allocated_gpu_hours": _r(row.allocated_hours, 3),
         "busy_gpu_hours": _r(row.busy_hours, 3),
         "idle_gpu_hours": _r(row.idle_hours, 3),
@@ -183,11 +185,13 @@ def to_csv(report: Report) -> str:
     header = [
         "record",
         report.group_by,
+        "workload",
         "start",
         "end",
         "whole_gpus_peak",
         "mig_slices_peak",
         "shared_peak",
+        "fraction_gpus_peak",
         *ROW_FIELDS,
         "capacity_gpu_hours",
         "unallocated_gpu_hours",

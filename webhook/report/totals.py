@@ -37,6 +37,8 @@ class Totals:
         self.fleet_buckets: dict[int, Bucket] = {}
         self.last_group: dict[Pod, tuple[str, str]] = {}  # pod -> (group, workload key)
         self.unknown_models: set[str] = set()
+        self.unknown_memory: set[str] = set()  # models whose framebuffer a KAI gpu-memory share needed
+        self.overcommitted: set[str] = set()  # GPU UUIDs whose shares added up to more than the GPU
 
     def memory(self, peaks: Sequence[Series]) -> None:
         """Peak framebuffer memory per pod over the window, to the group and workload it was last seen in."""
@@ -106,6 +108,16 @@ class Totals:
             notes.append(
                 f"{total.unpriced_hours:.1f} GPU-hours have no price (add their model, profile or "
                 "'default' to the price table)"
+            )
+        if self.unknown_memory:
+            notes.append(
+                f"framebuffer of {', '.join(sorted(self.unknown_memory))} is not known: a KAI gpu-memory request there "
+                "is billed the whole GPU"
+            )
+        if self.overcommitted:
+            notes.append(
+                f"{len(self.overcommitted)} GPU(s) were held by shares adding up to more than the GPU "
+                f"({', '.join(sorted(self.overcommitted)[:3])}): their pods were billed in proportion to their shares"
             )
         if self.unknown_models:
             notes.append(

@@ -9,6 +9,7 @@ once into the pod context (``base.PodContext``) or a helper of ``webhook.pods``.
 from . import (  # noqa: F401
     attribution,
     cdi_devices,
+    device_variables,
     feasibility,
     fraction_annotations,
     gpu_limits,

@@ -8,6 +8,10 @@ and the scheduler that places it ignores the annotation, so the pod gets no GPU:
 either (no runtime class, no GPU toleration; ``pods.gpus``), and this check says why. A violation, governed by
 the mode like the other shapes that cannot get what they ask for: the pod would start without the GPU it asks
 for. A pod that holds a GPU otherwise (a GPU resource, a claim) is left alone: the annotation is only noise.
+
+The same holds for a pod created with ``spec.nodeName`` (or a template that sets it): the apiserver stores it
+bound, no scheduler places it, so KAI's scheduler never allocates its fraction, whatever ``schedulerName`` says,
+while the image's ``NVIDIA_VISIBLE_DEVICES=all`` under the NVIDIA runtime would show it every GPU of the node.
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from .base import PodContext, PodView, Violation
 from .registry import rule
 
 RULE = "fraction-annotation"
-record = rule(RULE, order=35, reads={"metadata.annotations": STRINGS, "spec.schedulerName": str}, module=__name__)
+record = rule(
+    RULE,
+    order=35,
+    reads={"metadata.annotations": STRINGS, "spec.schedulerName": str, "spec.nodeName": str},
+    module=__name__,
+)
 
 
 @record.validator(pods="non-gpu")
@@ -31,6 +40,20 @@ def require_the_annotations_scheduler(pod: PodView, ctx: PodContext) -> list[Vio
     )
     scheduler = scheduler_of(pod.spec)
     counted_for = ", ".join(implementers) or "no scheduler"
+    if ctx.gpu.bound:
+        return [
+            Violation(
+                RULE,
+                ctx.meta_field(f"annotations[{annotation}]"),
+                "pod",
+                f"asks for part of a GPU with the annotation {annotation}, but it is created bound to the node "
+                f'"{pod.spec.get("nodeName")}" (spec.nodeName), so no scheduler places it and no fraction is ever '
+                "allocated: the pod would get no GPU",
+                f"remove spec.nodeName and let {implementers[0] if implementers else 'the scheduler'} place the pod "
+                "(select the node with nodeSelector or affinity instead)",
+            )
+            for annotation in ctx.gpu.ignored_annotations
+        ]
     return [
         Violation(
             RULE,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..pods.fields import RESOURCES, STRINGS
+from ..pods.fields import ENV, RESOURCES, STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
 from ..policy.model import BUILTIN
@@ -43,7 +43,6 @@ from .registry import rule
 RULE = "visible-devices"
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 HARMLESS = frozenset({"void", "none"})
-_CONFIG_MAP_REF = {"name": str, "key": str}
 VOID = "void"
 NVIDIA_PREFIX = "NVIDIA_"
 VOIDED = {"name": VARIABLE, "value": VOID}
@@ -75,7 +74,7 @@ record = rule(
     RULE,
     order=90,
     reads={
-        "container.env": [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": _CONFIG_MAP_REF}}],
+        "container.env": ENV,
         "container.envFrom": [{"prefix": str, "configMapRef": {"name": str}, "secretRef": {"name": str}}],
         "container.resources": {**RESOURCES, "claims": [{"name": str}]},
         "spec.resourceClaims": [{"name": str}],
@@ -235,6 +234,38 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
                     "under env instead; for a trusted namespace, spec.security.visibleDevicesEnvFrom: allow, "
                     "together with accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA "
                     "Container Toolkit on GPU nodes",
+                    security=True,
+                )
+            )
+    return violations
+
+
+# A pod without GPUs: only a source whose own prefix makes NVIDIA_ names (``NVIDIA_``, ``NVIDIA_VISIBLE_``, ``NV``)
+# is refused. One without a prefix is everyday CPU-pod practice, and the apiserver routes to gpugate only what its
+# matchConditions can see, which a ConfigMap's keys are not; the NVIDIA toolkit's
+# accept-nvidia-visible-devices-envvar-when-unprivileged = false is what closes that (docs/security.md). Where the
+# NVIDIA runtime is a node's default handler (as the GPU Operator configures it), such a pod meets the toolkit too.
+@record.validator(pods="non-gpu", needs_policy=False)
+def forbid_nvidia_prefixed_env_from(pod: PodView, ctx: PodContext) -> list[Violation]:
+    if ctx.policy.visible_devices_env_from == "allow":
+        return []
+    violations = []
+    for fld, index, container in containers(pod.spec):
+        for e, source in enumerate(container.get("envFrom") or []):
+            if not isinstance(source, Mapping):
+                continue
+            prefix = str(source.get("prefix") or "")
+            if not prefix or not can_make_nvidia_variable(prefix):
+                continue
+            violations.append(
+                Violation(
+                    RULE,
+                    ctx.spec_field(f"{fld}[{index}].envFrom[{e}]"),
+                    container_label(fld, container),
+                    f'takes keys of a ConfigMap or Secret as variables with the prefix "{prefix}", so it sets NVIDIA_* '
+                    "variables, which the NVIDIA runtime reads to hand a container GPUs and other devices of its node",
+                    'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"); for a trusted namespace, '
+                    "spec.security.visibleDevicesEnvFrom: allow",
                     security=True,
                 )
             )

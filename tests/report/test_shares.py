@@ -1,0 +1,281 @@
+"""Shared and DRA GPUs billed by share, against a real Prometheus over six hand-computed hours.
+
+Series are shaped as their exporters write them: KAI-Scheduler's fractional pods (annotations ``gpu-fraction`` /
+``gpu-memory``, label ``runai-gpu-group``) and its reservation pod (same label, annotation
+``run.ai/reserve_for_gpu_index`` naming the GPU; NVIDIA/KAI-Scheduler pkg/common/constants/constants.go,
+pkg/binder/binding/resourcereservation/resource_reservation.go) through kube-state-metrics' ``kube_pod_annotations``
+and ``kube_pod_labels``; HAMi's scheduler metrics (Project-HAMi/HAMi cmd/scheduler/metrics.go:
+``hami_vgpu_memory_allocated_bytes``, ``hami_vgpu_core_allocated_ratio`` per container and device,
+``hami_gpu_memory_limit_bytes``, ``hami_gpu_core_limit_ratio`` per device); a time-sliced GPU in virtual-GPU
+mode on a node whose GPU Feature Discovery label says 4 replicas; a DRA claim's GPU with dcgm-exporter's
+``dra_*`` labels (NVIDIA/dcgm-exporter internal/pkg/transformation/const.go) and kube-state-metrics'
+``kube_pod_resourceclaim_info`` (internal/store/pod.go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
+from .schema import checked
+from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
+from .test_report import gpugate
+
+H200 = "NVIDIA H200"
+LENGTH = 6 * HOUR
+INTERVAL = 300
+END_ISO = "2026-11-02T06:00:00Z"
+GIB = 1024**3
+RESERVATION_NS = "kai-resource-reservation"
+
+
+def team(name: str, workload: str) -> dict[str, str]:
+    return {"team": name, "cost_center": "cc", "workload_kind": "Deployment", "workload_name": workload}
+
+
+def shared_fleet() -> Fleet:
+    fleet = Fleet(length=LENGTH)
+    every = {"interval": INTERVAL, "end": LENGTH}
+
+    def gpu(labels: dict[str, str], util: float, **window: int) -> None:
+        fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, util / 100, **(every | window))
+        fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, util, **(every | window))
+
+    def annotations(namespace: str, pod: str, values: dict[str, str], **window: int) -> None:
+        labels = {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}"}
+        fleet.add("kube_pod_annotations", labels | values, 1.0, **(every | window))
+
+    g1 = {"label_runai_gpu_group": "g1"}
+
+    # node-k, KAI: the reservation pod holds the A100 (dcgm-exporter maps the GPU to it, 40% busy); infer-a
+    # asks gpu-fraction 0.5 all six hours, infer-b gpu-memory 20480 MiB (a quarter of 80 GiB) for the first 3 h.
+    reservation = "gpu-reservation-node-k-x7k2p"
+    fleet.pod(
+        RESERVATION_NS,
+        reservation,
+        node="node-k",
+        resources={"nvidia.com/gpu": 1},
+        attribution=None,
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=LENGTH,
+    )
+    annotations(RESERVATION_NS, reservation, {"annotation_run_ai_reserve_for_gpu_index": "GPU-k-0"})
+    gpu(dcgm_labels(gpu=0, uuid="GPU-k-0", model=A100, host="node-k", pod=(RESERVATION_NS, reservation)), 40.0)
+    fleet.pod(
+        "kai",
+        "infer-a",
+        node="node-k",
+        resources={"cpu": 1},
+        attribution=team("vision", "a"),
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=LENGTH,
+    )
+    annotations("kai", "infer-a", {"annotation_gpu_fraction": "0.5"})
+    half = {"end": 3 * HOUR}
+    nlp = team("nlp", "b")
+    fleet.pod(
+        "kai",
+        "infer-b",
+        node="node-k",
+        resources={"cpu": 1},
+        attribution=nlp,
+        pod_labels=g1,
+        interval=INTERVAL,
+        end=3 * HOUR,
+    )
+    annotations("kai", "infer-b", {"annotation_gpu_memory": "20480"}, **half)
+
+    # node-h, HAMi: a T4 of 16 GiB and 100 cores. hami-a: 4 GiB and 30 cores (the larger, 0.30); hami-b:
+    # gpumem-percentage 50, which HAMi's scheduler turns into 8 GiB (0.50). dcgm-exporter maps no pod: 5% busy.
+    device = {"node": "node-h", "device_uuid": "GPU-h-0", "device_index": "0", "device_type": "NVIDIA"}
+    fleet.add("hami_gpu_memory_limit_bytes", device, 16.0 * GIB, **every)
+    fleet.add("hami_gpu_core_limit_ratio", device, 100.0, **every)
+    for pod, memory, cores, who in (("hami-a", 4, 30, "research"), ("hami-b", 8, 0, "platform")):
+        fleet.pod(
+            "hami",
+            pod,
+            node="node-h",
+            resources={"nvidia.com/gpu": 1},
+            attribution=team(who, pod),
+            interval=INTERVAL,
+            end=LENGTH,
+        )
+        container = {
+            "namespace": "hami",
+            "node": "node-h",
+            "pod": pod,
+            "container_index": "0",
+            "device_uuid": "GPU-h-0",
+        }
+        fleet.add("hami_vgpu_memory_allocated_bytes", container, memory * GIB, **every)
+        fleet.add("hami_vgpu_core_allocated_ratio", container, float(cores), **every)
+    gpu(dcgm_labels(gpu=0, uuid="GPU-h-0", model=T4, host="node-h"), 5.0)
+
+    # node-m, MPS/time-slicing with 4 replicas per GPU (GFD's nvidia.com/gpu.replicas): mps-x holds one
+    # replica, mps-y two; dcgm-exporter in virtual-GPU mode, the device 60% busy. One replica nobody holds.
+    fleet.add("kube_node_labels", {"node": "node-m", "label_nvidia_com_gpu_replicas": "4"}, 1.0, **every)
+    shared = dcgm_labels(gpu=0, uuid="GPU-m-0", model=T4, host="node-m")
+    gpu(shared, 60.0)
+    for pod, replicas, who in (("mps-x", 1, "search"), ("mps-y", 2, "ads")):
+        fleet.pod(
+            "mps",
+            pod,
+            node="node-m",
+            resources={"nvidia.com/gpu": replicas},
+            attribution=team(who, pod),
+            interval=INTERVAL,
+            end=LENGTH,
+        )
+        for replica in range(replicas):
+            vgpu = str(replica + (1 if pod == "mps-y" else 0))
+            gpu(dcgm_labels(gpu=0, uuid="GPU-m-0", model=T4, host="node-m", pod=("mps", pod)) | {"vgpu": vgpu}, 60.0)
+
+    # node-d, DRA: train-0's claim holds an H200; dcgm-exporter (--kubernetes-enable-dra) maps it for 3 h at
+    # 80%, then the node's exporter is down. ext-0 asks nvidia.com/gpu through a DRA-backed extended
+    # resource (no claim in its spec) and has no telemetry at all.
+    fleet.pod(
+        "dra",
+        "train-0",
+        node="node-d",
+        resources={"cpu": 1},
+        attribution=team("training", "train"),
+        interval=INTERVAL,
+        end=LENGTH,
+    )
+    claim = {"namespace": "dra", "pod": "train-0", "uid": "uid-train-0", "claim_name": "gpu"}
+    fleet.add(
+        "kube_pod_resourceclaim_info",
+        claim | {"resourceclaim_name": "train-0-gpu-abc12", "resourceclaim_template_name": "one-gpu"},
+        1.0,
+        **every,
+    )
+    dra = {
+        "dra_claim_name": "train-0-gpu-abc12",
+        "dra_claim_namespace": "dra",
+        "dra_driver_name": "gpu.nvidia.com",
+        "dra_pool_name": "node-d",
+        "dra_device_name": "gpu-0",
+    }
+    gpu(dcgm_labels(gpu=0, uuid="GPU-d-0", model=H200, host="node-d", pod=("dra", "train-0")) | dra, 80.0, **half)
+    fleet.pod(
+        "dra",
+        "ext-0",
+        node="node-d",
+        resources={"nvidia.com/gpu": 1},
+        attribution=team("infra", "ext"),
+        interval=INTERVAL,
+        end=LENGTH,
+    )
+
+    # What the nodes advertise (kube-state-metrics kube_node_status_capacity): node-d has a third H200 no
+    # exporter reports and no pod holds; node-x has two GPUs and no dcgm-exporter at all. node-m's four
+    # nvidia.com/gpu are one GPU's four replicas; node-h's ten are HAMi's device-plugin split of one T4.
+    for node, count in (("node-k", 1), ("node-m", 4), ("node-d", 3), ("node-x", 2), ("node-h", 10)):
+        labels = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
+        fleet.add("kube_node_status_capacity", labels, float(count), **every)
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def shares(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
+    find_tool("prometheus")
+    directory = tmp_path_factory.mktemp("shares-prometheus")
+    running = start_prometheus(backfill(shared_fleet(), directory, block="6h"), directory)
+    yield running
+    running.process.terminate()
+    running.process.wait(timeout=30)
+
+
+def report(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
+    result = gpugate("report", "--prometheus", prometheus.url, "--end", END_ISO, "--window", "6h", "-o", "json", *extra)
+    assert result.returncode == 0, result.stderr
+    return checked(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def by_team(shares: RunningPrometheus) -> dict[str, Any]:
+    return report(shares, "--bucket", "1h")
+
+
+# Hand-computed over six hours: (allocated, busy, idle, no telemetry) GPU-hours.
+EXPECTED = {
+    "vision": (0.5 * 6, 0.5 * 6, 0.0, 0.0),  # KAI gpu-fraction 0.5 of a 40% busy A100
+    "nlp": (0.25 * 3, 0.25 * 3, 0.0, 0.0),  # KAI gpu-memory 20480 of 81920 MiB, 3 h
+    "research": (0.30 * 6, 0.0, 0.30 * 6, 0.0),  # HAMi: max(4/16 memory, 30/100 cores) of a 5% T4
+    "platform": (0.50 * 6, 0.0, 0.50 * 6, 0.0),  # HAMi: 8/16 GiB
+    "search": (0.25 * 6, 0.25 * 6, 0.0, 0.0),  # one of 4 replicas
+    "ads": (0.50 * 6, 0.50 * 6, 0.0, 0.0),  # two of 4 replicas
+    "training": (6.0, 3.0, 0.0, 3.0),  # a DRA claim's H200: 3 h at 80%, 3 h without telemetry
+    "infra": (6.0, 0.0, 0.0, 6.0),  # a DRA-backed extended resource, never any telemetry
+}
+
+
+def test_each_sharing_mode_is_billed_its_share(by_team: dict[str, Any]) -> None:
+    rows = {row["group"]: row for row in by_team["groups"]}
+    assert set(rows) == set(EXPECTED), "KAI's reservation pod is nobody's use: no unlabelled row"
+    for name, (allocated, busy, idle, missing) in EXPECTED.items():
+        row = rows[name]
+        got = (row["allocated_gpu_hours"], row["busy_gpu_hours"], row["idle_gpu_hours"], row["no_telemetry_gpu_hours"])
+        assert got == pytest.approx((allocated, busy, idle, missing), abs=1e-6), name
+
+
+def test_the_peaks_say_what_was_held(by_team: dict[str, Any]) -> None:
+    rows = {row["group"]: row for row in by_team["groups"]}
+    assert rows["vision"]["fraction_gpus_peak"] == pytest.approx(0.5)
+    assert rows["research"]["fraction_gpus_peak"] == pytest.approx(0.3)
+    assert rows["ads"]["shared_peak"] == 2
+    assert rows["training"]["whole_gpus_peak"] == 1
+    assert by_team["total"]["fraction_gpus_peak"] == pytest.approx(0.5 + 0.25 + 0.3 + 0.5)
+
+
+def test_the_unclaimed_rest_of_a_shared_gpu_is_unallocated(by_team: dict[str, Any]) -> None:
+    resources = {entry["resource"]: entry for entry in by_team["capacity"]["by_resource"]}
+    # KAI A100: 0.25 x 3 h + 0.5 x 3 h unclaimed; HAMi T4: 0.2 x 6 h. Two GPUs x 6 h in all.
+    fraction = resources["fraction"]
+    assert fraction["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75 + 1.8 + 3.0, abs=1e-6)
+    assert fraction["unallocated_gpu_hours"] == pytest.approx(0.75 + 1.5 + 1.2, abs=1e-6)
+    assert fraction["capacity_gpu_hours"] == pytest.approx(12.0, abs=1e-6)
+    shared = resources["shared"]
+    assert (shared["allocated_gpu_hours"], shared["unallocated_gpu_hours"]) == pytest.approx((4.5, 1.5), abs=1e-6)
+    assert resources["dra"]["allocated_gpu_hours"] == pytest.approx(6.0, abs=1e-6)
+    # node-d's unreported H200 and node-x's two GPUs, six hours each
+    assert resources["no-telemetry"]["unallocated_gpu_hours"] == pytest.approx(3 * 6.0, abs=1e-6)
+    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(8 * 6.0, abs=1e-6)
+
+
+def test_shares_and_unallocated_add_up_to_the_fleet_every_hour(by_team: dict[str, Any]) -> None:
+    fleet = by_team["buckets"]["fleet"]
+    assert len(fleet) == 6
+    for bucket in fleet:
+        # eight GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's three H200 (the claim's, the
+        # extended resource's, the unreported one) and node-x's two
+        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(8.0, abs=1e-6), bucket
+
+
+def test_by_namespace_the_fractional_pods_pay_and_the_reservation_pod_does_not(shares: RunningPrometheus) -> None:
+    rows = {row["group"]: row for row in report(shares, "--group", "namespace")["groups"]}
+    assert RESERVATION_NS not in rows
+    assert rows["kai"]["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75, abs=1e-6)
+    assert rows["hami"]["allocated_gpu_hours"] == pytest.approx(1.8 + 3.0, abs=1e-6)
+
+
+def test_by_pod_the_most_idle_pods_come_first_with_their_workload(shares: RunningPrometheus) -> None:
+    document = report(shares, "--group", "pod")
+    rows = document["groups"]
+    assert [row["group"] for row in rows[:2]] == ["hami/hami-b", "hami/hami-a"]
+    assert [row["idle_gpu_hours"] for row in rows[:2]] == pytest.approx([3.0, 1.8], abs=1e-6)
+    assert rows[0]["workload"] == "hami/Deployment/hami-b"
+    assert {row["group"]: row["workload"] for row in rows}["kai/infer-b"] == "kai/Deployment/b"
+    assert RESERVATION_NS + "/gpu-reservation-node-k-x7k2p" not in {row["group"] for row in rows}
+    table = gpugate(
+        "report", "--prometheus", shares.url, "--end", END_ISO, "--window", "6h", "--group", "pod", "--recommend"
+    )
+    assert table.returncode == 0, table.stderr
+    header, _rule, first = table.stdout.splitlines()[2:5]
+    assert header.split()[:2] == ["POD", "WORKLOAD"] and header.rstrip().endswith("RECOMMENDED")
+    assert first.split()[:2] == ["hami/hami-b", "hami/Deployment/hami-b"]
