@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 BIND   ?= 127.0.0.1:8443
 
 .DEFAULT_GOAL := help
-.PHONY: help demo venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync
+.PHONY: help demo venv dev-certs run tools fmt lint test test-fast check check-examples mutation faults image chart-sync native
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's|\$$(BIND)|$(BIND)|g' \
@@ -73,7 +73,10 @@ faults: venv tools ## fault-injection run through a real apiserver; prints decis
 image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs/operations.md: push with skopeo)
 	./scripts/build-image
 
-chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules, dashboard and auditor RBAC into charts/gpugate/files
+native: venv ## compile deploy/base/policies into deploy/components/native-tier/native.yaml (the native tier)
+	$(BIN)/gpugate policy compile deploy/base/policies > deploy/components/native-tier/native.yaml
+
+chart-sync: native ## copy deploy/'s policies, webhooks, backstop, recording rules, dashboard and auditor RBAC into charts/gpugate/files
 	rm -f charts/gpugate/files/policies/*
 	mkdir -p charts/gpugate/files/policies charts/gpugate/files/base
 	cp deploy/base/policies/* charts/gpugate/files/policies/
@@ -81,3 +84,5 @@ chart-sync: ## copy deploy/'s policies, webhooks, backstop, recording rules, das
 	cp deploy/monitoring/gpugate-attribution.rules.yaml deploy/monitoring/gpugate-report-dashboard.json charts/gpugate/files/
 	mkdir -p charts/gpugate/files/audit
 	cp deploy/audit/rbac.yaml charts/gpugate/files/audit/
+	mkdir -p charts/gpugate/files/native
+	cp deploy/components/native-tier/native.yaml charts/gpugate/files/native/

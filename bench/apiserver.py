@@ -12,6 +12,11 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
   CEL       bench/cel-equivalent.yaml: a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy inside
             the apiserver, what a user could write instead of running a webhook.
 
+Two more on request (--registrations), not in the default run and its report: "native", the objects
+`gpugate policy compile policies` prints (the native tier) with no webhook, and "native + webhook", those
+objects beside the two webhook configurations pointed at `gpugate serve`. A run that measures them prints their
+ratios against gpugate and CEL.
+
 For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
 `POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
 the order reversed every other round, and every figure is the median over the rounds, so that load from
@@ -54,6 +59,7 @@ from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binar
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
+NATIVE = ("native", "native + webhook")  # measured on request: --registrations
 PODS = ("GPU", "CPU")
 CLIENTS = (1, 8)
 CEL_FILE = REPO / "bench" / "cel-equivalent.yaml"
@@ -322,9 +328,10 @@ def expectation(registration: str, kind: str) -> Callable[[int, dict[str, Any]],
         spec, meta = obj["spec"], obj["metadata"]
         annotations = meta.get("annotations") or {}
         injected = spec.get("runtimeClassName") == "nvidia"
-        by_gpugate = "gpugate.io/policy" in annotations
-        want_injected = kind == "GPU" and registration in ("gpugate", "CEL")
-        if injected != want_injected or by_gpugate != (kind == "GPU" and registration == "gpugate"):
+        by_gpugate = "gpugate.io/policy" in annotations  # the native tier writes gpugate's annotations too
+        formed_by_gpugate = registration in ("gpugate", *NATIVE)
+        want_injected = kind == "GPU" and (formed_by_gpugate or registration == "CEL")
+        if injected != want_injected or by_gpugate != (kind == "GPU" and formed_by_gpugate):
             return (
                 f"{registration}, {kind} pod: runtimeClassName={spec.get('runtimeClassName')!r}, "
                 f"gpugate annotations={sorted(annotations)}"
@@ -354,6 +361,7 @@ class Registrar:
     webhooks: dict[str, list[dict[str, Any]]]  # "no-op"/"gpugate" -> the two webhook configurations
     cel: list[dict[str, Any]]
     gate: GPUGate
+    native: list[dict[str, Any]] = field(default_factory=list)  # gpugate policy compile policies
     current: str | None = None
     switches: list[float] = field(default_factory=list)
 
@@ -384,6 +392,8 @@ class Registrar:
         status, obj = self.api.create(pod("probe", gpus=9))
         if status != 201 and "bench-whole-gpus" in obj.get("message", ""):
             seen.add("cel-validate")
+        if status != 201 and "ValidatingAdmissionPolicy 'gpugate-enforce'" in obj.get("message", ""):
+            seen.add("native-validate")  # runs before any validating webhook, so it answers first
         return seen
 
     EXPECTED: ClassVar[dict[str, set[str]]] = {
@@ -392,6 +402,9 @@ class Registrar:
         "no-op + patch": {"noop-mutate", "noop-validate", "gpugate-mutate"},
         "gpugate": {"gpugate-mutate", "gpugate-validate"},
         "CEL": {"cel-mutate", "cel-validate"},
+        # The native tier's pod carries gpugate's annotations: what tells it from the webhook is /validate.
+        "native": {"gpugate-mutate", "native-validate"},
+        "native + webhook": {"gpugate-mutate", "gpugate-validate", "native-validate"},
     }
 
     def _apply(self, objects: list[dict[str, Any]]) -> None:
@@ -404,10 +417,16 @@ class Registrar:
 
     def switch(self, target: str, *, timeout: float = 90.0) -> None:
         started = time.monotonic()
-        if target in self.webhooks:
-            self._apply(self.webhooks[target])  # same names: replaces the other server's clientConfig
-        elif self.current in self.webhooks:
-            self._delete(self.webhooks[self.current])
+        hooks = "gpugate" if target == "native + webhook" else target
+        current = "gpugate" if self.current == "native + webhook" else self.current
+        if hooks in self.webhooks:
+            self._apply(self.webhooks[hooks])  # same names: replaces the other server's clientConfig
+        elif current in self.webhooks:
+            self._delete(self.webhooks[current])
+        if target in NATIVE:
+            self._apply(self.native)
+        elif self.current in NATIVE:
+            self._delete(self.native)
         if target == "CEL":
             self._apply(self.cel)
         elif self.current == "CEL":
@@ -559,7 +578,11 @@ def measure(args: argparse.Namespace) -> Run:
             deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
             cel = [d for d in yaml.safe_load_all(Path(args.cel_file).read_text()) if d]
             targets = {"no-op": noop, "no-op + patch": patching, "gpugate": gate}
-            registrar = Registrar(cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate)
+            compiled = subprocess.run(
+                [str(gate.exe), "policy", "compile", str(REPO / "policies")], capture_output=True, text=True, check=True
+            ).stdout
+            native = [d for d in yaml.safe_load_all(compiled) if d]
+            registrar = Registrar(cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
             assert noop.process.proc is not None and gate.process.proc is not None
             pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}
@@ -738,6 +761,29 @@ def report(run: Run) -> str:
             f"Worker RSS at the end: gpugate {', '.join(f'{v:.0f}' for v in rss['gpugate'])} MB; "
             f"no-op {', '.join(f'{v:.0f}' for v in rss['no-op'])} MB."
         )
+    return "\n".join(lines)
+
+
+def native_report(run: Run) -> str:
+    """The native tier beside what else was measured: GPU pods/s at 8 clients, the ratios, apiserver CPU."""
+    measured = [r for r in (*REGISTRATIONS, *NATIVE) if (r, "GPU", 8) in run.cells]
+    lines = [
+        "### The native tier (GPU pods, 8 clients; medians over the rounds)",
+        "",
+        "| registered | pods/s | p50 | p99 | apiserver CPU / pod | gpugate server CPU / pod |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in measured:
+        lines.append(
+            f"| {r} | {run.median(r, 'GPU', 8, 'rate'):,.0f} | {ms(run.median(r, 'GPU', 8, 'p50'))} | "
+            f"{ms(run.median(r, 'GPU', 8, 'p99'))} | {us(run.cpu(r, 'GPU', 8, 'apiserver'))} | "
+            f"{us(run.cpu(r, 'GPU', 8, 'gpugate server'))} |"
+        )
+    lines.append("")
+    for native in (n for n in NATIVE if n in measured):
+        for other in (o for o in ("gpugate", "CEL", "nothing") if o in measured):
+            ratio = run.median(native, "GPU", 8, "rate") / run.median(other, "GPU", 8, "rate")
+            lines.append(f"- {native} GPU pods/s ÷ {other}'s: {ratio:.2f}×")
     return "\n".join(lines)
 
 
@@ -938,9 +984,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds, args.requests = 1, 20
     args.registrations = tuple(args.registrations.split(","))
     args.pods = tuple(args.pods.split(","))
-    unknown = set(args.registrations) - set(REGISTRATIONS)
+    unknown = set(args.registrations) - set(REGISTRATIONS) - set(NATIVE)
     if unknown:
-        parser.error(f"--registrations: unknown {', '.join(sorted(unknown))} (choose from {', '.join(REGISTRATIONS)})")
+        parser.error(
+            f"--registrations: unknown {', '.join(sorted(unknown))} (choose from {', '.join(REGISTRATIONS + NATIVE)})"
+        )
     return args
 
 
@@ -948,6 +996,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = measure(args)
     run.argv = list(argv if argv is not None else sys.argv[1:])
+    if set(NATIVE) & set(args.registrations) and "GPU" in args.pods:
+        print()
+        print(native_report(run))
     if set(args.registrations) != set(REGISTRATIONS) or set(args.pods) != set(PODS):
         return 0
     text = report(run)

@@ -51,6 +51,11 @@ def test_each_registration_expects_its_own_injections() -> None:
     assert apiserver.expectation("gpugate", "GPU")(201, plain) is not None
     assert apiserver.expectation("gpugate", "CPU")(201, plain) is None
     assert apiserver.expectation("nothing", "GPU")(500, plain) is not None
+    # The native tier forms the pod as gpugate does, annotations included, with or without the webhook.
+    for native in apiserver.NATIVE:
+        assert apiserver.expectation(native, "GPU")(201, injected) is None
+        assert apiserver.expectation(native, "GPU")(201, by_cel) is not None
+        assert apiserver.expectation(native, "CPU")(201, plain) is None
 
 
 def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:

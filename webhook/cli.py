@@ -14,6 +14,7 @@ def parser() -> argparse.ArgumentParser:
     # Kubernetes client.
     from . import certs, check, fleet
     from .audit import command as audit
+    from .native import command as native
     from .policy import command as policy
     from .report import command as report
     from .serve import command as serve
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
         added = module.add_arguments(command)
         if name == "policy":
             fleet.add_policy_init(added)  # `policy init --from-cluster` reads the cluster: fleet's to do
+            native.add_policy_compile(added)  # `policy compile` and validate's explanation: the native tier's
         if hasattr(module, "run"):
             command.set_defaults(run=module.run)
     return top

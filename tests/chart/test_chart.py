@@ -96,6 +96,7 @@ VARIANTS: dict[str, list[str]] = {
     "url": ["webhooks.url=https://127.0.0.1:8443", "certificates.ipAddresses={127.0.0.1}"],
     "workload CRDs": ["workloadCRDs.enabled=true"],
     "no backstop": ["backstop.enabled=false"],
+    "native tier": ["nativeTier.enabled=true"],
     "narrowed network policy": ["networkPolicy.controlPlaneCIDRs={10.0.0.0/28}", "networkPolicy.metricsNamespace="],
     "no network policy": ["networkPolicy.enabled=false"],
     "prometheus rule": ["prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus"],
@@ -140,6 +141,25 @@ def test_every_rendered_object_is_valid_kubernetes(helm: Path, variant: str) -> 
         kubernetes_validate.validate(obj, version, strict=True)
         checked += 1
     assert checked >= 10
+
+
+def test_the_native_tier_renders_the_compiled_objects_with_the_release_s_exclusions(helm: Path) -> None:
+    off = {o["metadata"]["name"] for o in template(helm) if o["kind"] == "MutatingAdmissionPolicy"}
+    assert off == set()
+    objects = template(helm, "nativeTier.enabled=true", namespace="gpu-system")
+    shipped = [d for d in yaml.safe_load_all((FILES / "native" / "native.yaml").read_text()) if d]
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    for compiled in shipped:
+        obj = rendered[(compiled["kind"], compiled["metadata"]["name"])]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        if "matchConstraints" in compiled["spec"]:
+            selector = obj["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]
+            assert selector["values"] == ["kube-system", "gpu-system"]
+            del (
+                obj["spec"]["matchConstraints"]["namespaceSelector"],
+                compiled["spec"]["matchConstraints"]["namespaceSelector"],
+            )
+        assert obj["spec"] == compiled["spec"]
 
 
 def test_unknown_certificate_mode_is_refused_with_a_message(helm: Path) -> None:

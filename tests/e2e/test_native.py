@@ -1,0 +1,273 @@
+"""The native tier against the webhook, through the real apiserver (v1.36.3: MutatingAdmissionPolicy GA).
+
+One control plane of its own, gpugate serving the SHIPPED policies and registered from deploy/. Every example
+and real-world manifest with an expected verdict that holds a Pod (policies/examples/expected.yaml,
+tests/fixtures/real-manifests/expected.yaml) is sent with `kubectl create --dry-run=server` three times:
+
+(a) the webhook only;
+(c) the objects `gpugate policy compile policies` prints, applied, and the webhook configurations deleted (the
+    strongest form of "gpugate's server is down": no webhook at all, so nothing is refused for failing closed);
+(b) the native objects and the webhook together.
+
+(a) and (b) must give the same verdict and store the same objects; in (c) every manifest the apiserver admits
+must be stored exactly as in (a) (formed as /mutate forms it), anything else refused. The messages of (a)
+and (b) are printed side by side where they differ (the validating admission policies run before the
+validating webhook, so their message answers first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.controlplane import ControlPlane, find_binaries
+from tests.harness.fleet import device_classes
+from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, gpugate_executable, point_at, register, render_deploy
+from tests.harness.polling import eventually
+
+from .test_fleet import CASES, NAMESPACE_PREFIX
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "policies"
+POD_CASES = [
+    (source, case)
+    for source, case in CASES
+    if any(d.get("kind") == "Pod" for d in yaml.safe_load_all(source.read_text()) if d)
+]
+CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    objects: list[Any]
+    stderr: str
+
+
+@dataclass
+class Native:
+    cluster: ControlPlane
+    gate: GPUGate
+    webhooks: list[dict[str, Any]]
+    native: str
+    namespaces: dict[tuple[str, str], str]
+
+
+def _compiled() -> str:
+    done = subprocess.run(
+        [str(gpugate_executable()), "policy", "compile", str(SHIPPED)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Native]:
+    cp = ControlPlane(find_binaries(), tmp_path_factory.mktemp("cluster-native"))
+    gate: GPUGate | None = None
+    try:
+        cp.start()
+        for runtime_class in ("nvidia", "nvidia-cdi", "nvidia-legacy"):
+            cp.ensure_runtime_class(runtime_class)
+        for device_class in device_classes():
+            cp.kubectl("apply", "-f", "-", stdin=device_class)
+        cp.ensure_default_service_account("kube-system")
+        work = tmp_path_factory.mktemp("gpugate-native")
+        policy_dir = work / "policies"
+        policy_dir.mkdir()
+        for shipped in sorted(SHIPPED.glob("*.yaml")):
+            shutil.copy(shipped, policy_dir / shipped.name)
+        gate = GPUGate(work, policy_dir, kubeconfig=cp.kubeconfig)
+        gate.start()
+        registered = point_at(render_deploy(cp), gate)
+        register(cp, registered)
+        yield Native(cp, gate, [o for o in registered if o["kind"] in WEBHOOK_KINDS], _compiled(), {})
+    finally:
+        if gate is not None:
+            gate.stop()
+        cp.stop()
+
+
+def _namespace(n: Native, original: str, labels: dict[str, str] | None) -> str:
+    key = (original, yaml.safe_dump(labels or {}))
+    if key not in n.namespaces:
+        prefix = NAMESPACE_PREFIX.get(original, original)
+        n.namespaces[key] = n.cluster.create_namespace(prefix, {k: str(v) for k, v in (labels or {}).items()})
+    return n.namespaces[key]
+
+
+def _docs(n: Native, source: Path, case: dict[str, Any]) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
+    labels = case.get("namespaceLabels") or {}
+    for doc in docs:
+        if doc["kind"] in CLUSTER_SCOPED:
+            continue
+        original = doc["metadata"].get("namespace", "default")
+        doc["metadata"]["namespace"] = _namespace(n, original, labels.get(original))
+        if doc["kind"] == "Pod" and doc["spec"].get("serviceAccountName"):
+            n.cluster.kubectl(
+                "create",
+                "serviceaccount",
+                doc["spec"]["serviceAccountName"],
+                "-n",
+                doc["metadata"]["namespace"],
+                check=False,
+            )
+    return docs
+
+
+_VOLATILE = re.compile(r"kube-api-access-[a-z0-9]{5}")
+
+
+def _normal(obj: dict[str, Any]) -> dict[str, Any]:
+    """The stored object without what differs between two dry runs of the same object."""
+    meta = obj.get("metadata", {})
+    for key in ("uid", "creationTimestamp", "managedFields", "resourceVersion"):
+        meta.pop(key, None)
+    if meta.get("generateName"):
+        meta.pop("name", None)
+    normal: dict[str, Any] = json.loads(_VOLATILE.sub("kube-api-access-x", json.dumps(obj, sort_keys=True)))
+    return normal
+
+
+def _send(n: Native, docs: list[dict[str, Any]]) -> Outcome:
+    stdin: dict[str, Any] | list[Any] = docs[0] if len(docs) == 1 else docs
+    result = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=stdin, check=False)
+    decoder, text, objects = json.JSONDecoder(), result.stdout.strip(), []
+    while text:
+        obj, end = decoder.raw_decode(text)
+        objects.append(_normal(obj))
+        text = text[end:].strip()
+    return Outcome(result.ok, objects, result.stderr)
+
+
+def _phase(n: Native, sent: list[list[dict[str, Any]]]) -> list[Outcome]:
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda docs: _send(n, docs), sent))
+
+
+def _probe(n: Native, **extra: Any) -> dict[str, Any]:
+    ns = _namespace(n, "default", {"team": "probe"})
+    labels = extra.pop("labels", {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": ns, "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+
+
+def _without_webhooks(n: Native) -> None:
+    for hook in n.webhooks:
+        n.cluster.kubectl("delete", hook["kind"], hook["metadata"]["name"])
+    plain, chosen = _probe(n), _probe(n, labels={"gpugate.io/model": "h100"})
+
+    def native_alone() -> bool:
+        formed = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=plain, check=False)
+        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=chosen, check=False)
+        return (
+            formed.ok
+            and "nvidia.com/gpu.product" in (json.loads(formed.stdout)["spec"].get("nodeSelector") or {})
+            and "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
+        )
+
+    assert eventually(native_alone, timeout=60), "the native objects did not take effect alone within 60 s"
+
+
+def _with_webhooks(n: Native) -> None:
+    for hook in n.webhooks:
+        n.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=hook)
+    chosen = _probe(n, labels={"gpugate.io/model": "h100"})
+
+    def webhook_back() -> bool:
+        formed = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=chosen, check=False)
+        selector = json.loads(formed.stdout)["spec"].get("nodeSelector") or {} if formed.ok else {}
+        return selector.get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3"
+
+    assert eventually(webhook_back, timeout=60), "the webhooks did not take effect again within 60 s"
+
+
+def _server_stopped(n: Native) -> None:
+    _with_webhooks(n)
+    n.gate.stop()
+    plain = _probe(n)
+
+    def failing_closed() -> bool:
+        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=plain, check=False)
+        return 'failed calling webhook "validate.gpugate.io"' in refused.stderr
+
+    assert eventually(failing_closed, timeout=60), "the stopped server was still answering after 60 s"
+
+
+def _holds_by_claim(docs: list[dict[str, Any]]) -> bool:
+    return any(d.get("kind") == "Pod" and d["spec"].get("resourceClaims") for d in docs)
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith("Error from server")]
+    return (lines[0] if lines else text.strip().splitlines()[-1] if text.strip() else "")[:240]
+
+
+def test_native_tier_decides_as_the_webhook_and_forms_every_pod_it_admits_alone(native: Native) -> None:
+    assert POD_CASES, "no example holds a Pod"
+    sent = [_docs(native, source, case) for source, case in POD_CASES]
+
+    webhook_only = _phase(native, sent)
+    native.cluster.kubectl("apply", "-f", "-", stdin=native.native)
+    _without_webhooks(native)
+    native_only = _phase(native, sent)
+    _server_stopped(native)
+    server_down = _phase(native, sent)
+    native.gate.start()
+    _with_webhooks(native)
+    both = _phase(native, sent)
+
+    names = [f"{source.parent.name}/{source.name}" for source, _ in POD_CASES]
+    differences, malformed, messages = [], [], []
+    claims = []
+    for name, docs, a, b, c, down in zip(names, sent, webhook_only, both, native_only, server_down, strict=True):
+        if a.ok != b.ok or (a.ok and a.objects != b.objects):
+            differences.append(
+                f"{name}: (a) {'admitted' if a.ok else 'refused'}, (b) {'admitted' if b.ok else 'refused'}"
+                f"\n  (a) {_first_line(a.stderr)}\n  (b) {_first_line(b.stderr)}"
+                + (f"\n  (a) {a.objects}\n  (b) {b.objects}" if a.ok and b.ok else "")
+            )
+        if down.ok and (not a.ok or down.objects != a.objects):
+            malformed.append(f"{name}: admitted with gpugate's server stopped as\n  {down.objects}")
+        # Only the webhook can tell a GPU claim from any other (it reads the claim's DeviceClass): with no webhook
+        # at all, a pod holding a GPU only through a claim is left as sent.
+        if c.ok and _holds_by_claim(docs) and c.objects != a.objects:
+            claims.append(name)
+            continue
+        if c.ok and (not a.ok or c.objects != a.objects):
+            malformed.append(
+                f"{name}: admitted by the native tier alone as\n  {c.objects}\n  (a): "
+                + (str(a.objects) if a.ok else _first_line(a.stderr))
+            )
+        if not a.ok and _first_line(a.stderr) != _first_line(b.stderr):
+            messages.append(f"| {name} | {_first_line(a.stderr)} | {_first_line(b.stderr)} |")
+    print("\n".join(["(a) webhook only | (b) native + webhook, where the messages differ:", *messages]))
+    formed = sum(1 for c in native_only if c.ok)
+    print(
+        f"{len(names)} manifests; native tier alone admitted {formed}, refused {len(names) - formed}; "
+        f"with the server stopped admitted {sum(1 for d in server_down if d.ok)}; claim pods left as sent "
+        f"without any webhook: {', '.join(claims) or 'none'}"
+    )
+    assert not differences, "\n".join(differences)
+    assert not malformed, "\n".join(malformed)

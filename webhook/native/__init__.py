@@ -1,0 +1,1 @@
+"""The native tier: gpugate's policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects."""

@@ -1,0 +1,961 @@
+"""Compile a loaded policy set into native admission objects: one MutatingAdmissionPolicy (JSONPatch), a
+ValidatingAdmissionPolicy per mode in use plus one that always denies, and their bindings. No I/O.
+
+What CEL decides inside the apiserver, and only that: a *plain* GPU pod, one the compiler can form exactly as
+``/mutate`` does, gets its runtime class, tolerations, model selector, attribution labels, ``void`` for the
+containers without GPUs and the provenance annotations from the MutatingAdmissionPolicy; every GPU pod meets
+the policy's limits and shapes (per mode) and the security rules (always Deny). Everything else stays in the
+webhook, and :func:`compile_policies` says so, per policy and rule, with the reason (``Outcome``).
+
+Shape, for the apiserver's sake (kubernetes#133383: VAP latency grows with bindings; #122658, #124237:
+param objects deny after restarts): the policy data is written into the expressions as CEL literals, keyed by
+policy, in a handful of objects whatever the number of policies, and no ``paramKind``. Tolerations, the node
+selector and affinity are atomic in the Pod schema (k8s.io/api core/v1 types.go ``listType=atomic``,
+``mapType=atomic``), which an ApplyConfiguration may not change (k8s.io/apiserver
+pkg/admission/plugin/policy/mutating/patch/smd.go ``validatePatch``), so every mutation is a JSONPatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..policy.classes import ModelClass
+from ..policy.keys import (
+    GROUP,
+    MODEL_LABEL,
+    MUTATED_ANNOTATION,
+    POLICY_ANNOTATION,
+    WORKLOAD_ANNOTATION,
+    WORKLOAD_KIND_LABEL,
+    WORKLOAD_NAME_LABEL,
+)
+from ..policy.model import BUILTIN, Device, Policy, PolicySet
+from ..policy.vendors import IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
+from .cel import any_glob, literal, look_alike_pattern, selector, string
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+PREFIX = "gpugate"
+MANAGED = {"app.kubernetes.io/managed-by": "gpugate", "app.kubernetes.io/part-of": "gpugate"}
+#: The namespaces the webhooks skip (deploy/base/webhooks.yaml): the native tier skips the same ones.
+EXCLUDED_NAMESPACES = ("kube-system", "gpugate")
+#: Containers (and, separately, init containers) a plain pod may have: JSON patches need an index, and CEL
+#: has no range, so the indices are a literal list of this length.
+MAX_CONTAINERS = 16
+#: Tolerations one device may add, for the same reason.
+MAX_TOLERATIONS = 8
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+#: Touch names as the ``gpugate.io/mutated`` annotation lists them (sorted, as ``admission.engine`` writes).
+TOUCHES = ("affinity", "containers", "initContainers", "labels", "nodeSelector", "runtimeClassName", "tolerations")
+LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+CDI = "k.startsWith('cdi.k8s.io/') || k == 'nvidia.cdi.k8s.io' || k.startsWith('nvidia.cdi.k8s.io/')"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One line of the explanation: for a policy (or "*" for the directory), a rule, whether the native tier
+    decides it, and why, or why not."""
+
+    policy: str
+    rule: str
+    native: bool
+    reason: str
+
+    def line(self) -> str:
+        where = "native " if self.native else "webhook"
+        return f"{self.policy}: {self.rule}: {where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    objects: tuple[dict[str, Any], ...]
+    outcomes: tuple[Outcome, ...]
+
+
+# ------------------------------------------------------------------------------------------ policy data
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """What /mutate gives a plain pod of one policy requesting one concrete GPU resource."""
+
+    runtime_class: str
+    tolerations: tuple[Mapping[str, Any], ...]
+    selector: Mapping[str, str]
+    affinity: tuple[str, ...]  # (label, value, value...) when several values: an ``In`` term
+    choice_keys: tuple[str, ...]
+    void: bool
+
+
+def _concrete(globs: tuple[str, ...]) -> list[str]:
+    return [g for g in globs if not any(ch in g for ch in "*?[")]
+
+
+def _entry(policy: Policy, device: Device, resource: str) -> tuple[_Entry | None, str]:
+    """The entry for ``resource`` of ``device`` under ``policy``, or None and why not."""
+    models = policy.models
+    if any(not all(isinstance(v, str) for v in t.values()) for t in device.tolerations):
+        return None, f"{device.name}: a toleration with tolerationSeconds (not a string table)"
+    if len(device.tolerations) > MAX_TOLERATIONS:
+        return None, f"{device.name}: more than {MAX_TOLERATIONS} tolerations"
+    choice_keys = tuple(k for k in (device.model_label, *device.model_aliases) if k)
+    chosen: ModelClass | None = None
+    if models is not None and device.model_label:
+        chosen = models.default_for(device.name, [resource])
+        if chosen is None:
+            return None, f"{resource}: no single default class offers it (the pod must name one; webhook judges)"
+    elif models is not None:
+        return None, f"{device.name}: no modelLabel"
+    dra_only = chosen is not None and bool(chosen.device_classes) and not chosen.values
+    runtime_class = ""
+    if device.runtime_class_name and "device-plugin" in device.runtime_class_pods and not dra_only:
+        runtime_class = device.runtime_class_name
+    selector_entries: dict[str, str] = {}
+    affinity: tuple[str, ...] = ()
+    if chosen is not None:
+        selector_entries.update(chosen.node_selector)
+        choice_keys = tuple(dict.fromkeys((*choice_keys, *chosen.node_selector)))
+        if len(chosen.values) == 1 and device.model_label:
+            selector_entries.setdefault(device.model_label, chosen.values[0])
+        elif len(chosen.values) > 1 and device.model_label:
+            affinity = (device.model_label, *chosen.values)
+    return (
+        _Entry(
+            runtime_class=runtime_class,
+            tolerations=tuple(device.tolerations),
+            selector=selector_entries,
+            affinity=affinity,
+            choice_keys=choice_keys,
+            void=device.name == "nvidia",
+        ),
+        "",
+    )
+
+
+def _entries(policy: Policy) -> tuple[dict[str, _Entry], list[str]]:
+    """Concrete GPU resource -> entry, and the resources left to the webhook with why."""
+    out: dict[str, _Entry] = {}
+    left: list[str] = []
+    resources: list[str] = []
+    for device in policy.devices.values():
+        for name in _concrete(device.resources):
+            resources.append(name)
+    if policy.models is not None:
+        for c in policy.models.classes.values():
+            resources += _concrete(c.resources)
+    for resource in dict.fromkeys(resources):
+        owner = policy.device_of(resource)
+        if owner is None or not policy.counts_as_gpu(resource) or resource in out:
+            continue
+        entry, why = _entry(policy, owner, resource)
+        if entry is None:
+            left.append(why)
+        else:
+            out[resource] = entry
+    return out, left
+
+
+def _owned(policy: Policy) -> str:
+    """Every resource that makes a pod a GPU pod of this policy: GPU counts, auxiliary ones, DRA-backed."""
+    globs = [g for d in policy.devices.values() for g in (*d.resources, *d.auxiliary_resources)]
+    return any_glob([*globs, IMPLICIT_DRA_PREFIX + "*"])
+
+
+def _counted(policy: Policy) -> str:
+    return any_glob([g for d in policy.devices.values() for g in d.resources])
+
+
+# ------------------------------------------------------------------------------------------------ CEL
+
+
+def _governing(policies: tuple[Policy, ...]) -> str:
+    """The governing policy's name, or "" (built-in checks only): the first, highest priority first, whose
+    every selector matches (``PolicySet.governing``)."""
+    out = "''"
+    for p in reversed(policies):
+        terms = []
+        if p.match.namespaces:
+            terms.append(f"request.namespace.matches({string(any_glob(p.match.namespaces))})")
+        if p.match.namespace_selector is not None:
+            terms.append(selector(p.match.namespace_selector, "variables.nsLabels"))
+        if p.match.pod_selector is not None:
+            terms.append(selector(p.match.pod_selector, "variables.labels"))
+        condition = " && ".join(f"({t})" for t in terms) or "true"
+        out = f"({condition}) ? {string(p.name)} : {out}" if terms else string(p.name)
+    return out
+
+
+def _device_profiles(policies: tuple[Policy, ...]) -> tuple[dict[str, str], dict[str, list[Any]]]:
+    """Policy -> the id of its GPU vocabulary (what counts, what holds a GPU), and id -> [owned pattern, counted
+    pattern, holder annotations, their schedulers]: policies with the same devices share one entry."""
+    ids: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    data: dict[str, list[Any]] = {}
+    for p in (*policies, BUILTIN):
+        row = [_owned(p), _counted(p), sorted(p.holders.annotations), sorted(p.holders.annotation_schedulers)]
+        signature = literal(row)
+        if signature not in seen:
+            seen[signature] = f"d{len(seen)}"
+            data[seen[signature]] = row
+        ids["" if p is BUILTIN else p.name] = seen[signature]
+    return ids, data
+
+
+def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
+    ids, data = _device_profiles(policies)
+    owned = {d: row[0] for d, row in data.items()}
+    counted = {d: row[1] for d, row in data.items()}
+    holder_annotations = {d: row[2] for d, row in data.items()}
+    schedulers = {d: row[3] for d, row in data.items()}
+
+    def by_devices(table: Mapping[str, Any], fallback: Any) -> str:
+        return f"{literal(dict(table))}[?variables.devices].orValue({literal(fallback)})"
+
+    return [
+        {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+        {"name": "annotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+        {
+            "name": "nsLabels",
+            "expression": "namespaceObject != null && has(namespaceObject.metadata.labels) ? "
+            "namespaceObject.metadata.labels : {}",
+        },
+        {"name": "init", "expression": "has(object.spec.initContainers) ? object.spec.initContainers : []"},
+        {"name": "all", "expression": "object.spec.containers + variables.init"},
+        {
+            "name": "maps",
+            "expression": "variables.all.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}) "
+            "+ variables.all.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {})",
+        },
+        {"name": "policy", "expression": _governing(policies)},
+        {"name": "devices", "expression": f"{literal(ids)}[?variables.policy].orValue('')"},
+        {"name": "owned", "expression": by_devices(owned, "a^")},
+        {"name": "counted", "expression": by_devices(counted, "a^")},
+        # A GPU pod, as far as resources tell: a positive amount of a GPU count, or an auxiliary resource.
+        {
+            "name": "holdsByResource",
+            "expression": "variables.all.exists(c, has(c.resources) && "
+            "[has(c.resources.limits) ? c.resources.limits : {}, "
+            "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, "
+            "r.matches(variables.owned) && (!r.matches(variables.counted) || "
+            "quantity(string(m[r])).isGreaterThan(quantity('0'))))))",
+        },
+        {"name": "holderAnnotations", "expression": by_devices(holder_annotations, [])},
+        {
+            "name": "scheduler",
+            "expression": "has(object.spec.schedulerName) && object.spec.schedulerName != '' ? "
+            "object.spec.schedulerName : 'default-scheduler'",
+        },
+        {
+            "name": "fractionAnnotated",
+            "expression": "variables.annotations.exists(k, k in variables.holderAnnotations)",
+        },
+        # A GPU-sharing scheduler's annotation holds a GPU only under the scheduler that implements it.
+        {
+            "name": "holdsByAnnotation",
+            "expression": "variables.fractionAnnotated && variables.scheduler in " + by_devices(schedulers, []),
+        },
+        {"name": "holdsGPU", "expression": "variables.holdsByResource || variables.holdsByAnnotation"},
+    ]
+
+
+def _amount(container: str, resource: str) -> str:
+    """A container's amount of one resource as an integer (limits win, as ``pods.gpus.gpu_amounts``); a
+    fraction counts as 0 here (the apiserver refuses it before any validating admission policy runs)."""
+    q = (
+        f"quantity(string(has({container}.resources.limits) && {resource} in {container}.resources.limits ? "
+        f"{container}.resources.limits[{resource}] : {container}.resources.requests[{resource}]))"
+    )
+    return f"({q}.isInteger() ? {q}.asInteger() : 0)"
+
+
+def _gpu_sum(container: str) -> str:
+    names = (
+        f"((has({container}.resources) && has({container}.resources.limits) ? "
+        f"{container}.resources.limits.filter(r, r.matches(variables.counted)) : []) + "
+        f"(has({container}.resources) && has({container}.resources.requests) ? "
+        f"{container}.resources.requests.filter(r, r.matches(variables.counted) && "
+        f"!(has({container}.resources.limits) && r in {container}.resources.limits)) : []))"
+    )
+    return f"{names}.map(r, {_amount(container, 'r')}).sum()"
+
+
+def _indices(n: int) -> str:
+    return literal(list(range(n)))
+
+
+# ------------------------------------------------------------------------------------------ the MAP
+
+
+def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
+    tables: dict[str, dict[str, Any]] = {
+        "rc": {},
+        "tolerations": {},
+        "tolerationsNormal": {},
+        "selector": {},
+        "affinity": {},
+        "choice": {},
+    }
+    void: list[str] = []
+    candidates: dict[str, list[str]] = {}
+    attribution: dict[str, list[list[str]]] = {}
+    shared: dict[str, list[str]] = {}
+    holders: dict[str, list[str]] = {}
+    look_alike: dict[str, str] = {}
+    # Policies that differ only in what they match share one profile, so a thousand team policies cut from
+    # one template cost one set of table entries, not a thousand (the apiserver stores an object in etcd,
+    # 1.5 MiB at most by default).
+    profiles: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for p in policies:
+        signature = literal(_profile(p))
+        if signature in seen:
+            profiles[p.name] = seen[signature]
+            continue
+        name = seen[signature] = profiles[p.name] = f"p{len(seen)}"
+        entries, _ = _entries(p)
+        candidates[name] = sorted(entries)
+        for resource, e in sorted(entries.items()):
+            key = f"{name}|{resource}"
+            tables["rc"][key] = e.runtime_class
+            tables["tolerations"][key] = [dict(t) for t in e.tolerations]
+            tables["tolerationsNormal"][key] = [
+                {
+                    "key": str(t.get("key") or ""),
+                    "operator": str(t.get("operator") or "Equal"),
+                    "value": str(t.get("value") or ""),
+                    "effect": str(t.get("effect") or ""),
+                }
+                for t in e.tolerations
+            ]
+            tables["selector"][key] = dict(e.selector)
+            tables["affinity"][key] = list(e.affinity)
+            tables["choice"][key] = list(e.choice_keys)
+            if e.void:
+                void.append(key)
+        attribution[name] = [
+            [a.key, "value", a.value, ""]
+            if a.value is not None
+            else [a.key, "from", a.from_namespace_label or "", a.default]
+            for a in p.attribution
+        ]
+        shared[name] = sorted(p.shared_gpu_containers)
+        holders[name] = sorted(
+            {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION}
+            | {a for d in p.devices.values() for a in d.choice_annotations}
+        )
+        owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
+        look_alike[name] = "|".join(look_alike_pattern(k) for k in [*owned, MODEL_LABEL])
+    return {
+        **tables,
+        "void": void,
+        "candidates": candidates,
+        "attribution": attribution,
+        "shared": shared,
+        "holders": holders,
+        "lookAlike": look_alike,
+        "profiles": profiles,
+    }
+
+
+def _profile(p: Policy) -> dict[str, Any]:
+    """Everything of a policy the mutating policy's tables hold: its entries and attribution, not its match."""
+    entries, _ = _entries(p)
+    return {
+        "entries": {r: repr(e) for r, e in sorted(entries.items())},
+        "attribution": [repr(a) for a in p.attribution],
+        "shared": sorted(p.shared_gpu_containers),
+        "holders": repr(p.holders),
+        "choices": sorted({a for d in p.devices.values() for a in d.choice_annotations}),
+    }
+
+
+def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
+    t = _plain_tables(policies)
+
+    def at(table: str, fallback: Any) -> str:
+        return f"{literal(t[table])}[?variables.key].orValue({literal(fallback)})"
+
+    spec = "object.spec"
+    workload = [
+        {
+            "name": "owner",
+            "expression": "has(object.metadata.ownerReferences) ? "
+            "object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller) : []",
+        },
+        {
+            "name": "ownName",
+            "expression": "has(object.metadata.generateName) && object.metadata.generateName != '' ? "
+            "(object.metadata.generateName.endsWith('-') ? object.metadata.generateName.substring(0, "
+            "size(object.metadata.generateName) - 1) : object.metadata.generateName) : "
+            "(has(object.metadata.name) ? object.metadata.name : '')",
+        },
+        {"name": "kind0", "expression": "size(variables.owner) > 0 ? variables.owner[0].kind : 'Pod'"},
+        {
+            "name": "name0",
+            "expression": "size(variables.owner) > 0 ? variables.owner[0].name : "
+            "(variables.ownName == '' && has(object.metadata.name) ? object.metadata.name : variables.ownName)",
+        },
+        {
+            "name": "fromReplicaSet",
+            "expression": "variables.kind0 == 'ReplicaSet' && 'pod-template-hash' in variables.labels && "
+            "variables.labels['pod-template-hash'] != '' && "
+            "variables.name0.endsWith('-' + variables.labels['pod-template-hash'])",
+        },
+        {"name": "fromCronJob", "expression": "variables.kind0 == 'Job' && variables.name0.matches('^.+-[0-9]{8,}$')"},
+        {
+            "name": "workloadKind",
+            "expression": "variables.fromReplicaSet ? 'Deployment' : "
+            "variables.fromCronJob ? 'CronJob' : variables.kind0",
+        },
+        {
+            "name": "workloadName",
+            "expression": "variables.fromReplicaSet ? variables.name0.substring(0, size(variables.name0) - "
+            "size(variables.labels['pod-template-hash']) - 1) : variables.fromCronJob ? "
+            "variables.name0.substring(0, variables.name0.lastIndexOf('-')) : variables.name0",
+        },
+    ]
+    plain_resource = (
+        "size(variables.present) == 1 && variables.maps.all(m, m.all(r, !r.matches(variables.owned) || "
+        "r == variables.present[0])) ? variables.present[0] : ''"
+    )
+    label_ok = f"size(x) <= 63 && x.matches({string(LABEL_VALUE)})"
+    plain = " && ".join(
+        [
+            "variables.policy != ''",
+            "variables.resource != ''",
+            "request.operation == 'CREATE'",
+            f"{spec}.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
+            "variables.resource in c.resources.limits)",
+            f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
+            f"size({spec}.containers) <= {MAX_CONTAINERS} && size(variables.init) <= {MAX_CONTAINERS}",
+            f"!has({spec}.nodeName)",
+            f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || "
+            f"k in {literal(t['holders'])}[?variables.profile].orValue([]))",
+            f"!variables.labels.exists(k, k.lowerAscii().matches({literal(t['lookAlike'])}[?variables.profile]"
+            ".orValue('a^')))",
+            f"(!has({spec}.nodeSelector) || !{spec}.nodeSelector.exists(k, k in {at('choice', [])}))",
+            f"(!has({spec}.affinity) || !has({spec}.affinity.nodeAffinity) || (size({at('affinity', [])}) == 0 && "
+            f"!has({spec}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)))",
+            f"(!has({spec}.runtimeClassName) || {at('rc', '')} == '' || {spec}.runtimeClassName == {at('rc', '')})",
+            f"variables.all.all(c, (!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && "
+            "(!has(c.envFrom) || size(c.envFrom) == 0))",
+            "variables.workloadName != '' && !variables.workloadName.endsWith('-')",
+            "[variables.workloadKind, variables.workloadName].all(x, " + label_ok + ")",
+        ]
+    )
+    tolerations = f"({spec}.tolerations)"
+    same = (
+        "(has(e.key) ? e.key : '') == n['key'] && (has(e.operator) && e.operator != '' ? e.operator : 'Equal') == "
+        "n['operator'] && (has(e.value) ? e.value : '') == n['value'] && (has(e.effect) ? e.effect : '') == "
+        "n['effect'] && !has(e.tolerationSeconds)"
+    )
+    hidden = (
+        "(!has(c.resources) || ![has(c.resources.limits) ? c.resources.limits : {}, "
+        "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) "
+        "&& quantity(string(m[r])).isGreaterThan(quantity('0'))))) && !(c.name in variables.shared) && "
+        f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))"
+    )
+    attribution_value = (
+        "s[1] == 'value' ? s[2] : (s[2] in variables.nsLabels && variables.nsLabels[s[2]] != '' && "
+        f"size(variables.nsLabels[s[2]]) <= 63 && variables.nsLabels[s[2]].matches({string(LABEL_VALUE)}) ? "
+        "string(variables.nsLabels[s[2]]) : s[3])"
+    )
+    return [
+        {"name": "profile", "expression": f"{literal(t['profiles'])}[?variables.policy].orValue('')"},
+        *workload,
+        {
+            "name": "present",
+            "expression": f"{literal(t['candidates'])}[?variables.profile].orValue([])"
+            ".filter(r, variables.maps.exists(m, r in m))",
+        },
+        {"name": "resource", "expression": plain_resource},
+        {"name": "key", "expression": "variables.profile + '|' + variables.resource"},
+        {"name": "shared", "expression": f"{literal(t['shared'])}[?variables.profile].orValue([])"},
+        {"name": "plain", "expression": plain},
+        {"name": "rc", "expression": at("rc", "")},
+        {"name": "addRuntimeClass", "expression": f"variables.rc != '' && !has({spec}.runtimeClassName)"},
+        {"name": "tolerationsNormal", "expression": at("tolerationsNormal", [])},
+        {
+            "name": "missingTolerations",
+            "expression": f"{_indices(MAX_TOLERATIONS)}.filter(i, i < size(variables.tolerationsNormal) && "
+            f"[variables.tolerationsNormal[i]].all(n, !has({spec}.tolerations) || "
+            f"!{tolerations}.exists(e, {same})))",
+        },
+        {"name": "tolerations", "expression": at("tolerations", [])},
+        {"name": "selector", "expression": at("selector", {})},
+        {
+            "name": "selectorKeys",
+            "expression": f"variables.selector.filter(k, !has({spec}.nodeSelector) || !(k in {spec}.nodeSelector))",
+        },
+        {"name": "affinity", "expression": at("affinity", [])},
+        {"name": "voids", "expression": f"variables.key in {literal(t['void'])}"},
+        {
+            "name": "voidContainers",
+            "expression": f"variables.voids ? {_indices(MAX_CONTAINERS)}.filter(i, i < size({spec}.containers) && "
+            f"[{spec}.containers[i]].all(c, {hidden})) : []",
+        },
+        {
+            "name": "voidInit",
+            "expression": f"variables.voids ? {_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
+            f"[variables.init[i]].all(c, {hidden})) : []",
+        },
+        {
+            "name": "labelPairs",
+            "expression": f"size({literal(t['attribution'])}[?variables.profile].orValue([])) == 0 ? [] : "
+            f"{literal(t['attribution'])}[?variables.profile].orValue([]).map(s, "
+            f"[string(s[0]), string({attribution_value})]) + "
+            f"[[{string(WORKLOAD_KIND_LABEL)}, string(variables.workloadKind)], "
+            f"[{string(WORKLOAD_NAME_LABEL)}, string(variables.workloadName)]]",
+        },
+        {
+            "name": "touched",
+            "expression": f"{literal(list(TOUCHES))}.filter(f, "
+            "f == 'affinity' ? size(variables.affinity) > 0 : "
+            "f == 'containers' ? size(variables.voidContainers) > 0 : "
+            "f == 'initContainers' ? size(variables.voidInit) > 0 : "
+            "f == 'labels' ? size(variables.labelPairs) > 0 : "
+            "f == 'nodeSelector' ? size(variables.selectorKeys) > 0 : "
+            "f == 'runtimeClassName' ? variables.addRuntimeClass : "
+            "size(variables.missingTolerations) > 0)",
+        },
+    ]
+
+
+def _patches() -> str:
+    spec = "object.spec"
+    void = string(VISIBLE_DEVICES)
+
+    def env(field: str, indices: str, items: str) -> str:
+        return (
+            f"{indices}.map(i, has({items}[i].env) ? "
+            f"JSONPatch{{op: 'add', path: '/spec/{field}/' + string(i) + '/env/-', "
+            f"value: {{'name': {void}, 'value': 'void'}}}} : "
+            f"JSONPatch{{op: 'add', path: '/spec/{field}/' + string(i) + '/env', "
+            f"value: [{{'name': {void}, 'value': 'void'}}]}})"
+        )
+
+    affinity = (
+        "{'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': [{'matchExpressions': "
+        "[{'key': dyn(variables.affinity[0]), 'operator': dyn('In'), 'values': dyn(variables.affinity.filter(v, "
+        "v != variables.affinity[0]))}]}]}}"
+    )
+    annotations = (
+        f"[[{string(WORKLOAD_ANNOTATION)}, variables.workloadKind + '/' + variables.workloadName]].filter(p, "
+        "size(variables.labelPairs) > 0) + "
+        f"[[{string(POLICY_ANNOTATION)}, variables.policy], [{string(MUTATED_ANNOTATION)}, "
+        "variables.touched.join(',')]]"
+    )
+    parts = [
+        "(variables.addRuntimeClass ? [JSONPatch{op: 'add', path: '/spec/runtimeClassName', "
+        "value: variables.rc}] : [])",
+        f"(size(variables.missingTolerations) == 0 ? [] : !has({spec}.tolerations) ? "
+        "[JSONPatch{op: 'add', path: '/spec/tolerations', value: variables.missingTolerations.map(i, "
+        "variables.tolerations[i])}] : variables.missingTolerations.map(i, JSONPatch{op: 'add', "
+        "path: '/spec/tolerations/-', value: variables.tolerations[i]}))",
+        f"(size(variables.selectorKeys) == 0 || has({spec}.nodeSelector) ? [] : "
+        "[JSONPatch{op: 'add', path: '/spec/nodeSelector', value: {}}])",
+        "variables.selectorKeys.map(k, JSONPatch{op: 'add', path: '/spec/nodeSelector/' + jsonpatch.escapeKey(k), "
+        "value: variables.selector[k]})",
+        f"(size(variables.affinity) == 0 ? [] : has({spec}.affinity) ? [JSONPatch{{op: 'add', "
+        f"path: '/spec/affinity/nodeAffinity', value: {affinity}}}] : [JSONPatch{{op: 'add', "
+        f"path: '/spec/affinity', value: {{'nodeAffinity': {affinity}}}}}])",
+        env("containers", "variables.voidContainers", f"{spec}.containers"),
+        env("initContainers", "variables.voidInit", "variables.init"),
+        "(size(variables.labelPairs) == 0 || has(object.metadata.labels) ? [] : "
+        "[JSONPatch{op: 'add', path: '/metadata/labels', value: {}}])",
+        "variables.labelPairs.map(p, JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey(p[0]), "
+        "value: p[1]})",
+        "(has(object.metadata.annotations) ? [] : [JSONPatch{op: 'add', path: '/metadata/annotations', value: {}}])",
+        f"({annotations}).map(p, JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey(p[0]), "
+        "value: p[1]})",
+    ]
+    return "!variables.plain || size(variables.touched) == 0 ? [] : " + " +\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------ the VAPs
+
+
+def _in(policies: list[Policy]) -> str:
+    return f"variables.policy in {literal(sorted(p.name for p in policies))}"
+
+
+def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
+    """Limits and shapes, for the policies of one mode (their bindings give the mode its action)."""
+    out: list[dict[str, Any]] = []
+    per_container = {p.name: p.limits.max_per_container for p in policies if p.limits.max_per_container is not None}
+    if per_container:
+        table = literal(per_container)
+        over = f"variables.all.exists(c, {_gpu_sum('c')} > {table}[variables.policy])"
+        first = f"variables.all.filter(c, {_gpu_sum('c')} > {table}[variables.policy])[0]"
+        out.append(
+            {
+                "expression": f"!(variables.policy in {table}) || !({over})",
+                "messageExpression": f"'container \"' + {first}.name + '\": requests ' + "
+                f"string({_gpu_sum(first)}) + ' GPUs, more than the ' + string({table}[variables.policy]) + "
+                "' per container that policy \"' + variables.policy + '\" allows; request at most ' + "
+                f"string({table}[variables.policy]) + ', or split the work across pods (gpugate)'",
+                "message": "gpugate: a container requests more GPUs than its policy allows per container",
+                "reason": "Forbidden",
+            }
+        )
+    per_pod = {p.name: p.limits.max_per_pod for p in policies if p.limits.max_per_pod is not None}
+    if per_pod:
+        table = literal(per_pod)
+        sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
+        app = (
+            f"object.spec.containers.map(c, {_gpu_sum('c')}).sum() + "
+            f"variables.init.filter(c, {sidecar}).map(c, {_gpu_sum('c')}).sum()"
+        )
+        init_peak = (
+            f"{_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
+            "!(has(variables.init[i].restartPolicy) && variables.init[i].restartPolicy == 'Always')).map(i, "
+            + _gpu_sum("variables.init[i]")
+            + f" + {_indices(MAX_CONTAINERS)}.filter(j, j < i && [variables.init[j]].all(c, {sidecar})).map(j, "
+            + _gpu_sum("variables.init[j]")
+            + ").sum())"
+        )
+        total = f"([{app}] + {init_peak}).max()"
+        out.append(
+            {
+                "expression": f"!(variables.policy in {table}) || ({total}) <= {table}[variables.policy]",
+                "messageExpression": f"'spec.containers: pod: requests ' + string({total}) + ' GPUs in all, more "
+                f"than the ' + string({table}[variables.policy]) + ' per pod that policy \"' + variables.policy + "
+                f"'\" allows; request at most ' + string({table}[variables.policy]) + ' GPUs per pod (gpugate)'",
+                "message": "gpugate: the pod requests more GPUs than its policy allows per pod",
+                "reason": "Forbidden",
+            }
+        )
+    names = _in(policies)
+    zero = (
+        "variables.all.exists(c, has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, "
+        "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, "
+        "r.matches(variables.counted) && !quantity(string(m[r])).isGreaterThan(quantity('0')))))"
+    )
+    out.append(
+        {
+            "expression": f"!({names}) || !({zero})",
+            "messageExpression": "'a container requests 0 of a GPU resource; remove it: a zero GPU request still "
+            "attracts GPU-node tolerations (policy \"' + variables.policy + '\", gpugate)'",
+            "message": "gpugate: a container requests 0 GPUs",
+            "reason": "Forbidden",
+        }
+    )
+    positive = "quantity(string(m[r])).isGreaterThan(quantity('0'))"
+    whole = f"m.exists(r, r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared'] && {positive})"
+    mig = f"m.exists(r, r.startsWith('nvidia.com/mig-') && {positive})"
+    out.append(
+        {
+            "expression": f"!({names}) || !(variables.maps.exists(m, {whole}) && variables.maps.exists(m, {mig}))",
+            "messageExpression": "'pod: mixes whole GPUs with MIG slices; request either whole GPUs or MIG slices "
+            "in one pod, no node offers both at once (policy \"' + variables.policy + '\", gpugate)'",
+            "message": "gpugate: the pod mixes whole GPUs with MIG slices",
+            "reason": "Forbidden",
+        }
+    )
+    out.append(
+        {
+            "expression": f"!({names}) || !variables.fractionAnnotated || variables.holdsGPU || "
+            "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
+            "messageExpression": "'pod: asks for part of a GPU with a GPU-sharing annotation, but its "
+            "schedulerName \"' + variables.scheduler + '\" does not implement it, so the pod would get no GPU "
+            "(policy \"' + variables.policy + '\", gpugate)'",
+            "message": "gpugate: a GPU-sharing annotation under a scheduler that does not implement it",
+            "reason": "Forbidden",
+        }
+    )
+    return out
+
+
+def _always_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
+    """The security rules (every mode) and, while /mutate is absent, the refusal of a GPU pod it did not form."""
+    every = (*policies, BUILTIN)
+    privileged = {p.name if p is not BUILTIN else "": p.privileged_gpu_containers == "deny" for p in every}
+    override = {p.name if p is not BUILTIN else "": p.visible_devices_override == "deny" for p in every}
+    formed = sorted(p.name for p in policies if p.attribution)
+    eph = "(has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+    privileged_first = (
+        f"(variables.all + {eph}).filter(c, has(c.securityContext) && has(c.securityContext.privileged) && "
+        "c.securityContext.privileged)"
+    )
+    exposing = (
+        f"e.name == {string(VISIBLE_DEVICES)} && !has(e.valueFrom) && !((has(e.value) ? e.value : '') in "
+        "['void', 'none'])"
+    )
+    overriding = f"(variables.all + {eph}).filter(c, has(c.env) && c.env.exists(e, {exposing}))"
+    return [
+        {
+            "expression": f"!variables.holdsGPU || !{literal(privileged)}[?variables.policy].orValue(true) || "
+            f"size({privileged_first}) == 0",
+            "messageExpression": f"'container \"' + {privileged_first}[0].name + '\": is privileged in a GPU pod, so "
+            "it sees every GPU of its node, not only the ones the pod requested; remove securityContext.privileged "
+            "(policy \"' + variables.policy + '\", gpugate)'",
+            "message": "gpugate: a privileged container in a GPU pod sees every GPU of its node",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!{literal(override)}[?variables.policy].orValue(true) || "
+            f"{string(KAI_SHARED_CONFIGMAP_ANNOTATION)} in variables.annotations || size({overriding}) == 0",
+            "messageExpression": f"'container \"' + {overriding}[0].name + '\": sets {VISIBLE_DEVICES}=' + "
+            f"{overriding}[0].env.filter(e, {exposing})[0].value + ', which would expose GPUs the pod did not "
+            f"request; remove {VISIBLE_DEVICES}: request GPUs with resources.limits and the device plugin sets it "
+            "(gpugate)'",
+            "message": f"gpugate: a container sets {VISIBLE_DEVICES}, which would expose GPUs the pod did not request",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"request.operation != 'CREATE' || !variables.holdsGPU || !(variables.policy in "
+            f"{literal(formed)}) || {string(POLICY_ANNOTATION)} in variables.annotations",
+            "messageExpression": "'pod: a GPU pod that policy \"' + variables.policy + '\" governs reached "
+            "validation without what gpugate injects (no gpugate.io/policy annotation): its mutating webhook did not "
+            "run; retry when gpugate is available (gpugate)'",
+            "message": "gpugate: a GPU pod was not formed by gpugate; retry when gpugate is available",
+            "reason": "Forbidden",
+        },
+    ]
+
+
+# ------------------------------------------------------------------------------------------ objects
+
+
+def _match_constraints() -> dict[str, Any]:
+    return {
+        "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
+            ]
+        },
+    }
+
+
+def _match_conditions(policies: tuple[Policy, ...], *, env: bool) -> list[dict[str, str]]:
+    """Only pods that name a GPU or auxiliary resource of some policy (the same device lists the webhooks'
+    ``involves-gpus`` condition is kept in step with), or, for the security rules, set the variable."""
+    owned = any_glob(
+        [g for p in (*policies, BUILTIN) for d in p.devices.values() for g in (*d.resources, *d.auxiliary_resources)]
+        + [IMPLICIT_DRA_PREFIX + "*"]
+    )
+    names = (
+        "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])).exists(c, "
+        "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, "
+        "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, r.matches("
+        f"{string(owned)}))))"
+    )
+    annotations = sorted({a for p in (*policies, BUILTIN) for a in p.holders.annotations})
+    names += (
+        f" || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k in {literal(annotations)}))"
+    )
+    if env:
+        names += (
+            " || (object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) + "
+            "(has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])).exists(c, has(c.env) && "
+            f"c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))"
+        )
+    return [{"name": "involves-gpus", "expression": names}]
+
+
+def _meta(name: str, digest: str) -> dict[str, Any]:
+    return {"name": name, "labels": dict(MANAGED), "annotations": {"gpugate.io/policy-digest": digest}}
+
+
+def compile_policies(policies: PolicySet) -> Compiled:
+    """The native objects for ``policies`` and the explanation, the same for the same set."""
+    ordered = policies.policies
+    digest = policies.digest[:16] if policies.digest else ""
+    common = _common_variables(ordered)
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": _meta(f"{PREFIX}-mutate", digest),
+            "spec": {
+                # A failed evaluation leaves the pod as it was: the webhook forms it, or (without the webhook)
+                # the always-deny policy refuses it unformed.
+                "failurePolicy": "Ignore",
+                "reinvocationPolicy": "IfNeeded",
+                "matchConstraints": _match_constraints(),
+                "matchConditions": _match_conditions(ordered, env=False),
+                "variables": [*common, *_mutating_variables(ordered)],
+                "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _patches()}}],
+            },
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": _meta(f"{PREFIX}-mutate", digest),
+            "spec": {"policyName": f"{PREFIX}-mutate"},
+        },
+    ]
+    actions = {"enforce": "Deny", "warn": "Warn", "audit": "Audit"}
+    for mode, action in actions.items():
+        members = [p for p in ordered if p.mode == mode]
+        if not members:
+            continue
+        objects += _validating(
+            f"{PREFIX}-{mode}",
+            digest,
+            common,
+            _mode_validations(members),
+            ordered,
+            [action] if action != "Warn" else ["Warn", "Audit"],
+        )
+    objects += _validating(
+        f"{PREFIX}-always", digest, common, _always_validations(ordered), ordered, ["Deny"], env=True
+    )
+    return Compiled(tuple(objects), tuple(explain(policies)))
+
+
+def _validating(
+    name: str,
+    digest: str,
+    variables: list[dict[str, str]],
+    validations: list[dict[str, Any]],
+    policies: tuple[Policy, ...],
+    actions: list[str],
+    *,
+    env: bool = False,
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": _meta(name, digest),
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": _match_constraints(),
+                "matchConditions": _match_conditions(policies, env=env),
+                "variables": variables,
+                "validations": validations,
+            },
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": _meta(name, digest),
+            "spec": {"policyName": name, "validationActions": actions},
+        },
+    ]
+
+
+# ------------------------------------------------------------------------------------------ explanation
+
+
+def explain(policies: PolicySet) -> list[Outcome]:
+    """Per policy and rule: decided natively, or left to the webhook, and why."""
+    out = [
+        Outcome(
+            "*",
+            "pod UPDATE, pods/ephemeralcontainers, pods/status, bindings",
+            False,
+            "the native objects match Pod CREATE only; attribution edits and debug containers stay in the webhook",
+        ),
+        Outcome(
+            "*",
+            "workload templates and workload CRDs",
+            False,
+            "their verdict is warnings that show what each pod will get; the webhook writes them",
+        ),
+        Outcome(
+            "*",
+            "DRA claims and DRA-backed extended resources",
+            False,
+            "resolving a claim to its DeviceClass reads other objects; CEL cannot",
+        ),
+        Outcome(
+            "*",
+            "feasibility against the live inventory",
+            False,
+            "needs the cluster's nodes, RuntimeClasses and DeviceClasses (not compiled yet)",
+        ),
+        Outcome(
+            "*",
+            "fractional, negative, request-without-limit, request != limit",
+            True,
+            "the apiserver's own Pod validation refuses them before any validating policy; /mutate names the "
+            "field first when the webhook runs",
+        ),
+        Outcome(
+            "*",
+            "privileged GPU containers, NVIDIA_VISIBLE_DEVICES overrides",
+            True,
+            f"{PREFIX}-always (Deny in every mode); a value from a reference (KAI's ConfigMap) stays in the webhook",
+        ),
+        Outcome(
+            "*",
+            "GPU pod not formed",
+            True,
+            f"{PREFIX}-always refuses a GPU pod of a policy with attribution that carries no gpugate.io/policy "
+            "annotation, so without the webhook no such pod is admitted unformed",
+        ),
+    ]
+    for p in policies.policies:
+        entries, left = _entries(p)
+        mode = {"enforce": "Deny", "warn": "Warn", "audit": "Audit"}[p.mode]
+        if entries:
+            out.append(
+                Outcome(
+                    p.name,
+                    "plain GPU pods: runtime class, tolerations, model selector, void, provenance",
+                    True,
+                    f"{PREFIX}-mutate for pods requesting one of {', '.join(sorted(entries))} and "
+                    "choosing nothing themselves",
+                )
+            )
+        for why in left:
+            out.append(Outcome(p.name, "model selection", False, why))
+        out.append(
+            Outcome(
+                p.name,
+                "own model choice (gpugate.io/model, selectors, aliases, annotations, nodeName)",
+                False,
+                "the class tables with aliases and the inventory stay in the webhook",
+            )
+        )
+        if p.attribution:
+            out.append(
+                Outcome(
+                    p.name,
+                    "attribution labels",
+                    True,
+                    "from namespaceObject's labels with the policy's defaults, and the owning workload "
+                    "through ownerReferences (names that are not label values stay in the webhook, "
+                    "which hashes them)",
+                )
+            )
+            out.append(
+                Outcome(
+                    p.name,
+                    "tenant-set or look-alike attribution labels",
+                    False,
+                    "replaced with a warning or refused by the webhook; a MutatingAdmissionPolicy emits no warnings",
+                )
+            )
+        if p.limits.max_per_container is not None or p.limits.max_per_pod is not None:
+            out.append(
+                Outcome(
+                    p.name,
+                    "limits (maxPerContainer, maxPerPod)",
+                    True,
+                    f"{PREFIX}-{p.mode} ({mode}), GPUs of containers and the KEP-753 pod total",
+                )
+            )
+        out.append(Outcome(p.name, "zero GPUs, whole GPUs mixed with MIG", True, f"{PREFIX}-{p.mode} ({mode})"))
+        out.append(
+            Outcome(
+                p.name,
+                "init-only GPUs, several vendors, runtime class mismatch, model class allowed",
+                False,
+                "not compiled yet: the webhook judges them",
+            )
+        )
+        if p.non_gpu_tolerations != "allow" or p.non_gpu_runtime_class != "allow":
+            out.append(
+                Outcome(
+                    p.name,
+                    "GPU tolerations, GPU runtime class and CDI annotations without a GPU",
+                    True,
+                    "the shipped gpugate-backstop ValidatingAdmissionPolicy (deploy/base)",
+                )
+            )
+    return out
