@@ -206,6 +206,7 @@ def test_the_inventory_role_reads_exactly_its_kinds(base: list[dict[str, Any]]) 
         ("resource.k8s.io", "resourceslices"): watch,
         ("resource.k8s.io", "resourceclaims"): ("get",),
         ("resource.k8s.io", "resourceclaimtemplates"): ("get",),
+        ("karpenter.sh", "nodepools"): watch,
     }
     binding = find(base, "ClusterRoleBinding", "gpugate-inventory-reader")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpugate", "namespace": "gpugate"}]

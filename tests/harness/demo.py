@@ -186,6 +186,9 @@ In another shell:
   kubectl apply -f policies/examples/pod-amd-mi300x.yaml       # AMD: its own toleration and selector
   kubectl apply -f policies/examples/pod-dra-claim.yaml        # a DRA claim: the H200 pool's ResourceSlices
   kubectl apply -f policies/examples/pod-fractional.yaml       # refused, with the field and the fix
+  kubectl apply -f policies/examples/pod-l40s-scale-from-zero.yaml  # admitted, Pending: NodePool l40s can add a node
+  kubectl apply -f policies/examples/pod-gke-unmapped.yaml     # GKE A100 pool at 0 nodes: admitted, Pending
+  kubectl get nodepools                # Karpenter's NodePool for l40s (no Karpenter runs: it stays at 0)
   kubectl apply -f policies/examples/deployment-gpu.yaml       # through the real Deployment controller
   kubectl get pods -o wide -A          # NODE names the pool: l4-0, a100-1, ...
   kubectl get nodes -L {fleet.POOL_LABEL},nvidia.com/gpu.product

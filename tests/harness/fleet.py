@@ -40,9 +40,11 @@ Where the facts come from (upstream source, not guessed):
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Every Node carries these so that kwok (started with the same selector) plays its kubelet and nobody else's.
@@ -517,6 +519,44 @@ RUNTIME_CLASSES = [
     {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
     for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")
 ]
+
+
+#: Karpenter's NodePool CRD (kubernetes-sigs/karpenter pkg/apis/crds/karpenter.sh_nodepools.yaml, provenance in
+#: tests/fixtures/karpenter/README.md), gzipped byte for byte as published.
+KARPENTER_CRD = Path(__file__).resolve().parents[1] / "fixtures" / "karpenter" / "karpenter.sh_nodepools.yaml.gz"
+
+#: The pools that scale from zero and have no node now (policies/README.md, "Pools that scale"): the `l40s`
+#: Karpenter NodePool of g6e instances (1, 4 or 8 L40S per node: g6e.xlarge-16xlarge, 12xlarge/24xlarge,
+#: 48xlarge), read live by gpugate. Its requirements use the AWS provider's instance labels
+#: (aws/karpenter-provider-aws pkg/apis/v1/labels.go); the GPU taint is the fleet admin's, as on every
+#: NVIDIA pool. The `a100-gke` GKE pool is declared in policies/05-node-pools.yaml instead: its template is
+#: in GKE's API, which no cluster object shows.
+NODEPOOLS: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "l40s"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g6e"]},
+                        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["l40s"]},
+                        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": ["1", "4", "8"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    ],
+                    "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                }
+            },
+            "limits": {"nvidia.com/gpu": "32"},
+        },
+    },
+)
+
+
+def karpenter_crd() -> bytes:
+    return gzip.decompress(KARPENTER_CRD.read_bytes())
 
 
 def fleet_objects(counts: Mapping[str, int] | None = None) -> list[dict[str, Any]]:

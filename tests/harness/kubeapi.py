@@ -27,6 +27,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "CronJob": ("/apis/batch/v1", "cronjobs", True),
     "RuntimeClass": ("/apis/node.k8s.io/v1", "runtimeclasses", False),
     "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    "NodePool": ("/apis/karpenter.sh/v1", "nodepools", False),
     "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
     "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims", True),
     "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),

@@ -155,6 +155,20 @@ class FleetCluster:
             except ApiError as e:
                 if e.status != 409:  # already there (a restart of the same workdir)
                     raise
+        self.install_nodepools()
+
+    def install_nodepools(self) -> None:
+        """Karpenter's NodePool CRD and the fleet's NodePools: pools with no node that could add one."""
+        crd = self.cp.workdir / "karpenter.sh_nodepools.yaml"
+        crd.write_bytes(fleet.karpenter_crd())
+        self.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crd), timeout=90)
+        for obj in fleet.NODEPOOLS:
+            try:
+                self.api.create(obj)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
 
     def wait_for_nodes(self, *, timeout: float, kwok: Process | None = None) -> None:
         """Until every fleet Node is Ready (kwok) and the node lifecycle controller lifted its not-ready taint."""

@@ -4,6 +4,8 @@ selection by priority and the JSON Schema (hot reload: tests/serve/test_policies
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -274,3 +276,89 @@ def test_the_schema_refuses_what_the_loader_refuses(tmp_path, spec):
     (tmp_path / "a.yaml").write_text(HEAD + spec + "\n")
     with pytest.raises(PolicyError):
         load_policies(tmp_path)
+
+
+# ---- GPUNodePool: pools that scale up, declared ------------------------------------------------------------
+
+
+def _pool_dir(tmp_path, text: str):
+    (tmp_path / "05-pools.yaml").write_text(text)
+    return tmp_path
+
+
+def test_a_declared_node_pool_loads_with_its_labels_taints_and_gpus(tmp_path):
+    loaded = load_policies(
+        _pool_dir(
+            tmp_path,
+            """
+apiVersion: gpugate.io/v2
+kind: GPUNodePool
+metadata: {name: a100-gke}
+spec:
+  labels: {cloud.google.com/gke-accelerator: nvidia-tesla-a100}
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  allocatable: {nvidia.com/gpu: 1}
+  maxNodes: 4
+""",
+        )
+    )
+    [pool] = loaded.pools
+    assert pool.name == "a100-gke" and pool.max_nodes == 4
+    assert pool.labels == (("cloud.google.com/gke-accelerator", "nvidia-tesla-a100"),)
+    assert pool.taints == (("nvidia.com/gpu", "present", "NoSchedule"),)
+    assert pool.allocatable == (("nvidia.com/gpu", 1),)
+    assert pool.source == "05-pools.yaml#0"
+
+
+def test_every_wrong_field_of_a_node_pool_is_named(tmp_path):
+    text = """
+apiVersion: gpugate.io/v2
+kind: GPUNodePool
+metadata: {name: Bad_Name}
+spec:
+  labels: {"not a key": x}
+  taints: [{key: nvidia.com/gpu, effect: Sometimes}, {value: x, effect: NoSchedule}]
+  allocatable: {gpu: 1, nvidia.com/gpu: 0.5}
+  maxNodes: 0
+  nodes: 3
+"""
+    with pytest.raises(PolicyError) as err:
+        load_policies(_pool_dir(tmp_path, text))
+    found = {(i.path, i.message) for i in err.value.issues}
+    paths = {p for p, _ in found}
+    assert {
+        "metadata.name",
+        "spec.labels",
+        "spec.taints[0].effect",
+        "spec.taints[1].key",
+        "spec.allocatable",
+        "spec.allocatable[nvidia.com/gpu]",
+        "spec.maxNodes",
+        "spec.nodes",
+    } <= paths
+    assert ("spec.taints[0].effect", "'Sometimes' is not one of NoSchedule, PreferNoSchedule, NoExecute") in found
+    assert ("spec.allocatable", "'gpu' is not an extended resource name (nvidia.com/gpu)") in found
+
+
+def test_a_node_pool_declared_twice_is_an_error(tmp_path):
+    doc = (
+        "apiVersion: gpugate.io/v2\nkind: GPUNodePool\nmetadata: {name: p}\nspec: {allocatable: {nvidia.com/gpu: 1}}\n"
+    )
+    with pytest.raises(PolicyError) as err:
+        load_policies(_pool_dir(tmp_path, doc + "---\n" + doc))
+    assert [i.message for i in err.value.issues] == ["node pool 'p' is declared twice"]
+
+
+def test_the_shipped_declared_pool_validates_and_is_printed():
+    proc = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "policy", "validate", "policies"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "node pool 'a100-gke' scales up: 1 × nvidia.com/gpu a node, at most 4 nodes (05-node-pools.yaml#0)"
+        in proc.stdout
+    )

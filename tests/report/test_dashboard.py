@@ -94,5 +94,6 @@ def test_every_panel_was_checked(panels: dict[str, Any]) -> None:
         "Top idle workloads",
         "Utilisation from DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "GPU-hours with telemetry, fleet",
+        "GPU-hours held as HAMi shares by team",  # checked against HAMi's series in test_shares.py
     }
     assert Path(DASHBOARD).read_text() == (ROOT / "charts/gpugate/files/gpugate-report-dashboard.json").read_text()

@@ -14,15 +14,19 @@ mode on a node whose GPU Feature Discovery label says 4 replicas; a DRA claim's 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from webhook.report.command import parse_time
+from webhook.report.prometheus import Prometheus
+
 from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
 from .schema import checked
 from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
-from .test_report import gpugate
+from .test_report import ROOT, gpugate
 
 H200 = "NVIDIA H200"
 LENGTH = 6 * HOUR
@@ -279,3 +283,20 @@ def test_by_pod_the_most_idle_pods_come_first_with_their_workload(shares: Runnin
     header, _rule, first = table.stdout.splitlines()[2:5]
     assert header.split()[:2] == ["POD", "WORKLOAD"] and header.rstrip().endswith("RECOMMENDED")
     assert first.split()[:2] == ["hami/hami-b", "hami/Deployment/hami-b"]
+
+
+def test_the_dashboards_hami_panel_gives_the_reports_shares(shares: RunningPrometheus) -> None:
+    dashboard = json.loads((ROOT / "deploy/monitoring/gpugate-report-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"] == "GPU-hours held as HAMi shares by team"]
+    client = Prometheus(shares.url)
+    end = parse_time(END_ISO, now=0)
+    got = {}
+    for target in panel["targets"]:
+        expr = target["expr"].replace("$__range", f"{LENGTH}s")
+        got[target["refId"]] = {
+            s.labels.get("team", ""): next(iter(s.samples.values())) for s in client.query(expr, at=end)
+        }
+    # within one 5-minute step, as the dashboard's other panels (its subquery also samples the range's start)
+    step = INTERVAL / 3600
+    assert got["held"] == pytest.approx({"research": 0.30 * 6, "platform": 0.50 * 6}, abs=step)
+    assert got["unclaimed"] == pytest.approx({"": 0.2 * 6}, abs=step)

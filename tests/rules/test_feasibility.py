@@ -6,6 +6,7 @@ import copy
 import dataclasses
 
 import pytest
+import yaml
 
 from tests.support import REPO, apply, container, pod, request
 from webhook.admission import Environment, mutate, validate
@@ -163,3 +164,84 @@ def test_a_fleet_without_any_of_the_vendor_s_gpus_gives_no_verdict():
     cpu_only = Inventory(tuple(n for n in SNAPSHOT.nodes if n.name == "cpu-0"), SNAPSHOT.runtime_classes)
     _, verdict = decide(pod(container(limits={"nvidia.com/gpu": 8})), cpu_only)
     assert verdict.allowed and not feasibility(verdict)
+
+
+# ---- what the cluster can have: pools that scale up ------------------------------------------------------
+
+
+def warnings_of(decision):
+    return [v.message() for v in decision.violations if v.rule == "feasibility" and v.advisory]
+
+
+def test_a_gke_pool_declared_in_policy_at_zero_nodes_is_waited_for_not_refused():
+    # No node carries gke-accelerator=nvidia-tesla-a100 now; policies/05-node-pools.yaml's a100-gke pool can add one.
+    obj = pod(
+        container(limits={"nvidia.com/gpu": 1}), nodeSelector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    )
+    result, verdict = decide(obj)
+    assert verdict.allowed, verdict.message
+    [warning] = warnings_of(verdict)
+    assert warning.endswith(
+        'pod: no node can host 1 × nvidia.com/gpu now; node pool "a100-gke" can add one (Pending until then)'
+    )
+    # GKE's own taint value is tolerated by the injected toleration (operator Exists)
+    assert NVIDIA_TOLERATION in result["spec"]["tolerations"]
+
+
+def test_more_than_the_declared_pool_s_node_holds_is_refused_naming_what_it_could_add():
+    obj = pod(
+        container(limits={"nvidia.com/gpu": 2}), nodeSelector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    )
+    _, verdict = decide(obj)
+    assert not verdict.allowed
+    [message] = feasibility(verdict)
+    assert "no node its selector, affinity and tolerations admit offers it" in message
+    assert 'pools that scale up cannot either: node pool "a100-gke" (up to 1 × nvidia.com/gpu per node)' in message
+
+
+def test_the_l40s_class_goes_to_the_karpenter_nodepool_and_waits():
+    obj = pod(container(limits={"nvidia.com/gpu": 8}), labels={"gpugate.io/model": "l40s"})
+    result, verdict = decide(obj)
+    assert verdict.allowed, verdict.message
+    assert result["spec"]["nodeSelector"] == {"karpenter.k8s.aws/instance-gpu-name": "l40s"}
+    [warning] = warnings_of(verdict)
+    assert 'NodePool "l40s" can add one (Pending until then)' in warning
+
+
+def test_a_selector_the_nodepool_cannot_meet_is_still_refused():
+    # GFD's product label is not one Karpenter knows before the node exists: the NodePool cannot provision for it.
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L40S"})
+    _, verdict = decide(obj)
+    assert not verdict.allowed
+    assert "no node carries nvidia.com/gpu.product=NVIDIA-L40S" in feasibility(verdict)[0]
+
+
+def test_a_nodepool_whose_gpus_gpugate_cannot_know_gets_a_warning_not_a_refusal():
+    doc = REPO / "tests" / "fixtures" / "karpenter" / "docs-scheduling-gpu-nodepool.yaml"
+    fleet = dataclasses.replace(SNAPSHOT, pools=Inventory.of(yaml.safe_load_all(doc.read_text())).pools, _cache={})
+    # p3 instances carry V100s; no class names v100, so the choice is left as the pod made it
+    obj = pod(container(limits={"nvidia.com/gpu": 8}), nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "v100"})
+    _, verdict = decide(obj, fleet)
+    assert verdict.allowed, verdict.message
+    [warning] = warnings_of(verdict)
+    assert 'no node can host 8 × nvidia.com/gpu now; NodePool "gpu" may add one (its GPUs are unknown)' in warning
+    # without that NodePool the same pod is refused
+    no_pools = dataclasses.replace(SNAPSHOT, pools=(), _cache={})
+    assert not decide(obj, no_pools)[1].allowed
+
+
+def test_nodepools_gpugate_may_not_read_make_it_warn():
+    unread = dataclasses.replace(SNAPSHOT, pools=(), unread=frozenset({"nodepools"}), _cache={})
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), nodeSelector={"karpenter.k8s.aws/instance-gpu-name": "v100"})
+    _, verdict = decide(obj, unread)
+    assert verdict.allowed
+    assert "Karpenter NodePools are unreadable (RBAC), one may add it" in warnings_of(verdict)[0]
+
+
+def test_a_pod_bound_to_a_node_by_name_is_not_helped_by_pools():
+    obj = pod(
+        container(limits={"nvidia.com/gpu": 1}),
+        nodeName="l4-0",
+        nodeSelector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+    )
+    assert not decide(obj)[1].allowed

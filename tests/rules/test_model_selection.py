@@ -285,7 +285,7 @@ def test_an_annotation_choice_no_class_names_is_reported_on_the_annotation():
             "metadata.annotations[nvidia.com/use-gputype]",
             "pod",
             'nvidia.com/use-gputype=X left as chosen: no class of policy "default" names it',
-            "or name a class with label gpugate.io/model (l4, t4, h100, h100-mig, h200)",
+            "or name a class with label gpugate.io/model (l4, t4, h100, h100-mig, h200, l40s)",
         )
     ]
 

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
+from ..inventory.model import ScalablePool, declared_pool
 from ..pods.gpus import gpu_use
 from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of, workload_kinds
 from ..pods.operated import operated_pods, runtime_note
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
-from ..policy.model import BUILTIN, NamespaceLabelsUnavailable
+from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.choice import resolve
 from ..rules.registry import REGISTRY, Check, mutations, validate_pod, validations
@@ -19,6 +20,12 @@ from .decision import Decision, Environment, Subject, allowed, denied, labels_un
 from .patch import make_patch
 
 # --------------------------------------------------------------------------------------------- subjects
+
+
+def _declared(pool: NodePoolDecl) -> ScalablePool:
+    return declared_pool(
+        pool.name, labels=pool.labels, taints=pool.taints, allocatable=pool.allocatable, max_nodes=pool.max_nodes
+    )
 
 
 def _subjects(
@@ -36,6 +43,9 @@ def _subjects(
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
     fleet = env.fleet()
+    if fleet is not None and env.policies.pools:
+        pools = env.policies.pools
+        fleet = fleet.with_pools(pools, lambda: [_declared(p) for p in pools])
     defaulted = group_of(str(obj.get("apiVersion") or "")) in DEFAULTED_GROUPS
 
     def namespace_labels() -> Mapping[str, str] | None:

@@ -1,5 +1,6 @@
-"""The GPU inventory: what a cluster's Nodes, RuntimeClasses, DeviceClasses and ResourceSlices offer, reduced
-to the few fields a decision needs. Pure: objects (plain dicts) in, frozen records out; no I/O.
+"""The GPU inventory: what a cluster's Nodes, RuntimeClasses, DeviceClasses and ResourceSlices offer, and what
+the node pools that scale up (Karpenter NodePools, pools a policy declares) could add, reduced to the few fields
+a decision needs. Pure: objects (plain dicts) in, frozen records out; no I/O.
 
 The same reducers serve the live watch in ``gpugate serve`` (``webhook.kube.inventory``), a snapshot file
 (``gpugate fleet snapshot``, ``gpugate check --fleet``) and the tests, so all three see one picture. Memory is
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -239,6 +240,284 @@ def claim_of(obj: Mapping[str, Any]) -> ClaimSpec:
     )
 
 
+#: The NodeSelectorRequirement operators (core/v1).
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One NodeSelectorRequirement a pool puts on every node it creates (Karpenter's ``requirements``)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+def _as_int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ScalablePool:
+    """A node pool that can add nodes: what every node it creates would carry, as far as gpugate can know it
+    before the node exists. A pod one of these pools could host is never refused as infeasible: the pending
+    pod is what makes the autoscaler add the node.
+
+    ``labels`` are on every node; ``requirements`` narrow the labels the pool may choose (Karpenter picks an
+    instance type within them); ``open_keys`` are labels every node carries with a value gpugate cannot know
+    (Karpenter's well-known labels, kubelet's own). ``gpus`` is resource -> the most one node can hold, None
+    when the pool may offer the resource but gpugate cannot tell how much; ``gpus_unknown`` says the pool
+    names no GPU at all (a general NodePool), so it may offer any GPU resource in any amount.
+    """
+
+    name: str
+    #: "NodePool" (Karpenter, read live) or "GPUNodePool" (declared in the policy directory).
+    source: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    requirements: tuple[Requirement, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    gpus: Mapping[str, int | None] = field(default_factory=dict)
+    gpus_unknown: bool = False
+    open_keys: frozenset[str] = frozenset()
+    #: The most nodes it may have (declared pools; Karpenter bounds a NodePool by resource ``limits``).
+    max_nodes: int | None = None
+
+    def describe(self) -> str:
+        """How a message names the pool: ``NodePool "l40s"``, ``pool "a100-gke" (scales from zero)``."""
+        return f'NodePool "{self.name}"' if self.source == "NodePool" else f'node pool "{self.name}"'
+
+    def may_satisfy(self, key: str, operator: str, values: Iterable[str]) -> bool:
+        """Whether some node of this pool could satisfy one NodeSelectorRequirement of a pod: the pool's
+        own label or requirements on the key intersect it (Karpenter's ``Requirements.Compatible``: a key
+        the pool does not define is allowed only when it is well known, or when the pod asks for its
+        absence). Unknown operators never match, as in the scheduler."""
+        wanted = tuple(str(v) for v in values)
+        if operator not in OPERATORS:
+            return False
+        constraints = [Requirement(key, "In", (self.labels[key],))] if key in self.labels else []
+        constraints += [r for r in self.requirements if r.key == key]
+        if not constraints:
+            if key in self.open_keys:
+                return operator != "DoesNotExist"
+            return operator in ("NotIn", "DoesNotExist")
+        if any(c.operator == "DoesNotExist" for c in constraints):
+            return operator in ("NotIn", "DoesNotExist")
+        if operator == "DoesNotExist":
+            return False
+        finite = [set(c.values) for c in constraints if c.operator == "In"]
+        if finite:
+            candidates = set.intersection(*finite)
+            return any(self._value_allowed(v, constraints) and _satisfies(v, operator, wanted) for v in candidates)
+        if operator == "In":
+            return any(self._value_allowed(v, constraints) for v in wanted)
+        return True  # NotIn, Exists, Gt, Lt against an open range: some value fits
+
+    @staticmethod
+    def _value_allowed(value: str, constraints: Iterable[Requirement]) -> bool:
+        return all(_satisfies(value, c.operator, c.values) for c in constraints if c.operator != "Exists")
+
+    def admits_selector(self, selector: Mapping[str, Any]) -> bool:
+        return all(self.may_satisfy(str(k), "In", (str(v),)) for k, v in selector.items())
+
+    def admits_term(self, term: Mapping[str, Any]) -> bool:
+        """A required node-affinity term: every matchExpression satisfiable (matchFields name a node, which a
+        node not yet created cannot be chosen by)."""
+        if term.get("matchFields"):
+            return False
+        return all(
+            self.may_satisfy(str(e.get("key") or ""), str(e.get("operator") or ""), e.get("values") or ())
+            for e in term.get("matchExpressions") or []
+            if isinstance(e, Mapping)
+        )
+
+
+def _satisfies(value: str, operator: str, values: Iterable[str]) -> bool:
+    values = tuple(values)
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return True
+    if operator in ("Gt", "Lt") and values:
+        have, bound = _as_int(value), _as_int(values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+#: Karpenter's well-known labels, which a NodePool need not define for a pod to select on them: the core set
+#: (kubernetes-sigs/karpenter pkg/apis/v1/labels.go, WellKnownLabels) and the AWS provider's instance labels
+#: (aws/karpenter-provider-aws pkg/apis/v1/labels.go). Any other key the NodePool does not define makes
+#: Karpenter refuse the pod for that NodePool ("label ... does not have known values",
+#: pkg/scheduling/requirements.go Compatible).
+KARPENTER_WELL_KNOWN = frozenset(
+    {
+        "karpenter.sh/nodepool",
+        "karpenter.sh/capacity-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "node.kubernetes.io/windows-build",
+        *(
+            f"karpenter.k8s.aws/{name}"
+            for name in (
+                "instance-hypervisor",
+                "instance-encryption-in-transit-supported",
+                "instance-category",
+                "instance-family",
+                "instance-generation",
+                "instance-size",
+                "instance-local-nvme",
+                "instance-cpu",
+                "instance-cpu-manufacturer",
+                "instance-cpu-sustained-clock-speed-mhz",
+                "instance-memory",
+                "instance-ebs-bandwidth",
+                "instance-network-bandwidth",
+                "instance-gpu-name",
+                "instance-gpu-manufacturer",
+                "instance-gpu-count",
+                "instance-gpu-memory",
+                "instance-accelerator-name",
+                "instance-accelerator-manufacturer",
+                "instance-accelerator-count",
+                "instance-tenancy",
+            )
+        ),
+    }
+)
+#: The GPU labels Karpenter's AWS provider derives from an instance type's GPUs (pkg/providers/instancetype/
+#: types.go: the name and manufacturer lower-kebab-cased, the count as a number; all three DoesNotExist on an
+#: instance type without GPUs), and the resource each manufacturer's GPUs are advertised as (the provider's
+#: WellKnownResources: nvidia.com/gpu, amd.com/gpu).
+KARPENTER_GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
+KARPENTER_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
+KARPENTER_GPU_MANUFACTURER = "karpenter.k8s.aws/instance-gpu-manufacturer"
+KARPENTER_GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+#: Labels kubelet and the cloud put on every node, whose value a declared pool need not state.
+NODE_COMMON_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+    }
+)
+
+
+def _requirement_of(raw: Mapping[str, Any]) -> Requirement | None:
+    key, operator = raw.get("key"), raw.get("operator")
+    if not isinstance(key, str) or not key or operator not in OPERATORS:
+        return None
+    values = tuple(_intern(v) for v in raw.get("values") or [] if isinstance(v, (str, int)))
+    return Requirement(_intern(key), str(operator), values)
+
+
+def _largest_count(pool: ScalablePool, key: str) -> int | bool | None:
+    """The most GPUs a node of the pool may have by a count label: an int, None (unbounded), False (none)."""
+    constraints = [Requirement(key, "In", (pool.labels[key],))] if key in pool.labels else []
+    constraints += [r for r in pool.requirements if r.key == key]
+    if any(c.operator == "DoesNotExist" for c in constraints):
+        return False
+    finite = [set(c.values) for c in constraints if c.operator == "In"]
+    if finite:
+        allowed = [
+            n
+            for v in set.intersection(*finite)
+            if (n := _as_int(v)) is not None and pool._value_allowed(v, constraints)
+        ]
+        return max(allowed) if allowed and max(allowed) > 0 else False
+    below = [n - 1 for c in constraints if c.operator == "Lt" and c.values and (n := _as_int(c.values[0])) is not None]
+    return min(below) if below else None
+
+
+def declared_pool(
+    name: str,
+    *,
+    labels: Iterable[tuple[str, str]],
+    taints: Iterable[tuple[str, str, str]],
+    allocatable: Iterable[tuple[str, int]],
+    max_nodes: int | None,
+) -> ScalablePool:
+    """A pool the policy directory declares (``GPUNodePool``): a cluster-autoscaler node group or a managed
+    node pool whose node template lives in the cloud's API, so gpugate is told its nodes' labels, taints and
+    GPUs. Kubelet's own labels (hostname, zone, arch, os) are on its nodes with values gpugate cannot know."""
+    return ScalablePool(
+        name,
+        "GPUNodePool",
+        MappingProxyType({_intern(k): _intern(v) for k, v in labels}),
+        (),
+        tuple(Taint(_intern(k), _intern(v), _intern(e)) for k, v, e in taints),
+        gpus=MappingProxyType({_intern(r): n for r, n in allocatable}),
+        open_keys=NODE_COMMON_LABELS,
+        max_nodes=max_nodes,
+    )
+
+
+def nodepool_of(obj: Mapping[str, Any]) -> ScalablePool:
+    """A Karpenter NodePool (karpenter.sh/v1, kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go): the labels and
+    requirements of ``spec.template``, its taints (not ``startupTaints``, which Karpenter expects to be removed),
+    and what its GPU labels and ``spec.limits`` say about the GPUs one node can hold."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    raw_labels = (template.get("metadata") or {}).get("labels") or {}
+    name = str(meta.get("name", ""))
+    labels = {_intern(k): _intern(v) for k, v in raw_labels.items()} if isinstance(raw_labels, Mapping) else {}
+    labels["karpenter.sh/nodepool"] = _intern(name)
+    body = template.get("spec") or {}
+    requirements = tuple(
+        r for r in (_requirement_of(x) for x in body.get("requirements") or [] if isinstance(x, Mapping)) if r
+    )
+    taints = tuple(
+        Taint(_intern(t.get("key", "")), _intern(t.get("value", "")), _intern(t.get("effect", "")))
+        for t in body.get("taints") or []
+        if isinstance(t, Mapping)
+    )
+    pool = ScalablePool(
+        name, "NodePool", MappingProxyType(labels), requirements, taints, open_keys=KARPENTER_WELL_KNOWN
+    )
+    limits = spec.get("limits") or {}
+    limits = limits if isinstance(limits, Mapping) else {}
+    count = _largest_count(pool, KARPENTER_GPU_COUNT)
+    names_gpus = any(
+        k in labels or any(r.key == k for r in requirements)
+        for k in (KARPENTER_GPU_NAME, KARPENTER_GPU_COUNT, KARPENTER_GPU_MANUFACTURER)
+    )
+    gpu_limits = {str(r): _as_int(str(v)) for r, v in limits.items() if r in KARPENTER_GPU_RESOURCES.values()}
+    gpus: dict[str, int | None] = {}
+    if count is not False and (names_gpus or gpu_limits):
+        makers = [
+            m for m, _ in KARPENTER_GPU_RESOURCES.items() if pool.may_satisfy(KARPENTER_GPU_MANUFACTURER, "In", (m,))
+        ]
+        for maker in makers or list(KARPENTER_GPU_RESOURCES):
+            resource = KARPENTER_GPU_RESOURCES[maker]
+            bound = gpu_limits.get(resource)
+            most = count if isinstance(count, int) and not isinstance(count, bool) else None
+            if bound is not None:
+                most = bound if most is None else min(most, bound)
+            if most != 0:
+                gpus[resource] = most
+    return ScalablePool(
+        name,
+        "NodePool",
+        MappingProxyType(labels),
+        requirements,
+        taints,
+        gpus=MappingProxyType(gpus),
+        gpus_unknown=not names_gpus and not gpu_limits,
+        open_keys=KARPENTER_WELL_KNOWN,
+    )
+
+
 @dataclass(frozen=True)
 class Inventory:
     """What the cluster offers right now (or offered when a snapshot was taken)."""
@@ -250,16 +529,22 @@ class Inventory:
     #: Claims and claim templates known up front (a snapshot, or a manifest's own objects), by
     #: (kind, namespace, name). The live server reads the ones a pod names when it names them.
     claims: Mapping[tuple[str, str, str], ClaimSpec] = field(default_factory=dict)
+    #: Node pools that can add nodes: Karpenter NodePools and the pools a policy directory declares.
+    pools: tuple[ScalablePool, ...] = ()
+    #: Kinds gpugate may not read (``nodepools`` when its RBAC forbids them): what they would add is unknown.
+    unread: frozenset[str] = frozenset()
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(objects: Iterable[Mapping[str, Any]]) -> Inventory:
-        """The inventory of a list of Kubernetes objects (kinds other than the six it reads are ignored)."""
-        nodes, runtime_classes, classes, slices, claims = [], set(), {}, [], {}
+        """The inventory of a list of Kubernetes objects (kinds other than the seven it reads are ignored)."""
+        nodes, runtime_classes, classes, slices, claims, pools = [], set(), {}, [], {}, []
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Node":
                 nodes.append(node_of(obj))
+            elif kind == "NodePool" and str(obj.get("apiVersion", "")).startswith("karpenter.sh/"):
+                pools.append(nodepool_of(obj))
             elif kind == "RuntimeClass":
                 runtime_classes.add(str((obj.get("metadata") or {}).get("name", "")))
             elif kind == "DeviceClass":
@@ -270,16 +555,24 @@ class Inventory:
             elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
                 claim = claim_of(obj)
                 claims[(claim.kind, claim.namespace, claim.name)] = claim
-        return Inventory(tuple(nodes), frozenset(runtime_classes), classes, tuple(slices), claims)
+        return Inventory(tuple(nodes), frozenset(runtime_classes), classes, tuple(slices), claims, tuple(pools))
 
     def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> Inventory:
         """This inventory plus the claims and claim templates among ``objects`` (a manifest's own)."""
         extra = Inventory.of(o for o in objects if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"))
         if not extra.claims:
             return self
-        return Inventory(
-            self.nodes, self.runtime_classes, self.device_classes, self.slices, {**self.claims, **extra.claims}
-        )
+        return replace(self, claims={**self.claims, **extra.claims}, _cache={})
+
+    def with_pools(self, key: Any, pools: Callable[[], Iterable[ScalablePool]]) -> Inventory:
+        """This inventory plus more pools that scale (those a policy directory declares): built once per
+        inventory and ``key`` (hashable: what the pools are made from), so decisions keep sharing its memos."""
+        found = self._cache.get(("with-pools", key))
+        if found is None:
+            extra = tuple(pools())
+            found = replace(self, pools=(*self.pools, *extra), _cache={}) if extra else self
+            self._cache[("with-pools", key)] = found
+        return found
 
     def class_for_resource(self, resource: str) -> DeviceClass | None:
         """The DeviceClass that serves an extended resource: by ``extendedResourceName`` (the newest wins in

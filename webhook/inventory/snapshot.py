@@ -16,7 +16,7 @@ import yaml
 from ..policy.documents import load_all
 from .model import Inventory
 
-KINDS = ("Node", "RuntimeClass", "DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+KINDS = ("Node", "RuntimeClass", "DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "NodePool")
 
 
 class SnapshotError(ValueError):
@@ -62,6 +62,21 @@ def trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
         out["status"] = {"allocatable": (obj.get("status") or {}).get("allocatable") or {}}
     elif kind == "RuntimeClass":
         out["handler"] = obj.get("handler")
+    elif kind == "NodePool":
+        spec = obj.get("spec") or {}
+        kept = {k: spec[k] for k in ("template", "limits") if spec.get(k)}
+        template = kept.get("template") or {}
+        if template:
+            body = template.get("spec") or {}
+            kept["template"] = {
+                **(
+                    {"metadata": {"labels": template["metadata"]["labels"]}}
+                    if (template.get("metadata") or {}).get("labels")
+                    else {}
+                ),
+                "spec": {k: body[k] for k in ("requirements", "taints") if body.get(k)},
+            }
+        out["spec"] = kept
     else:
         out["spec"] = obj.get("spec") or {}
     return out

@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 
 #: What a cache keeps of one object (only that is held, never the whole list).
 Reduce = Callable[[Mapping[str, Any]], Any]
-#: Called with every object of a complete list (name -> record), or None when no path of the kind is served.
-Replace = Callable[[dict[str, Any] | None], None]
+#: Called with every object of a complete list (name -> record) and how it was listed: ``listed``; ``not served``
+#: (no path of the kind is served: nothing of it can exist, the records are empty); ``forbidden`` (gpugate may
+#: not list it: what it holds is unknown, the records are empty).
+Replace = Callable[[dict[str, Any], str], None]
 #: Called with each watch event's type (ADDED, MODIFIED, DELETED), the object's name and its record (None
 #: for DELETED).
 Apply = Callable[[str, str, Any], None]
@@ -46,6 +48,10 @@ class ContinueExpired(Exception):
         self.error = error
 
 
+class Forbidden(Exception):
+    """HTTP 403 on the list of a kind gpugate's RBAC may not grant (``forbidden_ok``)."""
+
+
 class NotServed(Exception):
     """No path of the kind is served (404 on every one): a kind the cluster does not have, such as DRA before 1.34."""
 
@@ -54,8 +60,9 @@ class Informer:
     """List+watch of one kind in a daemon thread; ``replace`` and ``apply`` run in that thread.
 
     ``paths``: the kind's list paths, the first served one wins (API versions, newest first). ``optional``: a
-    kind no path serves counts as synced and empty (``replace(None)``), and is looked for again every
-    ``backoff_max`` seconds; otherwise a 404 is an error like any other.
+    kind no path serves counts as synced and empty (``replace({}, "not served")``), and is looked for again
+    every ``backoff_max`` seconds; otherwise a 404 is an error like any other. ``forbidden_ok``: a 403 on the
+    list counts as synced and unknown (``replace({}, "forbidden")``), looked at again the same way.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class Informer:
         replace: Replace,
         apply: Apply,
         optional: bool = False,
+        forbidden_ok: bool = False,
         page_size: int = 500,
         connect_timeout: float = 5.0,
         list_timeout: float = 30.0,
@@ -81,6 +89,7 @@ class Informer:
         self._path: str | None = None  # the path that answered the last list
         self._reduce, self._replace, self._apply = reduce, replace, apply
         self._optional = optional
+        self._forbidden_ok = forbidden_ok
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._list_timeout = list_timeout
@@ -149,10 +158,21 @@ class Informer:
                     # not turn into a busy loop.
                     self._stop.wait(self._backoff_initial)
             except NotServed:
-                self._replace(None)
+                self._replace({}, "not served")
                 with self._lock:
                     self._synced = True
                 log.info("%s: the apiserver serves none; looking again in %.0fs", self.name, self._backoff_max)
+                self._stop.wait(self._backoff_max)
+                version = None
+            except Forbidden:
+                self._replace({}, "forbidden")
+                with self._lock:
+                    self._synced = True
+                log.warning(
+                    "%s: forbidden to list (RBAC); what it holds is unknown; looking again in %.0fs",
+                    self.name,
+                    self._backoff_max,
+                )
                 self._stop.wait(self._backoff_max)
                 version = None
             except Expired:
@@ -188,8 +208,10 @@ class Informer:
                 except kubernetes.client.ApiException as exc:
                     if exc.status == 404 and self._optional:
                         break  # the next API version
+                    if exc.status == 403 and self._forbidden_ok:
+                        raise Forbidden() from exc
                     raise
-                self._replace(items)
+                self._replace(items, "listed")
                 with self._lock:
                     self._path = path
                     self._synced = True

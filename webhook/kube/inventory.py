@@ -1,12 +1,14 @@
-"""The live GPU inventory of ``gpugate serve``: Nodes, RuntimeClasses, DeviceClasses and ResourceSlices kept by
-list+watch, each object reduced at once to the fields ``webhook.inventory.model`` keeps; ResourceClaims and
-ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler #1780: a cluster-wide pod
-cache outgrew 256 MiB on large clusters).
+"""The live GPU inventory of ``gpugate serve``: Nodes, RuntimeClasses, DeviceClasses, ResourceSlices and
+Karpenter NodePools kept by list+watch, each object reduced at once to the fields ``webhook.inventory.model``
+keeps; ResourceClaims and ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler
+#1780: a cluster-wide pod cache outgrew 256 MiB on large clusters).
 
 One ``FleetWatcher`` per worker process, shared by its threads: an informer per kind (``webhook.kube.informer``,
 a daemon thread each), the reduced records under one lock, and an ``Inventory`` built from them only when
 something changed. ``inventory()`` is None until every kind has listed once (a kind the apiserver does not
 serve, such as DRA before 1.34, counts as listed and empty), so feasibility never judges on a partial picture.
+A kind gpugate may not read (NodePools without the RBAC rule for them, HTTP 403) counts as listed and *unread*:
+what it would add is unknown, so feasibility warns where it would have refused.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..inventory.model import (
     claim_of,
     device_class_of,
     node_of,
+    nodepool_of,
     slice_of,
 )
 from .client import get, read_json
@@ -43,6 +46,8 @@ class _Kind:
     name: str
     paths: tuple[str, ...]  # list paths, first served wins
     reduce: Callable[[Mapping[str, Any]], Any]
+    #: A 403 leaves it unread (unknown), not failing: an optional API gpugate's RBAC may not grant.
+    optional: bool = False
 
 
 def _runtime_class(obj: Mapping[str, Any]) -> str:
@@ -54,6 +59,8 @@ KINDS = (
     _Kind("runtimeclasses", ("/apis/node.k8s.io/v1/runtimeclasses",), _runtime_class),
     _Kind("deviceclasses", tuple(f"/apis/resource.k8s.io/{v}/deviceclasses" for v in DRA_VERSIONS), device_class_of),
     _Kind("resourceslices", tuple(f"/apis/resource.k8s.io/{v}/resourceslices" for v in DRA_VERSIONS), slice_of),
+    # Karpenter's NodePools (karpenter.sh/v1 since Karpenter 1.0): what the cluster can add.
+    _Kind("nodepools", ("/apis/karpenter.sh/v1/nodepools",), nodepool_of, optional=True),
 )
 
 
@@ -79,6 +86,7 @@ class FleetWatcher:
         self._claim_limit = claim_limit
         self._lock = threading.Lock()
         self._records: dict[str, dict[str, Any]] = {k.name: {} for k in KINDS}
+        self._unread: set[str] = set()
         self._snapshot: Inventory | None = None
         self._dirty = True
         self._claims: dict[tuple[str, str, str], tuple[float, ClaimSpec | None]] = {}
@@ -92,6 +100,7 @@ class FleetWatcher:
                 replace=partial(self._replace, kind.name),
                 apply=partial(self._apply, kind.name),
                 optional=True,  # a kind the apiserver does not serve counts as listed and empty
+                forbidden_ok=kind.optional,
                 page_size=page_size,
                 list_timeout=request_timeout,
                 watch_timeout=watch_timeout,
@@ -115,6 +124,8 @@ class FleetWatcher:
                     runtime_classes=frozenset(self._records["runtimeclasses"].values()),
                     device_classes={c.name: c for c in self._records["deviceclasses"].values()},
                     slices=tuple(self._records["resourceslices"].values()),
+                    pools=tuple(self._records["nodepools"].values()),
+                    unread=frozenset(self._unread),
                 )
                 self._dirty = False
             return self._snapshot
@@ -177,10 +188,13 @@ class FleetWatcher:
 
     # -- what the informers hand over -----------------------------------------------------------------
 
-    def _replace(self, kind: str, records: dict[str, Any] | None) -> None:
+    def _replace(self, kind: str, records: dict[str, Any], how: str) -> None:
         with self._lock:
-            if records is not None:  # None: the kind is not served; what it had stays, as nothing can exist
-                self._records[kind] = records
+            self._records[kind] = records  # empty unless listed
+            if how == "forbidden":
+                self._unread.add(kind)  # listed as unknown: feasibility warns instead of refusing
+            else:
+                self._unread.discard(kind)
             self._dirty = True
 
     def _apply(self, kind: str, what: str, name: str, record: Any) -> None:
@@ -215,10 +229,17 @@ def read_fleet(api_client: Any) -> list[dict[str, Any]]:
         "runtimeclasses": ("node.k8s.io/v1", "RuntimeClass"),
         "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
         "resourceslices": ("resource.k8s.io/v1", "ResourceSlice"),
+        "nodepools": ("karpenter.sh/v1", "NodePool"),
     }
     for kind in KINDS:
         for path in kind.paths:
-            items = _list_all(api_client, path)
+            try:
+                items = _list_all(api_client, path)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 403 and kind.optional:
+                    log.warning("fleet snapshot: forbidden to list %s; the snapshot has none", kind.name)
+                    break
+                raise
             if items is None:
                 continue
             api_version, name = kinds[kind.name]

@@ -186,8 +186,8 @@ class NamespaceLabelCache:
 
     # -- list + watch (webhook.kube.informer) --------------------------------------------------------
 
-    def _replace(self, labels: dict[str, Mapping[str, str]] | None) -> None:
-        entries = {name: _Entry(found) for name, found in (labels or {}).items()}
+    def _replace(self, labels: dict[str, Mapping[str, str]], how: str) -> None:
+        entries = {name: _Entry(found) for name, found in labels.items()}
         with self._lock:
             self._entries = entries
             self._failed_until.clear()

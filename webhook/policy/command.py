@@ -37,6 +37,10 @@ def validate_directory(args: argparse.Namespace) -> int:
         return EXIT_FOUND
     names = ", ".join(p.name for p in policies.policies) or "none"
     print(f"{args.directory}: {len(policies.policies)} valid policies ({names})")
+    for pool in policies.pools:  # what feasibility counts on beside the nodes there are
+        gpus = ", ".join(f"{n} × {r}" for r, n in pool.allocatable)
+        most = f", at most {pool.max_nodes} nodes" if pool.max_nodes else ""
+        print(f"{args.directory}: node pool {pool.name!r} scales up: {gpus} a node{most} ({pool.source})")
     for note in policies.notes:  # they load, but say what to change
         print(f"note: {note}", file=sys.stderr)
     return EXIT_OK

@@ -13,8 +13,8 @@ import yaml
 
 from ..terminal import yaml_error
 from .documents import load_all
-from .loader import PolicyError, PolicyIssue, parse_policy, parse_workload_kind
-from .model import WORKLOAD_KIND, Policy, PolicySet, WorkloadKind
+from .loader import PolicyError, PolicyIssue, parse_node_pool, parse_policy, parse_workload_kind
+from .model import NODE_POOL_KIND, WORKLOAD_KIND, NodePoolDecl, Policy, PolicySet, WorkloadKind
 
 log = logging.getLogger("gpugate.policy")
 
@@ -40,6 +40,7 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     notes: list[PolicyIssue] = []
     policies: list[Policy] = []
     workloads: list[WorkloadKind] = []
+    pools: list[NodePoolDecl] = []
     seen: dict[str, str] = {}
     digest = hashlib.sha256()
     files = policy_files(root)
@@ -71,13 +72,13 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
             issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
             continue
         try:
-            _parse_documents(path.name, documents, issues, notes, policies, workloads, seen)
+            _parse_documents(path.name, documents, issues, notes, policies, workloads, seen, pools)
         except Exception as err:  # a loader bug on odd input: the file is reported, the last good set stays
             log.exception("policy file %s could not be parsed", path.name)
             issues.append(PolicyIssue(path.name, None, "", f"cannot be loaded: {_one_line(err)}"))
     if issues:
         raise PolicyError(issues)
-    return PolicySet.of(policies, digest.hexdigest()[:12], workloads, notes=[str(n) for n in notes])
+    return PolicySet.of(policies, digest.hexdigest()[:12], workloads, notes=[str(n) for n in notes], pools=pools)
 
 
 def _one_line(err: BaseException) -> str:
@@ -93,6 +94,7 @@ def _parse_documents(
     policies: list[Policy],
     workloads: list[WorkloadKind],
     seen: dict[str, str],
+    pools: list[NodePoolDecl] | None = None,
 ) -> None:
     for index, document in enumerate(documents):
         if document is None:
@@ -101,6 +103,16 @@ def _parse_documents(
             workload = parse_workload_kind(document, file=name, index=index, issues=issues, notes=notes)
             if workload is not None:
                 workloads.append(workload)
+            continue
+        if isinstance(document, dict) and document.get("kind") == NODE_POOL_KIND:
+            pool = parse_node_pool(document, file=name, index=index, issues=issues)
+            if pool is not None and pools is not None:
+                if any(p.name == pool.name for p in pools):
+                    issues.append(
+                        PolicyIssue(name, index, "metadata.name", f"node pool {pool.name!r} is declared twice")
+                    )
+                else:
+                    pools.append(pool)
             continue
         policy = parse_policy(document, file=name, index=index, issues=issues, notes=notes)
         if policy is None:

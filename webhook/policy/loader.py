@@ -14,12 +14,14 @@ from .labels import is_dns_subdomain, is_label_key, is_label_value, metric_label
 from .legacy import check_api_version, deprecation, legacy_device
 from .model import (
     KIND,
+    NODE_POOL_KIND,
     WORKLOAD_KIND,
     AttributionLabel,
     Device,
     GPUHolders,
     Limits,
     Match,
+    NodePoolDecl,
     Policy,
     WorkloadKind,
 )
@@ -65,11 +67,11 @@ def _model_class(
         or ()
     )
     node_selector = doc.labels(c.get("nodeSelector"), f"{path}.nodeSelector")
-    if not vals and not device_classes:
+    if not vals and not device_classes and not node_selector:
         doc.fail(
             f"{path}.values",
-            "must list at least one node label value, exactly as the nodes carry it (or name the DRA pool's "
-            "deviceClasses)",
+            "must list at least one node label value, exactly as the nodes carry it (or give the class a "
+            "nodeSelector, or name the DRA pool's deviceClasses)",
         )
     resources = doc.strings(c.get("resources"), f"{path}.resources")
     if not resources:
@@ -86,7 +88,7 @@ def _model_class(
         got = doc.strings(avals, f"{path}.aliases[{key}]")
         if got:
             aliases[key] = got
-    if not (vals or device_classes) or not resources:
+    if not (vals or device_classes or node_selector) or not resources:
         return None
     if device_name is not None:
         device = devices.get(device_name)
@@ -254,7 +256,7 @@ def parse_policy(
     if check_api_version(doc, top, raw_spec, layout=True) and notes is not None:
         notes.append(PolicyIssue(file, index, "apiVersion", deprecation(KIND, raw_spec)))
     if top.get("kind") != KIND:
-        doc.fail("kind", f"must be {KIND} or {WORKLOAD_KIND}, got {top.get('kind')!r}")
+        doc.fail("kind", f"must be {KIND}, {WORKLOAD_KIND} or {NODE_POOL_KIND}, got {top.get('kind')!r}")
     meta = doc.mapping(top.get("metadata"), "metadata", ("name", "labels", "annotations"))
     name = doc.string(meta.get("name"), "metadata.name", check=is_dns_subdomain, what="name (lower-case DNS subdomain)")
     if "name" not in meta:
@@ -438,3 +440,66 @@ def _pod_specs(doc: Doc, value: Any) -> tuple[tuple[str, str], ...]:
         else:
             out.append((path, meta))
     return tuple(out)
+
+
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_node_pool(
+    document: Mapping[str, Any], *, file: str, index: int, issues: list[PolicyIssue]
+) -> NodePoolDecl | None:
+    """A ``GPUNodePool`` document: a node pool that scales up (from zero too) whose node template gpugate cannot
+    read, with the labels, taints and GPUs of the nodes it adds. A GPU pod only such a pool could host is
+    admitted and waits for the autoscaler, never refused as infeasible."""
+    doc = Doc(file, index, issues)
+    before = len(issues)
+    top = doc.mapping(document, "", ("apiVersion", "kind", "metadata", "spec"))
+    if top.get("apiVersion") != "gpugate.io/v2":
+        doc.fail("apiVersion", f"must be gpugate.io/v2 for {NODE_POOL_KIND}, got {top.get('apiVersion')!r}")
+    meta = doc.mapping(top.get("metadata"), "metadata", ("name", "labels", "annotations"))
+    name = doc.string(meta.get("name"), "metadata.name", check=is_dns_subdomain, what="name (lower-case DNS subdomain)")
+    if name is None and "name" not in meta:
+        doc.fail("metadata.name", "is required")
+    spec = doc.mapping(top.get("spec"), "spec", ("labels", "taints", "allocatable", "maxNodes"))
+    labels = doc.labels(spec.get("labels"), "spec.labels")
+    taints: list[tuple[str, str, str]] = []
+    raw_taints = spec.get("taints") or []
+    if not isinstance(raw_taints, list):
+        doc.fail("spec.taints", "must be a list of {key, value, effect}")
+        raw_taints = []
+    for i, raw in enumerate(raw_taints):
+        where = f"spec.taints[{i}]"
+        taint = doc.mapping(raw, where, ("key", "value", "effect"))
+        key = doc.string(taint.get("key"), f"{where}.key", check=is_label_key, what="taint key")
+        value = taint.get("value", "")
+        if not isinstance(value, str) or (value and not is_label_value(value)):
+            doc.fail(f"{where}.value", f"{value!r} is not a valid taint value")
+            value = ""
+        effect = doc.choice(taint.get("effect"), f"{where}.effect", _TAINT_EFFECTS, "")
+        if taint.get("effect") is None:
+            doc.fail(f"{where}.effect", f"is required: one of {', '.join(_TAINT_EFFECTS)}")
+        if key is None and "key" not in taint:
+            doc.fail(f"{where}.key", "is required")
+        if key is not None and effect:
+            taints.append((key, value, effect))
+    allocatable: list[tuple[str, int]] = []
+    for resource, count in doc.mapping(spec.get("allocatable"), "spec.allocatable", None).items():
+        if not isinstance(resource, str) or "/" not in resource:
+            doc.fail("spec.allocatable", f"{resource!r} is not an extended resource name (nvidia.com/gpu)")
+            continue
+        amount = doc.positive_int(count, f"spec.allocatable[{resource}]")
+        if amount is not None:
+            allocatable.append((resource, amount))
+    if not allocatable and "allocatable" not in spec:
+        doc.fail("spec.allocatable", "is required: the GPUs one node of the pool offers ({nvidia.com/gpu: 8})")
+    max_nodes = doc.positive_int(spec.get("maxNodes"), "spec.maxNodes")
+    if len(issues) > before or name is None:
+        return None
+    return NodePoolDecl(
+        name,
+        tuple(sorted(labels.items())),
+        tuple(taints),
+        tuple(sorted(allocatable)),
+        max_nodes,
+        source=f"{file}#{index}",
+    )

@@ -21,6 +21,7 @@ from .vendors import (
 
 KIND = "GPUPolicy"
 WORKLOAD_KIND = "GPUWorkloadKind"
+NODE_POOL_KIND = "GPUNodePool"
 
 
 Mode = Literal["enforce", "warn", "audit"]
@@ -235,6 +236,23 @@ class WorkloadKind:
     pod_specs: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class NodePoolDecl:
+    """A node pool that scales up, declared in the policy directory (``GPUNodePool``): the labels, taints and
+    GPUs of the nodes it would add. For autoscalers whose node templates gpugate cannot read (the cluster
+    autoscaler's node groups, GKE/EKS/AKS managed node pools scaled to zero); Karpenter NodePools are read
+    live instead. Hashable: the inventory keeps what it builds from these per policy set."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    #: (key, value, effect)
+    taints: tuple[tuple[str, str, str], ...] = ()
+    #: GPU resource -> how many one node offers
+    allocatable: tuple[tuple[str, int], ...] = ()
+    max_nodes: int | None = None
+    source: str = "<inline>"
+
+
 #: Namespaces (and namespace label sets) each policy set remembers its candidates for; past this the
 #: memory starts again, so a cluster with more namespaces costs a rescan now and then, never unbounded memory.
 INDEX_LIMIT = 8192
@@ -250,6 +268,8 @@ class PolicySet:
     workloads: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
     #: What the files should change, though they load (deprecated forms), one line each with file and document.
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: Node pools that scale up, as the policy directory declares them (``GPUNodePool`` documents).
+    pools: tuple[NodePoolDecl, ...] = ()
     # The index behind governing(): namespace -> candidates, (namespace, labels) -> candidates. Derived
     # from ``policies`` alone, so it is no part of the set's identity.
     _by_namespace: dict[str, tuple[tuple[Policy, ...], bool]] = field(
@@ -266,12 +286,14 @@ class PolicySet:
         workloads: Iterable[WorkloadKind] = (),
         *,
         notes: Iterable[str] = (),
+        pools: Iterable[NodePoolDecl] = (),
     ) -> PolicySet:
         return PolicySet(
             tuple(sorted(policies, key=lambda p: (-p.priority, p.name))),
             digest,
             {(w.group, w.kind): w for w in workloads},
             tuple(notes),
+            tuple(sorted(pools, key=lambda p: p.name)),
         )
 
     def governing(

@@ -5,18 +5,22 @@ required node affinity, ``spec.tolerations`` against node taints, ``spec.runtime
 DeviceClasses of its claims and DRA-backed extended resources. Judged against the inventory (``ctx.fleet``)
 only once it has synced; with no inventory there is no verdict, so gpugate never refuses on missing data.
 "Could ever host" ignores what is in use: a node offers what its allocatable (device plugin) or its
-ResourceSlices (DRA) say, so a pod refused here would stay Pending on an empty cluster too. The message
+ResourceSlices (DRA) say, so a pod refused here would stay Pending on an empty cluster too. And it counts what
+the cluster *can have*: a pod no node hosts now but a pool that scales up could (a Karpenter NodePool read
+live, a ``GPUNodePool`` the policy directory declares) is admitted with a warning and waits for the
+autoscaler; where gpugate cannot tell what a pool's nodes hold, it warns and never refuses. The message
 names what exists: the nodes that offer the resource, the largest amount one node has, the values nodes
 carry, the RuntimeClasses and DeviceClasses there are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..inventory.model import Inventory, Node
+from ..inventory.model import Inventory, Node, ScalablePool
 from ..pods.affinity import required_terms
 from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
 from ..pods.gpus import gpu_amounts
@@ -198,58 +202,121 @@ def _as_admitted(pod: PodView, ctx: PodContext) -> Mapping[str, Any]:
 
 def _resource_violations(pod: PodView, ctx: PodContext, fleet: Inventory) -> list[Violation]:
     spec = _as_admitted(pod, ctx)
-    label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
     if not _has_vendor_gpus(fleet, ctx):
         return []  # none of this vendor's GPU nodes exist yet: scale-from-zero autoscaling, or still provisioning
     reachable = [n for n in fleet.nodes if selects(spec, n) and tolerates(spec, n)]
     violations = []
     for resource, amount in sorted(_amounts(spec, ctx).items()):
-        where = _field_of(spec, ctx, resource)
-        offering = [n for n in fleet.nodes if capacity(fleet, n, resource) > 0]
-        if not offering:
-            domain = resource.partition("/")[0] + "/"
-            others = [r for r in _offered(fleet, domain) if r != resource]
-            exists = f"nodes offer {', '.join(others)}" if others else f"no node offers any {domain} resource"
-            if resource.startswith(IMPLICIT_DRA_PREFIX):
-                exists = "no ResourceSlice publishes devices for its DeviceClass"
-            violations.append(
-                Violation(
-                    RULE,
-                    where,
-                    "pod",
-                    f"requests {resource}, which no node of the cluster offers ({exists})",
-                    "request a resource a node offers, or add nodes that offer it",
-                )
-            )
-            continue
-        able = [n for n in offering if n in reachable]
-        if not able:
-            violations.append(
-                Violation(
-                    RULE,
-                    where,
-                    "pod",
-                    f"requests {resource}, but no node its selector, affinity and tolerations admit offers it"
-                    f"{_selector_note(spec, fleet)}; nodes offering it: {_pools(offering, fleet, label)}",
-                    "choose a class whose nodes offer it (label gpugate.io/model) or drop the selector",
-                )
-            )
-            continue
-        largest = max(able, key=lambda n: capacity(fleet, n, resource))
-        most = capacity(fleet, largest, resource)
-        if amount > most:
-            holders = [n for n in able if capacity(fleet, n, resource) == most]
-            violations.append(
-                Violation(
-                    RULE,
-                    where,
-                    "pod",
-                    f"requests {_fmt(amount)} × {resource} on one node, more than any node it can land on has "
-                    f"(largest: {_fmt(most)} × {resource} on {_pools(holders, fleet, label).split(' (')[0]} nodes)",
-                    f"request at most {_fmt(most)}, or split the work across pods",
-                )
-            )
+        refusal = _on_nodes(spec, ctx, fleet, reachable, resource, amount)
+        if refusal is not None:
+            violations.append(_unless_a_pool_adds_one(refusal, spec, fleet, resource, amount))
     return violations
+
+
+def _on_nodes(
+    spec: Mapping[str, Any], ctx: PodContext, fleet: Inventory, reachable: list[Node], resource: str, amount: Fraction
+) -> Violation | None:
+    """Why no node the cluster has now can host the pod's ``amount`` of ``resource``, or None if one can."""
+    label = ctx.gpu.device.model_label if ctx.gpu.device is not None else None
+    where = _field_of(spec, ctx, resource)
+    offering = [n for n in fleet.nodes if capacity(fleet, n, resource) > 0]
+    if not offering:
+        domain = resource.partition("/")[0] + "/"
+        others = [r for r in _offered(fleet, domain) if r != resource]
+        exists = f"nodes offer {', '.join(others)}" if others else f"no node offers any {domain} resource"
+        if resource.startswith(IMPLICIT_DRA_PREFIX):
+            exists = "no ResourceSlice publishes devices for its DeviceClass"
+        return Violation(
+            RULE,
+            where,
+            "pod",
+            f"requests {resource}, which no node of the cluster offers ({exists})",
+            "request a resource a node offers, or add nodes that offer it",
+        )
+    able = [n for n in offering if n in reachable]
+    if not able:
+        return Violation(
+            RULE,
+            where,
+            "pod",
+            f"requests {resource}, but no node its selector, affinity and tolerations admit offers it"
+            f"{_selector_note(spec, fleet)}; nodes offering it: {_pools(offering, fleet, label)}",
+            "choose a class whose nodes offer it (label gpugate.io/model) or drop the selector",
+        )
+    largest = max(able, key=lambda n: capacity(fleet, n, resource))
+    most = capacity(fleet, largest, resource)
+    if amount <= most:
+        return None
+    holders = [n for n in able if capacity(fleet, n, resource) == most]
+    return Violation(
+        RULE,
+        where,
+        "pod",
+        f"requests {_fmt(amount)} × {resource} on one node, more than any node it can land on has "
+        f"(largest: {_fmt(most)} × {resource} on {_pools(holders, fleet, label).split(' (')[0]} nodes)",
+        f"request at most {_fmt(most)}, or split the work across pods",
+    )
+
+
+def pool_admits(spec: Mapping[str, Any], pool: ScalablePool) -> bool:
+    """A node the pool would add could be chosen by the pod: no ``nodeName``, its nodeSelector and one required
+    node-affinity term satisfiable by the pool's labels and requirements, every NoSchedule/NoExecute taint of
+    the pool tolerated (Karpenter's own test before it provisions for a pod)."""
+    if spec.get("nodeName"):
+        return False
+    if not pool.admits_selector(spec.get("nodeSelector") or {}):
+        return False
+    terms = required_terms(spec)
+    if terms and not any(pool.admits_term(t) for t in terms):
+        return False
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    return all(t.tolerated_by(tolerations) for t in pool.taints if t.effect in ("NoSchedule", "NoExecute"))
+
+
+def _unless_a_pool_adds_one(
+    refusal: Violation, spec: Mapping[str, Any], fleet: Inventory, resource: str, amount: Fraction
+) -> Violation:
+    """The refusal, unless a pool that scales up could add a node for the pod: then a warning, and the pod waits
+    Pending for the autoscaler (that pending pod is what makes it add the node). Where gpugate cannot tell
+    what a pool's nodes hold, or may not read the pools, it warns too: it refuses only what no node, existing
+    or provisionable, could ever host."""
+    fits: list[ScalablePool] = []
+    unknown: list[ScalablePool] = []
+    short: list[tuple[ScalablePool, int]] = []
+    for pool in fleet.pools:
+        if not pool_admits(spec, pool):
+            continue
+        if pool.gpus_unknown:
+            unknown.append(pool)
+        elif resource in pool.gpus:
+            most = pool.gpus[resource]
+            if most is None:
+                unknown.append(pool)
+            elif amount <= most:
+                fits.append(pool)
+            else:
+                short.append((pool, most))
+    # Warnings stay short (kubectl shows 120 characters): the pool's name and what happens next.
+    head = f"no node can host {_fmt(amount)} × {resource} now"
+    if fits:
+        text = f"{head}; {_names(fits)} can add one (Pending until then)"
+        return Violation(RULE, refusal.path, "pod", text, advisory=True)
+    if unknown or "nodepools" in fleet.unread:
+        why = (
+            f"{_names(unknown)} may add one (its GPUs are unknown)"
+            if unknown
+            else "Karpenter NodePools are unreadable (RBAC), one may add it"
+        )
+        return Violation(RULE, refusal.path, "pod", f"{head}; {why}", advisory=True)
+    if not short:
+        return refusal
+    scaling = ", ".join(f"{p.describe()} (up to {n} × {resource} per node)" for p, n in short[:_SHOWN])
+    return dataclasses.replace(refusal, text=f"{refusal.text}; pools that scale up cannot either: {scaling}")
+
+
+def _names(pools: list[ScalablePool]) -> str:
+    shown = " or ".join(p.describe() for p in pools[:_SHOWN])
+    return shown + (f" and {len(pools) - _SHOWN} more" if len(pools) > _SHOWN else "")
 
 
 def _has_vendor_gpus(fleet: Inventory, ctx: PodContext) -> bool:
