@@ -49,6 +49,7 @@ class FakeAPI:
         self.trickle: set[str] = set()  # namespace names whose GET never finishes, one byte at a time
         self.refuse_with_http_410 = False  # else, like kube-apiserver, a 200 stream with an ERROR event
         self.requests: list[str] = []
+        self.forbidden: set[str] = set()  # paths answered 403 Forbidden (an RBAC rule gpugate lacks)
         self.hanging = threading.Event()
         self.released = threading.Event()
         self.closing = False
@@ -133,6 +134,9 @@ class FakeAPI:
             self.released.wait(HANG_GUARD)  # a hung apiserver: accept, then say nothing
         parts = urlsplit(req.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if parts.path in self.forbidden:
+            self.send_json(req, 403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
+            return
         if parts.path == self.collection:
             if query.get("watch") in ("1", "true"):
                 self.watch(req, query)
