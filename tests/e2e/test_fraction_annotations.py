@@ -68,3 +68,18 @@ def test_a_bound_fraction_pod_under_the_nvidia_runtime_is_refused_by_the_backsto
     assert not result.ok, result
     assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr, result
     assert 'must not run under the GPU runtime class "nvidia"' in result.stderr, result
+
+
+def test_an_update_adding_a_fraction_annotation_to_a_pending_pod_is_refused(stack: Stack, namespace: str) -> None:
+    """Annotations are mutable: a pending kai-scheduler pod (nothing places it here) turned into a GPU holder by
+    an UPDATE would hold a fraction gpugate never admitted it for."""
+    sent = pod("later", namespace, container("app"), schedulerName="kai-scheduler")
+    stack.kubectl("create", "-f", "-", stdin=sent)
+
+    result = stack.kubectl("annotate", "pod", "later", "-n", namespace, "gpu-fraction=0.5", check=False)
+
+    assert not result.ok, f"an UPDATE adding gpu-fraction was admitted:\n{result}"
+    message = gpugate_denial(result.stderr)
+    assert message is not None and "an update cannot add the annotation gpu-fraction" in message, result
+    stored = json.loads(stack.kubectl("get", "pod", "later", "-n", namespace, "-o", "json").stdout)
+    assert "gpu-fraction" not in (stored["metadata"].get("annotations") or {})

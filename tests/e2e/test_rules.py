@@ -234,3 +234,18 @@ def test_a_cdi_device_annotation_added_through_pods_status_is_refused(stack: Sta
     assert message is not None and "CDI device" in message, result
     stored = stack.kubectl("get", "pod", "cdi-later", "-n", namespace, "-o", "json").json()
     assert "cdi.k8s.io/debug" not in (stored["metadata"].get("annotations") or {})
+
+
+def test_a_gpu_pod_naming_thousands_of_claim_templates_is_refused_at_once(stack: Stack, namespace: str) -> None:
+    """Before the cap each named template was a read of the apiserver in the request's thread (3,000: 14 s, past
+    the webhook timeout, so the dry-run failed on the timeout instead of a verdict)."""
+    main = container("main", gpus="1")
+    sent = pod("claims", namespace, main)
+    sent["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimTemplateName": f"t{i}"} for i in range(3000)]
+
+    result = stack.kubectl("create", "--dry-run=server", "-f", "-", stdin=sent, check=False)
+
+    assert not result.ok, result
+    message = gpugate_denial(result.stderr)
+    assert message is not None, result
+    assert "spec.resourceClaims: Too many: 3000: must have at most 32 items" in message, message

@@ -82,8 +82,9 @@ def test_a_policy_change_changes_the_objects(tmp_path: Path) -> None:
     serving.write_text(serving.read_text().replace("maxPerContainer: 4", "maxPerContainer: 3"))
     objects = compile_policies(load_policies(copy)).objects
     enforce = next(o for o in objects if o["metadata"]["name"] == "gpugate-enforce")
-    per_container = enforce["spec"]["validations"][0]["expression"]
+    [per_container] = [v["expression"] for v in enforce["spec"]["variables"] if v["name"] == "maxPerContainer"]
     assert '{"default": 8, "serving": 3}' in per_container
+    assert "variables.maxPerContainer" in enforce["spec"]["validations"][0]["expression"]
     assert render(compile_policies(load_policies(SHIPPED))) != render(compile_policies(load_policies(copy)))
 
 

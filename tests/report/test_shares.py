@@ -14,6 +14,8 @@ mode on a node whose GPU Feature Discovery label says 4 replicas; a DRA claim's 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -300,3 +302,17 @@ def test_the_dashboards_hami_panel_gives_the_reports_shares(shares: RunningProme
     step = INTERVAL / 3600
     assert got["held"] == pytest.approx({"research": 0.30 * 6, "platform": 0.50 * 6}, abs=step)
     assert got["unclaimed"] == pytest.approx({"": 0.2 * 6}, abs=step)
+
+
+def test_by_pod_csv_and_html_carry_the_workload(shares: RunningPrometheus) -> None:
+    window = ("report", "--prometheus", shares.url, "--end", END_ISO, "--window", "6h", "--group", "pod")
+    csv_out = gpugate(*window, "-o", "csv")
+    assert csv_out.returncode == 0, csv_out.stderr
+    records = list(csv.DictReader(io.StringIO(csv_out.stdout)))
+    groups = {r["pod"]: r["workload"] for r in records if r["record"] == "group"}
+    assert groups["hami/hami-b"] == "hami/Deployment/hami-b"
+    assert float(next(r for r in records if r["pod"] == "kai/infer-a")["fraction_gpus_peak"]) == pytest.approx(0.5)
+    html_out = gpugate(*window, "-o", "html")
+    assert html_out.returncode == 0, html_out.stderr
+    assert "<thead><tr><th>POD</th><th>WORKLOAD</th>" in html_out.stdout
+    assert "<tr><td>hami/hami-b</td><td>hami/Deployment/hami-b</td>" in html_out.stdout

@@ -90,3 +90,44 @@ def test_mode_still_governs_limits(mode):
         assert any("more than the 4 per container" in w for w in decision.warnings)
     else:
         assert "more than the 4 per container" in decision.audit_annotations["violations"]
+
+
+def _forged_team_without_mutate(policy):
+    """/mutate fails open: a GPU pod that missed it reaches /validate with the tenant's own team label."""
+    return validated(gpu_pod(1, labels={"gpugate.io/team": "someone-else"}), policy, labels=TEAM)
+
+
+def _sidecar_without_void(policy):
+    return validated(pod(container(limits={"nvidia.com/gpu": 1}), container("sidecar")), policy, labels=TEAM)
+
+
+def _update_that_makes_a_gpu_holder(policy):
+    stored = pod(container(), schedulerName="kai-scheduler")
+    updated = copy.deepcopy(stored)
+    updated["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    return validated(updated, policy, labels=TEAM, operation="UPDATE", old=stored)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn", "audit"])
+@pytest.mark.parametrize(
+    ("decide", "text"),
+    [
+        (_forged_team_without_mutate, 'lacks label gpugate.io/team=vision that policy "standard" requires'),
+        (_sidecar_without_void, "NVIDIA_VISIBLE_DEVICES=void"),
+        (_update_that_makes_a_gpu_holder, "an update cannot add the annotation gpu-fraction"),
+    ],
+    ids=["forged-team", "sidecar-without-void", "update-makes-a-gpu-holder"],
+)
+def test_what_mutate_would_have_written_and_new_gpu_holders_are_security_violations(mode, decide, text):
+    decision = decide(standard(mode=mode))
+    assert not decision.allowed and decision.code == 403, (mode, decision.warnings, decision.audit_annotations)
+    assert text in decision.message
+
+
+def test_a_pod_holding_its_fraction_before_the_update_is_not_refused():
+    stored = pod(container(), schedulerName="kai-scheduler")
+    stored["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    created, _ = mutated(stored, standard(), labels=TEAM)
+    updated = copy.deepcopy(created)
+    updated["metadata"]["annotations"]["gpu-fraction"] = "0.25"
+    assert validated(updated, standard(), labels=TEAM, operation="UPDATE", old=created).allowed

@@ -143,13 +143,16 @@ def _unapplied(subject: Subject, changes: Changes, *, update: bool = False) -> l
     return [
         Violation(
             "not-mutated",
-            subject.ctx.locate(check.rule.touch(c.field).path),
+            subject.ctx.locate(touch.path),
             "pod",
             f'lacks {c.summary} that policy "{subject.policy.name}" requires',
             "re-create it so gpugate's mutating webhook can add it, or add it yourself",
+            # Attribution and a sidecar's void hold in every mode, also when /mutate (fail-open) was skipped.
+            security=touch.security,
         )
         for check, c in changes
         if not (update and check.on_update == "skip")
+        for touch in (check.rule.touch(c.field),)
     ]
 
 

@@ -115,10 +115,22 @@ def _matches(value: Any, schema: Any) -> bool:
 MAX_CONTAINERS = 256
 
 
+#: The most ``spec.resourceClaims`` entries gpugate reads in one pod spec. Each may be a read of the apiserver
+#: (``serve.lookups``); a pod naming thousands made one dry-run thousands of reads. A real GPU pod names a few.
+MAX_RESOURCE_CLAIMS = 32
+
+
 def _too_many_containers(spec: Any, path: str) -> str | None:
-    """A spec with more containers than ``MAX_CONTAINERS``, in the apiserver's words (field.TooMany)."""
+    """A spec with more containers than ``MAX_CONTAINERS`` (or more claims than ``MAX_RESOURCE_CLAIMS``), in the
+    apiserver's words (field.TooMany)."""
     if not isinstance(spec, Mapping):
         return None
+    claims = spec.get("resourceClaims")
+    if isinstance(claims, list) and len(claims) > MAX_RESOURCE_CLAIMS:
+        return (
+            f"{path}.resourceClaims: Too many: {len(claims)}: must have at most {MAX_RESOURCE_CLAIMS} items; name "
+            "one claim per device set (a request's count asks for several devices)"
+        )
     counts = {f: len(spec[f]) for f in CONTAINER_LISTS if isinstance(spec.get(f), list)}
     total = sum(counts.values())
     if total <= MAX_CONTAINERS:

@@ -259,6 +259,36 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
     ]
 
 
+def _chain(selector: str, cases: Mapping[str, str], fallback: str = "false") -> str:
+    """``selector == key ? case : ...`` over sorted keys: each case with constant regex patterns, which the
+    apiserver compiles once (a pattern taken from a variable is compiled again at every call)."""
+    out = fallback
+    for key, case in sorted(cases.items(), reverse=True):
+        out = f"({selector} == {string(key)} ? {case} : {out})"
+    return out
+
+
+def _constant_patterns(objects: list[dict[str, Any]], policies: tuple[Policy, ...]) -> None:
+    """Write the device vocabulary's patterns into each expression as constants (see ``_chain``)."""
+    _, data = _device_profiles(policies)
+    owned = _chain("variables.devices", {d: f"r.matches({string(row[0])})" for d, row in data.items()})
+    counted = _chain("variables.devices", {d: f"r.matches({string(row[1])})" for d, row in data.items()})
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, str):
+            return node.replace("r.matches(variables.owned)", owned).replace("r.matches(variables.counted)", counted)
+        if isinstance(node, list):
+            return [rewrite(x) for x in node]
+        if isinstance(node, dict):
+            return {k: rewrite(v) for k, v in node.items()}
+        return node
+
+    for obj in objects:
+        obj["spec"] = rewrite(obj["spec"])
+        if "variables" in obj["spec"]:
+            obj["spec"]["variables"] = [v for v in obj["spec"]["variables"] if v["name"] not in ("owned", "counted")]
+
+
 def _amount(container: str, resource: str) -> str:
     """A container's amount of one resource as an integer (limits win, as ``pods.gpus.gpu_amounts``); a
     fraction counts as 0 here (the apiserver refuses it before any validating admission policy runs)."""
@@ -430,14 +460,16 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
             f"size({spec}.containers) <= {MAX_CONTAINERS} && size(variables.init) <= {MAX_CONTAINERS}",
             f"!has({spec}.nodeName)",
-            f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || "
-            f"k in {literal(t['holders'])}[?variables.profile].orValue([]))",
-            f"!variables.labels.exists(k, k.lowerAscii().matches({literal(t['lookAlike'])}[?variables.profile]"
-            ".orValue('a^')))",
-            f"(!has({spec}.nodeSelector) || !{spec}.nodeSelector.exists(k, k in {at('choice', [])}))",
-            f"(!has({spec}.affinity) || !has({spec}.affinity.nodeAffinity) || (size({at('affinity', [])}) == 0 && "
+            f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || k in variables.holders)",
+            "!variables.labels.exists(k, "
+            + _chain(
+                "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
+            )
+            + ")",
+            f"(!has({spec}.nodeSelector) || !{spec}.nodeSelector.exists(k, k in variables.choiceKeys))",
+            f"(!has({spec}.affinity) || !has({spec}.affinity.nodeAffinity) || (size(variables.affinity) == 0 && "
             f"!has({spec}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)))",
-            f"(!has({spec}.runtimeClassName) || {at('rc', '')} == '' || {spec}.runtimeClassName == {at('rc', '')})",
+            f"(!has({spec}.runtimeClassName) || variables.rc == '' || {spec}.runtimeClassName == variables.rc)",
             f"variables.all.all(c, (!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && "
             "(!has(c.envFrom) || size(c.envFrom) == 0))",
             "variables.workloadName != '' && !variables.workloadName.endsWith('-')",
@@ -472,8 +504,13 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         {"name": "resource", "expression": plain_resource},
         {"name": "key", "expression": "variables.profile + '|' + variables.resource"},
         {"name": "shared", "expression": f"{literal(t['shared'])}[?variables.profile].orValue([])"},
-        {"name": "plain", "expression": plain},
+        # Every table is looked up once, here: a literal inside a comprehension is built again at each step.
+        {"name": "holders", "expression": f"{literal(t['holders'])}[?variables.profile].orValue([])"},
+        {"name": "choiceKeys", "expression": at("choice", [])},
         {"name": "rc", "expression": at("rc", "")},
+        {"name": "affinity", "expression": at("affinity", [])},
+        {"name": "attribution", "expression": f"{literal(t['attribution'])}[?variables.profile].orValue([])"},
+        {"name": "plain", "expression": plain},
         {"name": "addRuntimeClass", "expression": f"variables.rc != '' && !has({spec}.runtimeClassName)"},
         {"name": "tolerationsNormal", "expression": at("tolerationsNormal", [])},
         {
@@ -488,7 +525,6 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             "name": "selectorKeys",
             "expression": f"variables.selector.filter(k, !has({spec}.nodeSelector) || !(k in {spec}.nodeSelector))",
         },
-        {"name": "affinity", "expression": at("affinity", [])},
         {"name": "voids", "expression": f"variables.key in {literal(t['void'])}"},
         {
             "name": "voidContainers",
@@ -502,8 +538,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         },
         {
             "name": "labelPairs",
-            "expression": f"size({literal(t['attribution'])}[?variables.profile].orValue([])) == 0 ? [] : "
-            f"{literal(t['attribution'])}[?variables.profile].orValue([]).map(s, "
+            "expression": "size(variables.attribution) == 0 ? [] : "
+            "variables.attribution.map(s, "
             f"[string(s[0]), string({attribution_value})]) + "
             f"[[{string(WORKLOAD_KIND_LABEL)}, string(variables.workloadKind)], "
             f"[{string(WORKLOAD_NAME_LABEL)}, string(variables.workloadName)]]",
@@ -580,28 +616,34 @@ def _in(policies: list[Policy]) -> str:
     return f"variables.policy in {literal(sorted(p.name for p in policies))}"
 
 
-def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
-    """Limits and shapes, for the policies of one mode (their bindings give the mode its action)."""
+def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Limits and shapes, for the policies of one mode (their bindings give the mode its action), and the
+    variables they need beside the common ones."""
     out: list[dict[str, Any]] = []
+    extra: list[dict[str, str]] = []
     per_container = {p.name: p.limits.max_per_container for p in policies if p.limits.max_per_container is not None}
     if per_container:
-        table = literal(per_container)
-        over = f"variables.all.exists(c, {_gpu_sum('c')} > {table}[variables.policy])"
-        first = f"variables.all.filter(c, {_gpu_sum('c')} > {table}[variables.policy])[0]"
+        extra.append(
+            {"name": "maxPerContainer", "expression": f"{literal(per_container)}[?variables.policy].orValue(-1)"}
+        )
+        table = "variables.maxPerContainer"
+        over = f"variables.all.exists(c, {_gpu_sum('c')} > {table})"
+        first = f"variables.all.filter(c, {_gpu_sum('c')} > {table})[0]"
         out.append(
             {
-                "expression": f"!(variables.policy in {table}) || !({over})",
+                "expression": f"{table} < 0 || !({over})",
                 "messageExpression": f"'container \"' + {first}.name + '\": requests ' + "
-                f"string({_gpu_sum(first)}) + ' GPUs, more than the ' + string({table}[variables.policy]) + "
+                f"string({_gpu_sum(first)}) + ' GPUs, more than the ' + string({table}) + "
                 "' per container that policy \"' + variables.policy + '\" allows; request at most ' + "
-                f"string({table}[variables.policy]) + ', or split the work across pods (gpugate)'",
+                f"string({table}) + ', or split the work across pods (gpugate)'",
                 "message": "gpugate: a container requests more GPUs than its policy allows per container",
                 "reason": "Forbidden",
             }
         )
     per_pod = {p.name: p.limits.max_per_pod for p in policies if p.limits.max_per_pod is not None}
     if per_pod:
-        table = literal(per_pod)
+        extra.append({"name": "maxPerPod", "expression": f"{literal(per_pod)}[?variables.policy].orValue(-1)"})
+        table = "variables.maxPerPod"
         sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
         app = (
             f"object.spec.containers.map(c, {_gpu_sum('c')}).sum() + "
@@ -618,10 +660,10 @@ def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
         total = f"([{app}] + {init_peak}).max()"
         out.append(
             {
-                "expression": f"!(variables.policy in {table}) || ({total}) <= {table}[variables.policy]",
+                "expression": f"{table} < 0 || ({total}) <= {table}",
                 "messageExpression": f"'spec.containers: pod: requests ' + string({total}) + ' GPUs in all, more "
-                f"than the ' + string({table}[variables.policy]) + ' per pod that policy \"' + variables.policy + "
-                f"'\" allows; request at most ' + string({table}[variables.policy]) + ' GPUs per pod (gpugate)'",
+                f"than the ' + string({table}) + ' per pod that policy \"' + variables.policy + "
+                f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)'",
                 "message": "gpugate: the pod requests more GPUs than its policy allows per pod",
                 "reason": "Forbidden",
             }
@@ -664,7 +706,7 @@ def _mode_validations(policies: list[Policy]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         }
     )
-    return out
+    return out, extra
 
 
 def _always_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
@@ -792,17 +834,19 @@ def compile_policies(policies: PolicySet) -> Compiled:
         members = [p for p in ordered if p.mode == mode]
         if not members:
             continue
+        validations, extra = _mode_validations(members)
         objects += _validating(
             f"{PREFIX}-{mode}",
             digest,
-            common,
-            _mode_validations(members),
+            [*common, *extra],
+            validations,
             ordered,
             [action] if action != "Warn" else ["Warn", "Audit"],
         )
     objects += _validating(
         f"{PREFIX}-always", digest, common, _always_validations(ordered), ordered, ["Deny"], env=True
     )
+    _constant_patterns(objects, ordered)
     return Compiled(tuple(objects), tuple(explain(policies)))
 
 

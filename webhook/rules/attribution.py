@@ -46,7 +46,7 @@ def _annotation_changes(before: Any, after: Any) -> list[PodChange]:
     return map_changes("annotations", "annotation", before, after, skip=BOOKKEEPING_ANNOTATIONS)
 
 
-LABELS = Touch("labels", "metadata.labels", in_place=True, describe=_label_changes)
+LABELS = Touch("labels", "metadata.labels", in_place=True, describe=_label_changes, security=True)
 ANNOTATIONS = Touch("annotations", "metadata.annotations", in_place=True, describe=_annotation_changes)
 record = rule(
     RULE,

@@ -81,6 +81,9 @@ class Touch:
     #: tolerations)"; runtimeClassName, nodeSelector and affinity are fixed once the pod exists.
     in_place: bool
     describe: Callable[[Any, Any], list[PodChange]]
+    #: A final object lacking the change is a security violation (every mode), not a placement one: what
+    #: the change guards (attribution, a sidecar's ``void``) is undone when ``/mutate``, which fails open, is skipped.
+    security: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -65,3 +65,29 @@ def require_the_annotations_scheduler(pod: PodView, ctx: PodContext) -> list[Vio
         )
         for annotation in ctx.gpu.ignored_annotations
     ]
+
+
+# A pod's GPU resources, claims and scheduler are fixed once it exists, but its annotations are not: an UPDATE of a
+# pending kai-scheduler pod that adds one would make it a GPU holder that /mutate never saw (no attribution, no
+# void, no runtime class). Refused in every mode, with or without a governing policy; a template is not a pod (its
+# pods are judged when they are created).
+@record.validator(pods="gpu", needs_policy=False, on_update="all")
+def forbid_becoming_a_gpu_holder_on_update(pod: PodView, ctx: PodContext) -> list[Violation]:
+    if ctx.old is None or ctx.shape.is_template or not ctx.gpu.fractional:
+        return []
+    before = ctx.old.annotations
+    added = [a for a in ctx.policy.holders.annotations if a in pod.annotations and a not in before]
+    if any(a in before for a in ctx.policy.holders.annotations):
+        return []
+    return [
+        Violation(
+            RULE,
+            ctx.meta_field(f"annotations[{annotation}]"),
+            "pod",
+            f"an update cannot add the annotation {annotation}: it would make an existing pod hold part of a GPU "
+            "that gpugate never admitted it for (no attribution labels, no runtime class)",
+            "delete the pod and create it again with the annotation",
+            security=True,
+        )
+        for annotation in added
+    ]

@@ -65,10 +65,16 @@ def _voided(fld: str) -> Any:
     return describe
 
 
-CONTAINERS = Touch("containers", "spec.containers", in_place=False, describe=_voided("containers"))
-INIT_CONTAINERS = Touch("initContainers", "spec.initContainers", in_place=False, describe=_voided("initContainers"))
+CONTAINERS = Touch("containers", "spec.containers", in_place=False, describe=_voided("containers"), security=True)
+INIT_CONTAINERS = Touch(
+    "initContainers", "spec.initContainers", in_place=False, describe=_voided("initContainers"), security=True
+)
 EPHEMERAL_CONTAINERS = Touch(
-    "ephemeralContainers", "spec.ephemeralContainers", in_place=False, describe=_voided("ephemeralContainers")
+    "ephemeralContainers",
+    "spec.ephemeralContainers",
+    in_place=False,
+    describe=_voided("ephemeralContainers"),
+    security=True,
 )
 record = rule(
     RULE,

@@ -17,6 +17,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from ..admission import Decision, Environment, errored, mutate, validate
 from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
 from . import metrics
+from .lookups import RequestLookups, request_deadline
 from .policies import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 from .status import Status
@@ -98,8 +99,11 @@ def create_app(
         # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
         if fleet is None:
             return Environment(policies=policies.current(), namespace_labels=labels_of)
+        # One request's claim reads: a few, within a budget that ends before the apiserver stops waiting.
+        deadline = request_deadline(time.monotonic(), request.args.get("timeout"))
+        claims = RequestLookups(fleet.claim, deadline=deadline)
         return Environment(
-            policies=policies.current(), namespace_labels=labels_of, fleet=fleet.inventory, claims=fleet.claim
+            policies=policies.current(), namespace_labels=labels_of, fleet=fleet.inventory, claims=claims
         )
 
     large = threading.BoundedSemaphore(1)
