@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .terminal import EXIT_BAD_INPUT, EXIT_OK
+
 # Certificates start a little in the past: nodes' clocks drift, and an apiserver a few seconds
 # behind the machine that ran `gpugate certs` would otherwise reject a brand-new certificate.
 CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -251,19 +253,19 @@ def run(args: argparse.Namespace, *, now: dt.datetime | None = None) -> int:
         )
     except CertificateError as err:
         print(f"gpugate certs: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except FileExistsError as err:
         print(f"gpugate certs: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as err:
         print(f"gpugate certs: cannot write to {err.filename or args.out}: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     not_after = serving.certificate.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"caBundle: {bundle}")
     for path in paths:
         print(f"wrote {path}")
     print(f"serving certificate valid until {not_after} for: {', '.join(dict.fromkeys(hosts))}")
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,8 +22,8 @@ from .inventory.snapshot import SnapshotError, load_snapshot
 from .policy.files import load_policies
 from .policy.loader import PolicyError
 from .policy.model import BUILTIN, Policy, PolicySet
-
-EXIT_OK, EXIT_DRIFT, EXIT_BAD_INPUT = 0, 1, 2
+from .policy.vendors import MODEL_LABELS
+from .terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 
 
 def _source(command: argparse.ArgumentParser) -> None:
@@ -73,7 +73,7 @@ def _inventory(args: argparse.Namespace) -> Inventory:
 
 def _labelled() -> Policy:
     """The built-in device profiles with each vendor's model label: what a fleet is read with by default."""
-    devices = {n: dataclasses.replace(d, model_label=_MODEL_LABELS.get(n)) for n, d in BUILTIN.devices.items()}
+    devices = {n: dataclasses.replace(d, model_label=MODEL_LABELS.get(n)) for n, d in BUILTIN.devices.items()}
     return Policy(name="built-in", devices=devices)
 
 
@@ -99,7 +99,7 @@ def show(args: argparse.Namespace) -> int:
         _table(found)
         for finding in findings:
             print(f"drift: {finding}")
-    return EXIT_DRIFT if findings else EXIT_OK
+    return EXIT_FOUND if findings else EXIT_OK
 
 
 def _table(found: list[Any]) -> None:
@@ -171,7 +171,7 @@ def init_policy(args: argparse.Namespace) -> int:
         if device.auxiliary_resources:
             profile["auxiliaryResources"] = list(device.auxiliary_resources)
         profile["tolerations"] = [{"key": device.resources[0], "operator": "Exists", "effect": "NoSchedule"}]
-        profile.setdefault("modelLabel", _MODEL_LABELS.get(pool.vendor, "nvidia.com/gpu.product"))
+        profile.setdefault("modelLabel", MODEL_LABELS.get(pool.vendor, MODEL_LABELS["nvidia"]))
         if pool.vendor == "nvidia" and pool.stack == "device-plugin" and "nvidia" in fleet.runtime_classes:
             profile["runtimeClassName"] = "nvidia"
     models = class_documents(found, profiles)
@@ -185,11 +185,3 @@ def init_policy(args: argparse.Namespace) -> int:
     print("# Written by gpugate policy init --from-cluster: one class per GPU pool of the fleet.")
     sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
     return EXIT_OK
-
-
-# The vendors' model labels (policies/README.md, "The reference fleet").
-_MODEL_LABELS = {
-    "nvidia": "nvidia.com/gpu.product",
-    "amd": "amd.com/gpu.product-name",
-    "intel": "gpu.intel.com/product",
-}

@@ -61,6 +61,3 @@ def yaml_error(err: yaml.YAMLError) -> str:
     elif mark.column == 0 and mark.line > 0:
         where = f"line {mark.line} or {mark.line + 1}"
     return f"is not valid YAML ({where}): {problem}"
-
-
-# Over 60 lines: every file and document of the directory, each problem kept with its place.

@@ -6,11 +6,12 @@ import io
 
 import pytest
 
-from webhook.report.command import _Progress, parse_duration, parse_time
+from webhook.report.command import _Steps, parse_duration, parse_time
 from webhook.report.compute import Inputs, Prices, compute_report, mig_fraction, mig_profile_of
 from webhook.report.prometheus import MAX_POINTS_PER_SERIES
 from webhook.report.queries import CHUNK_POINTS, ReportError, chunks
 from webhook.report.series import Series
+from webhook.terminal import Progress
 
 
 @pytest.mark.parametrize(
@@ -86,11 +87,11 @@ class Terminal(io.StringIO):
 def test_progress_only_on_a_terminal() -> None:
     terminal, pipe = Terminal(), io.StringIO()
     for stream in (terminal, pipe):
-        progress = _Progress(stream)
-        progress(2, 9, "engine 2026-11-02T00:05:00Z..2026-11-09T00:00:00Z")
-        progress.clear()
-    assert "\rgpugate report: 22% of 9 steps, engine 2026-11-02T00:05:00Z" in terminal.getvalue()
-    assert terminal.getvalue().endswith("\r")
+        line = Progress(stream)
+        _Steps(line)(2, 9, "engine 2026-11-02T00:05:00Z..2026-11-09T00:00:00Z")
+        line.clear()
+    assert "\r\033[Kgpugate report: 22% of 9 steps, engine 2026-11-02T00:05:00Z" in terminal.getvalue()
+    assert terminal.getvalue().endswith("\r\033[K")
     assert pipe.getvalue() == ""
 
 

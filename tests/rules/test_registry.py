@@ -111,3 +111,25 @@ def test_a_registered_rule_without_any_check_is_refused_at_seal(tmp_path: Path) 
     (tmp_path / "idle.py").write_text("")
     with pytest.raises(RegistryError, match=r'rule "idle" \(pkg.idle\) has no validator or mutator'):
         rules.seal("pkg", [str(tmp_path)])
+
+
+def test_the_import_contracts_name_every_rule_module() -> None:
+    """pyproject.toml's "No rule imports another rule" and "The decision imports no rule" list the rule modules
+    by hand (an independence contract takes no wildcard): a new rule module must be named there too."""
+    import pathlib
+    import tomllib
+
+    from tests.support import REPO
+    from webhook.rules.registry import INFRASTRUCTURE
+
+    rules = {
+        f"webhook.rules.{path.stem}"
+        for path in pathlib.Path(REPO / "webhook" / "rules").glob("*.py")
+        if path.stem != "__init__" and path.stem not in INFRASTRUCTURE
+    }
+    contracts = {
+        c["name"]: c for c in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    }
+    assert set(contracts["No rule imports another rule"]["modules"]) == rules
+    decision = next(c for name, c in contracts.items() if name.startswith("The decision imports no rule"))
+    assert set(decision["forbidden_modules"]) == rules

@@ -1,4 +1,6 @@
-"""The admission decision: an AdmissionRequest and the policies in force in, a Decision out.
+"""The admission decision: an AdmissionRequest and the policies in force in, a Decision out. Holds the
+vocabulary (``decision``), the two passes (``engine``), the JSON-type guard (``shapes``), the JSON patch
+(``patch``) and the offline path ``check`` and ``audit`` share (``offline``).
 
 Nothing here does I/O: no flask, no logging set-up, no clock, no environment, no Kubernetes client (the same
 rule as flask's ``sansio`` package; an import-linter contract in pyproject.toml enforces it). Everything a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,9 +13,9 @@ from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of,
 from ..pods.operated import operated_pods, runtime_note
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
 from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
-from ..rules.attribution import binding_violations
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
-from ..rules.registry import Check, mutations, validate_pod, validations
+from ..rules.choice import resolve
+from ..rules.registry import REGISTRY, Check, mutations, validate_pod, validations
 from .decision import Decision, Environment, Subject, allowed, denied, fit, labels_unavailable, pack, verdict
 from .patch import make_patch
 
@@ -91,7 +92,9 @@ def _subjects(
             selector=dig(obj, selector_keys) if selector_keys and not operated else None,
             sub_resource=str(request.get("subResource") or ""),
         )
-        return Subject(PodView(meta, spec), ctx)
+        view = PodView(meta, spec)
+        # The model-class choice, once per pod: model selection, runtime class and feasibility all read it.
+        return Subject(view, dataclasses.replace(ctx, model=resolve(view, ctx)))
 
     subjects = []
     for shape in shapes:
@@ -293,7 +296,7 @@ def _binding(obj: Any, request: Mapping[str, Any], env: Environment) -> Decision
     if not isinstance(obj, Mapping):
         return allowed()
     keys = {a.key for p in env.policies.policies for a in p.attribution}
-    violations = binding_violations(obj, keys)
+    violations = REGISTRY.binding_violations(obj, keys)
     if not violations:
         return allowed()
     name = str((obj.get("metadata") or {}).get("name") or request.get("name") or "")

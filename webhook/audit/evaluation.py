@@ -34,7 +34,6 @@ from ..rules.registry import REGISTRY
 #: Pods in these phases hold no GPU any more; they are counted, not evaluated.
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 VERDICTS = ("refused", "warned", "changed", "fine")
-BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
 
 
 def audited_kinds(*policy_sets: PolicySet | None) -> list[WorkloadKind]:

@@ -11,14 +11,13 @@ from typing import Any
 
 from ..admission import Environment
 from ..pods.gpus import scheduled_gpus
-from ..pods.objects import controller_ref, group_of, through_replica_set
+from ..pods.objects import DEFAULTED_GROUPS, controller_ref, group_of, through_replica_set
 from ..pods.quantity import format_quantity
 from ..policy.keys import AUDIT_API_VERSION, TEAM_LABEL
 from ..policy.model import BUILTIN, Policy, PolicySet
 from ..rules.base import PodChange
 from ..rules.registry import REGISTRY
 from .evaluation import (
-    BUILTIN_GROUPS,
     FINISHED_PHASES,
     VERDICTS,
     Evaluation,
@@ -136,7 +135,7 @@ class Audit:
             return
         is_pod = key == ("", "Pod")
         # Volcano's Job is not batch's Job: name a CRD kind with its group, as kubectl does (jobs.batch.volcano.sh)
-        self.counts[f"listed:{key[1] if key[0] in BUILTIN_GROUPS else f'{key[1]}.{key[0]}'}"] += 1
+        self.counts[f"listed:{key[1] if key[0] in DEFAULTED_GROUPS else f'{key[1]}.{key[0]}'}"] += 1
         if not is_pod and (owner := controller_of(obj)) and owner in self.kinds:
             self.counts["skipped:owned"] += 1
             return

@@ -1,5 +1,5 @@
 """One way to reach the Kubernetes API: a client configuration (kubeconfig, in-cluster, one attempt per
-request), raw JSON bodies, and paging through a list with ``limit``/``continue``."""
+request), raw GETs and their JSON bodies, and paging through a list with ``limit``/``continue``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,27 @@ def pages(fetch: Callable[[dict[str, Any]], Mapping[str, Any] | None], *, limit:
         token = (body.get("metadata") or {}).get("continue")
         if not token:
             return
+
+
+def get(api_client: Any, path: str, query: Mapping[str, Any], *, timeout: Any) -> Any:
+    """A raw GET of ``path`` (the urllib3 response, body unread): objects are read from plain JSON, never decoded
+    into the client's models. An ApiException for an HTTP error, as the generated API calls raise."""
+    method, url, headers, _, _ = api_client.param_serialize(
+        "GET",
+        path,
+        query_params=list(query.items()),
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(method, url, header_params=headers, _request_timeout=timeout)
+    raw = getattr(response, "response", response)
+    if response.status >= 400:
+        try:
+            body = raw.data
+        finally:
+            raw.release_conn()
+        raise kubernetes.client.ApiException(status=response.status, reason=response.reason, body=body)
+    return raw
 
 
 def labels_of(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:

@@ -3,23 +3,22 @@ Karpenter NodePools kept by list+watch, each object reduced at once to the field
 keeps; ResourceClaims and ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler
 #1780: a cluster-wide pod cache outgrew 256 MiB on large clusters).
 
-One ``FleetWatcher`` per worker process, shared by its threads: a daemon thread per kind, the reduced records
-under one lock, and an ``Inventory`` built from them only when something changed. ``inventory()`` is None until
-every kind has listed once (a kind the apiserver does not serve, such as DRA before 1.34, counts as listed and
-empty), so feasibility never judges on a partial picture. A kind gpugate may not read (NodePools without the
-RBAC rule for them, HTTP 403) counts as listed and *unread*: what it would add is unknown, so feasibility
-warns where it would have refused.
+One ``FleetWatcher`` per worker process, shared by its threads: an informer per kind (``webhook.kube.informer``,
+a daemon thread each), the reduced records under one lock, and an ``Inventory`` built from them only when
+something changed. ``inventory()`` is None until every kind has listed once (a kind the apiserver does not
+serve, such as DRA before 1.34, counts as listed and empty), so feasibility never judges on a partial picture.
+A kind gpugate may not read (NodePools without the RBAC rule for them, HTTP 403) counts as listed and *unread*:
+what it would add is unknown, so feasibility warns where it would have refused.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import kubernetes.client
@@ -33,8 +32,8 @@ from ..inventory.model import (
     nodepool_of,
     slice_of,
 )
-from .client import close as _close
-from .namespaces import _events  # one way to read a watch stream
+from .client import get, read_json
+from .informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +64,6 @@ KINDS = (
 )
 
 
-class _Expired(Exception):
-    """HTTP 410: the resourceVersion is older than the watch window."""
-
-
-class _NotServed(Exception):
-    """No version of this kind is served (404 on every path)."""
-
-
-class _Forbidden(Exception):
-    """An optional kind gpugate's RBAC does not let it list (403)."""
-
-
 class FleetWatcher:
     """The cluster's GPU inventory, current to the last watch event; thread-safe."""
 
@@ -94,34 +81,43 @@ class FleetWatcher:
         backoff_max: float = 30.0,
     ) -> None:
         self._client: Any = api_client
-        self._request_timeout = request_timeout
-        self._watch_timeout = watch_timeout
-        self._page_size = page_size
         self._claim_timeout = claim_timeout
         self._claim_ttl = claim_ttl
         self._claim_limit = claim_limit
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
         self._lock = threading.Lock()
         self._records: dict[str, dict[str, Any]] = {k.name: {} for k in KINDS}
-        self._listed: set[str] = set()
         self._unread: set[str] = set()
-        self._paths: dict[str, str] = {}
         self._snapshot: Inventory | None = None
         self._dirty = True
         self._claims: dict[tuple[str, str, str], tuple[float, ClaimSpec | None]] = {}
-        self._counts = dict.fromkeys(("relists", "watch_errors", "events", "claim_reads", "claim_failures"), 0)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._responses: dict[str, Any] = {}
+        self._counts = dict.fromkeys(("claim_reads", "claim_failures"), 0)
+        self._informers = {
+            kind.name: Informer(
+                api_client,
+                kind.paths,
+                name=f"inventory: {kind.name}",
+                reduce=kind.reduce,
+                replace=partial(self._replace, kind.name),
+                apply=partial(self._apply, kind.name),
+                optional=True,  # a kind the apiserver does not serve counts as listed and empty
+                forbidden_ok=kind.optional,
+                page_size=page_size,
+                list_timeout=request_timeout,
+                watch_timeout=watch_timeout,
+                backoff_initial=backoff_initial,
+                backoff_max=backoff_max,
+            )
+            for kind in KINDS
+        }
+        self._started = False
 
     # -- what admission reads -----------------------------------------------------------------------
 
     def inventory(self) -> Inventory | None:
         """The inventory once every kind has listed, else None (no feasibility verdict on partial data)."""
+        if not self.synced():
+            return None
         with self._lock:
-            if len(self._listed) < len(KINDS):
-                return None
             if self._dirty or self._snapshot is None:
                 self._snapshot = Inventory(
                     nodes=tuple(self._records["nodes"].values()),
@@ -144,7 +140,7 @@ class FleetWatcher:
             if cached is not None and cached[0] > now:
                 return cached[1]
         plural = "resourceclaimtemplates" if kind == "ResourceClaimTemplate" else "resourceclaims"
-        version = self._paths.get("deviceclasses", "/apis/resource.k8s.io/v1/").split("/")[3]
+        version = (self._informers["deviceclasses"].path or "/apis/resource.k8s.io/v1/").split("/")[3]
         path = f"/apis/resource.k8s.io/{version}/namespaces/{namespace}/{plural}/{name}"
         found: ClaimSpec | None = None
         try:
@@ -163,200 +159,60 @@ class FleetWatcher:
         return found
 
     def synced(self) -> bool:
-        with self._lock:
-            return len(self._listed) == len(KINDS)
+        return all(informer.synced() for informer in self._informers.values())
 
     def unsynced(self) -> list[str]:
-        with self._lock:
-            return [k.name for k in KINDS if k.name not in self._listed]
+        return [name for name, informer in self._informers.items() if not informer.synced()]
 
     def stats(self) -> dict[str, int]:
+        watched = [informer.stats() for informer in self._informers.values()]
         with self._lock:
-            return {**self._counts, **{k: len(v) for k, v in self._records.items()}}
+            return {
+                **{key: sum(counts[key] for counts in watched) for key in ("relists", "watch_errors", "events")},
+                **self._counts,
+                **{k: len(v) for k, v in self._records.items()},
+            }
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._threads:
+        if self._started:
             return
-        for kind in KINDS:
-            thread = threading.Thread(target=self._run, args=(kind,), name=f"gpugate-inv-{kind.name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._started = True
+        for name, informer in self._informers.items():
+            informer.start(thread_name=f"gpugate-inv-{name}")
 
     def stop(self) -> None:
-        self._stop.set()
-        for response in list(self._responses.values()):
-            _close(response)
-        for thread in self._threads:
-            thread.join(timeout=2.0)
+        for informer in self._informers.values():
+            informer.stop(timeout=2.0)
 
-    # -- list+watch -----------------------------------------------------------------------------------
+    # -- what the informers hand over -----------------------------------------------------------------
 
-    def _request(self, path: str, query: dict[str, Any], *, timeout: Any) -> Any:
-        """A raw GET (the urllib3 response, body unread): records are reduced from plain JSON, never decoded
-        into the client's models. An ApiException for an HTTP error, as the generated API calls raise."""
-        method, url, headers, _, _ = self._client.param_serialize(
-            "GET",
-            path,
-            query_params=list(query.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        response = self._client.call_api(method, url, header_params=headers, _request_timeout=timeout)
-        raw = getattr(response, "response", response)
-        if response.status >= 400:
-            try:
-                body = raw.data
-            finally:
-                raw.release_conn()
-            raise kubernetes.client.ApiException(status=response.status, reason=response.reason, body=body)
-        return raw
+    def _replace(self, kind: str, records: dict[str, Any], how: str) -> None:
+        with self._lock:
+            self._records[kind] = records  # empty unless listed
+            if how == "forbidden":
+                self._unread.add(kind)  # listed as unknown: feasibility warns instead of refusing
+            else:
+                self._unread.discard(kind)
+            self._dirty = True
+
+    def _apply(self, kind: str, what: str, name: str, record: Any) -> None:
+        with self._lock:
+            records = self._records[kind]
+            if record is None:
+                self._dirty = records.pop(name, None) is not None or self._dirty
+            elif records.get(name) != record:  # a node's heartbeat changes nothing we keep
+                records[name] = record
+                self._dirty = True
 
     def _get(self, path: str, *, timeout: float) -> Any:
         try:
-            response = self._request(path, {}, timeout=timeout)
+            return read_json(get(self._client, path, {}, timeout=timeout))
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
-
-    def _run(self, kind: _Kind) -> None:
-        version: str | None = None
-        backoff = self._backoff_initial
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    version = self._relist(kind)
-                version = self._watch(kind, version)
-                backoff = self._backoff_initial
-            except _NotServed:
-                with self._lock:
-                    self._listed.add(kind.name)  # nothing of this kind can exist: listed, and empty
-                    self._unread.discard(kind.name)
-                    self._records[kind.name] = {}
-                    self._dirty = True
-                log.info("inventory: the apiserver serves no %s; looking again in %.0fs", kind.name, self._backoff_max)
-                self._stop.wait(self._backoff_max)
-                version = None
-            except _Forbidden:
-                with self._lock:
-                    self._listed.add(kind.name)  # listed as unknown: feasibility warns instead of refusing
-                    self._unread.add(kind.name)
-                    self._records[kind.name] = {}
-                    self._dirty = True
-                log.warning(
-                    "inventory: forbidden to list %s (RBAC); pods they could host are warned about, never refused;"
-                    " looking again in %.0fs",
-                    kind.name,
-                    self._backoff_max,
-                )
-                self._stop.wait(self._backoff_max)
-                version = None
-            except _Expired:
-                version = None
-            except Exception as exc:
-                if self._stop.is_set():
-                    break
-                with self._lock:
-                    self._counts["watch_errors"] += 1
-                log.warning("inventory: %s watch: %s; retrying in %.1fs", kind.name, exc, backoff)
-                self._stop.wait(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, self._backoff_max)
-
-    def _relist(self, kind: _Kind) -> str:
-        records: dict[str, Any] = {}
-        token: str | None = None
-        path = self._paths.get(kind.name)
-        candidates = (path,) if path else kind.paths
-        for candidate in candidates:
-            try:
-                while True:
-                    query: dict[str, Any] = {"limit": self._page_size}
-                    if token:
-                        query["continue"] = token
-                    response = self._request(candidate, query, timeout=(5.0, self._request_timeout))
-                    try:
-                        body = json.loads(response.data)
-                    finally:
-                        response.release_conn()
-                    for item in body.get("items") or []:
-                        name = str((item.get("metadata") or {}).get("name", ""))
-                        records[name] = kind.reduce(item)
-                    token = (body.get("metadata") or {}).get("continue")
-                    if not token:
-                        break
-            except kubernetes.client.ApiException as exc:
-                if exc.status == 404:
-                    continue
-                if exc.status == 410:
-                    raise _Expired() from exc
-                if exc.status == 403 and kind.optional:
-                    raise _Forbidden() from exc
-                raise
-            with self._lock:
-                self._unread.discard(kind.name)
-                self._paths[kind.name] = candidate
-                self._records[kind.name] = records
-                self._listed.add(kind.name)
-                self._dirty = True
-                self._counts["relists"] += 1
-            return str((body.get("metadata") or {}).get("resourceVersion", ""))
-        raise _NotServed()
-
-    def _watch(self, kind: _Kind, version: str) -> str:
-        server_timeout = int(self._watch_timeout * random.uniform(1.0, 2.0)) or 1
-        query = {
-            "watch": "true",
-            "resourceVersion": version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": server_timeout,
-        }
-        try:
-            response = self._request(self._paths[kind.name], query, timeout=(5.0, server_timeout + 30))
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 410:
-                raise _Expired() from exc
-            raise
-        self._responses[kind.name] = response
-        saw = False
-        try:
-            for event in _events(response):
-                if self._stop.is_set():
-                    break
-                saw = True
-                version = self._apply(kind, event, version)
-        finally:
-            self._responses.pop(kind.name, None)
-            _close(response)
-        if not saw:
-            self._stop.wait(self._backoff_initial)
-        return version
-
-    def _apply(self, kind: _Kind, event: Mapping[str, Any], version: str) -> str:
-        what = event.get("type")
-        obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        if what == "ERROR":
-            if obj.get("code") == 410:
-                raise _Expired()
-            raise RuntimeError(f"watch error event: {obj.get('code')} {obj.get('message')}")
-        if what in ("ADDED", "MODIFIED", "DELETED"):
-            name = str(meta.get("name", ""))
-            record = kind.reduce(obj) if what != "DELETED" else None
-            with self._lock:
-                self._counts["events"] += 1
-                records = self._records[kind.name]
-                if record is None:
-                    self._dirty = records.pop(name, None) is not None or self._dirty
-                elif records.get(name) != record:  # a node's heartbeat changes nothing we keep
-                    records[name] = record
-                    self._dirty = True
-        return str(meta.get("resourceVersion") or version)
 
 
 def fleet_watcher(api_client: Any, **options: Any) -> FleetWatcher:
@@ -367,7 +223,6 @@ def read_fleet(api_client: Any) -> list[dict[str, Any]]:
     """Every object the inventory is built from, trimmed (``gpugate fleet snapshot``); kinds not served skipped."""
     from ..inventory.snapshot import trimmed
 
-    watcher = FleetWatcher(api_client)
     out: list[dict[str, Any]] = []
     kinds = {
         "nodes": ("v1", "Node"),
@@ -379,7 +234,7 @@ def read_fleet(api_client: Any) -> list[dict[str, Any]]:
     for kind in KINDS:
         for path in kind.paths:
             try:
-                items = _list_all(watcher, path)
+                items = _list_all(api_client, path)
             except kubernetes.client.ApiException as exc:
                 if exc.status == 403 and kind.optional:
                     log.warning("fleet snapshot: forbidden to list %s; the snapshot has none", kind.name)
@@ -399,7 +254,7 @@ def read_fleet(api_client: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _list_all(watcher: FleetWatcher, path: str) -> list[dict[str, Any]] | None:
+def _list_all(api_client: Any, path: str) -> list[dict[str, Any]] | None:
     items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
@@ -407,15 +262,11 @@ def _list_all(watcher: FleetWatcher, path: str) -> list[dict[str, Any]] | None:
         if token:
             query["continue"] = token
         try:
-            response = watcher._request(path, query, timeout=(5.0, 30.0))
+            body = read_json(get(api_client, path, query, timeout=(5.0, 30.0)))
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        try:
-            body = json.loads(response.data)
-        finally:
-            response.release_conn()
         items += body.get("items") or []
         token = (body.get("metadata") or {}).get("continue")
         if not token:

@@ -134,8 +134,9 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     ),
 )
 _BUILTIN_BY_KIND = {(w.group, w.kind): w for w in BUILTIN_WORKLOADS}
-#: API groups whose pod specs (a Pod's, a workload's template) the apiserver fills with defaults before admission
-#: (``schedulerName: default-scheduler`` among them); a custom resource's templates arrive as written.
+#: Kubernetes' own API groups among the kinds gpugate reads: the apiserver fills their pod specs (a Pod's, a
+#: workload's template) with defaults before admission (``schedulerName: default-scheduler`` among them), while
+#: a custom resource's templates arrive as written; the audit names their kinds without a group.
 DEFAULTED_GROUPS = frozenset({"", "apps", "batch"})
 
 Key = str | int

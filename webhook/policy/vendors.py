@@ -22,6 +22,15 @@ BUILTIN_DEVICE_RESOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"),
     ),
 }
+#: The node label each vendor's GPU feature discovery puts the GPU product in (NVIDIA gpu-feature-discovery
+#: ``nvidia.com/gpu.product``; ROCm/k8s-device-plugin's node labeller ``amd.com/gpu.product-name``; Intel's
+#: GPU plugin with NFD ``gpu.intel.com/product``): what ``gpugate policy init`` and ``gpugate report
+#: --recommend`` write as a device profile's ``modelLabel``.
+MODEL_LABELS: dict[str, str] = {
+    "nvidia": "nvidia.com/gpu.product",
+    "amd": "amd.com/gpu.product-name",
+    "intel": "gpu.intel.com/product",
+}
 #: DRA: the drivers whose devices are each vendor's GPUs, and the DeviceClasses their charts install, known
 #: without a cluster (NVIDIA's DRA driver: ``gpu.nvidia.com``, ``mig.nvidia.com``, ``vfio.gpu.nvidia.com``;
 #: its compute-domain classes are no GPUs. ROCm/k8s-gpu-dra-driver: ``gpu.amd.com``. Intel's resource

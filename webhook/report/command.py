@@ -9,17 +9,15 @@ import re
 import sys
 import time
 from datetime import datetime
-from typing import TextIO
 
 import yaml
 
+from ..terminal import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK, Progress
 from .compute import BUCKETS, DEFAULT_THRESHOLD, GROUPS, Integrator, Prices, Report
 from .prometheus import Prometheus, PrometheusError
 from .queries import ReportError, iso, memory_peaks, node_prices, preflight, stream_inputs
 from .recommend import recommend
 from .render import FORMATS, render
-
-EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -200,30 +198,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each query (default 120)")
 
 
-class _Progress:
-    """One self-overwriting line on a terminal; silent otherwise (cron, CI, pipes)."""
+class _Steps:
+    """The report's way through its window, on the progress line every command shares (``terminal.Progress``)."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.enabled = stream.isatty()
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
         self.started = time.monotonic()
 
     def __call__(self, done: int, total: int, what: str) -> None:
-        if self.enabled:
-            line = (
-                f"gpugate report: {100 * done // max(1, total)}% of {total} steps, {what} "
-                f"({time.monotonic() - self.started:.0f} s)"
-            )
-            self.stream.write("\r" + line[:150].ljust(150))
-            self.stream.flush()
-
-    def clear(self) -> None:
-        if self.enabled:
-            self.stream.write("\r" + " " * 150 + "\r")
-            self.stream.flush()
+        line = (
+            f"gpugate report: {100 * done // max(1, total)}% of {total} steps, {what} "
+            f"({time.monotonic() - self.started:.0f} s)"
+        )
+        self.progress.show(line[:150], force=done >= total)  # a wrapped line would not overwrite itself
 
 
-def _compute(args: argparse.Namespace, progress: _Progress) -> Report:
+def _compute(args: argparse.Namespace, progress: _Steps) -> Report:
     """Flags -> preflight -> the window streamed chunk by chunk through the integrator -> the report."""
     window = parse_duration(args.window, flag="--window")
     step = parse_duration(args.step, flag="--step")
@@ -282,17 +272,18 @@ def write_policies(report: Report, directory: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    progress = _Progress(sys.stderr)
+    line = Progress(sys.stderr)
+    progress = _Steps(line)
     try:
         limit = parse_fail_above(args.fail_above)
         report = _compute(args, progress)
         text = render(report, output=args.output)
         written = write_policies(report, args.policies_out) if args.policies_out else []
     except (ReportError, PrometheusError) as err:
-        progress.clear()
+        line.clear()
         print(f"gpugate report: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    progress.clear()
+    line.clear()
     if args.out:
         try:
             with open(args.out, "w", encoding="utf-8") as stream:
@@ -310,4 +301,4 @@ def run(args: argparse.Namespace) -> int:
     found = findings(report, limit) if limit else []
     for finding in found:
         print(f"gpugate report: over --fail-above: {finding}", file=sys.stderr)
-    return EXIT_FINDINGS if found else EXIT_OK
+    return EXIT_FOUND if found else EXIT_OK

@@ -16,12 +16,16 @@ from typing import Any
 
 import yaml
 
+from ..policy.keys import API_VERSION, GROUP, TEAM_LABEL, WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL
+from ..policy.vendors import BUILTIN_DEVICE_RESOURCES, DEFAULT_GPU_RUNTIME_CLASSES, MODEL_LABELS
 from .accounting import SHARED, WHOLE, Prices, Workload, mig_fraction, model_memory_mib
 from .model import Capacity, Report
 
 HEADROOM = 1.25  # a class must hold 25% more than the p95 compute share and the peak memory
 LIGHT_USE = 20.0  # percent p95: a workload this light may move to a smaller model, whose speed is unknown
 POLICY_PRIORITY = 1000
+#: The NVIDIA device plugin's GPU resources, whole, time-sliced and MIG: what a recommended class may use.
+NVIDIA_RESOURCES = BUILTIN_DEVICE_RESOURCES["nvidia"][0]
 
 
 @dataclass(frozen=True)
@@ -177,15 +181,16 @@ def _one(workload: Workload, classes: Sequence[FleetClass], prices: Prices | Non
 
 
 def policy_yaml(workload: Workload, target: FleetClass, *, window: tuple[float, float]) -> str:
-    """A GPUPolicy (apiVersion gpugate.io/v2, the current format webhook/policy/loader.py reads) that governs the
-    workload's pods and steers them to the class: its nodes' GFD product, the resource its pods request."""
+    """A GPUPolicy (the current format webhook/policy/loader.py reads, written with the names of policy.keys and
+    policy.vendors) that governs the workload's pods and steers them to the class: its nodes' GFD product, the
+    resource its pods request."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"rightsize-{workload.namespace}-{workload.kind}-{workload.name}".lower())
     document = {
-        "apiVersion": "gpugate.io/v2",
+        "apiVersion": API_VERSION,
         "kind": "GPUPolicy",
         "metadata": {
             "name": name.strip("-")[:253],
-            "annotations": {"gpugate.io/recommended-by": "gpugate report --recommend"},
+            "annotations": {f"{GROUP}/recommended-by": "gpugate report --recommend"},
         },
         "spec": {
             "priority": POLICY_PRIORITY,
@@ -194,17 +199,17 @@ def policy_yaml(workload: Workload, target: FleetClass, *, window: tuple[float, 
                 "namespaces": [workload.namespace],
                 "podSelector": {
                     "matchLabels": {
-                        "gpugate.io/workload-kind": workload.kind,
-                        "gpugate.io/workload-name": workload.name,
+                        WORKLOAD_KIND_LABEL: workload.kind,
+                        WORKLOAD_NAME_LABEL: workload.name,
                     }
                 },
             },
             "devices": {
                 "nvidia": {
-                    "resources": ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"],
-                    "runtimeClassName": "nvidia",
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "modelLabel": "nvidia.com/gpu.product",
+                    "resources": list(NVIDIA_RESOURCES),
+                    "runtimeClassName": DEFAULT_GPU_RUNTIME_CLASSES[0],
+                    "tolerations": [{"key": NVIDIA_RESOURCES[0], "operator": "Exists", "effect": "NoSchedule"}],
+                    "modelLabel": MODEL_LABELS["nvidia"],
                 }
             },
             "models": {
@@ -213,8 +218,8 @@ def policy_yaml(workload: Workload, target: FleetClass, *, window: tuple[float, 
             },
             "attribution": {
                 "labels": {
-                    "gpugate.io/team": {"fromNamespaceLabel": "team", "default": "unassigned"},
-                    "gpugate.io/cost-center": {"fromNamespaceLabel": "cost-center", "default": "unassigned"},
+                    TEAM_LABEL: {"fromNamespaceLabel": "team", "default": "unassigned"},
+                    f"{GROUP}/cost-center": {"fromNamespaceLabel": "cost-center", "default": "unassigned"},
                 }
             },
         },

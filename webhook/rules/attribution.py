@@ -285,6 +285,7 @@ def forbid_selectors_on_attribution_labels(pod: PodView, ctx: PodContext) -> lis
     ]
 
 
+@record.binding
 def binding_violations(binding: Mapping[str, Any], attribution_keys: set[str]) -> list[Violation]:
     """A Binding (``pods/binding`` or ``bindings``, the scheduler's) merges its annotations, and with
     PodTopologyLabelsAdmission (beta, on since 1.35) its labels, into the pod it binds (k/k

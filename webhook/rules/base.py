@@ -9,6 +9,7 @@ from typing import Any
 from ..inventory.model import Inventory
 from ..pods.gpus import GPUUse
 from ..pods.objects import Key, PodShape, dig
+from ..policy.classes import ModelClass
 from ..policy.model import Policy
 
 
@@ -121,6 +122,20 @@ class PodView:
         return self.metadata.get("annotations") or {}
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The GPU model class a pod lands in, as far as the policy can tell, and what is wrong with its choice
+    (worked out once per pod by ``rules.choice.resolve``)."""
+
+    model_class: ModelClass | None = None
+    #: The pod chose its hardware itself (selector, affinity or annotation): gpugate adds nothing...
+    own: bool = False
+    violations: list[Violation] = field(default_factory=list)
+    #: ...except the chosen class's own constraint, when the choice alone also reaches another pool.
+    constrain: bool = False
+
+
+NO_CHOICE = Choice()
 NO_GPU = GPUUse(frozenset(), ())
 
 
@@ -148,6 +163,8 @@ class PodContext:
     selector: Any = None
     #: The request's subresource (``status`` for ``pods/status``), "" for the object itself.
     sub_resource: str = ""
+    #: The GPU model class the pod lands in (``rules.choice``), worked out once by the engine, as ``gpu`` is.
+    model: Choice = NO_CHOICE
 
     @property
     def counts_as_gpu(self) -> Callable[[str], bool]:

@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..inventory.model import Inventory, Node, ScalablePool
+from ..pods.affinity import required_terms
 from ..pods.fields import NODE_SELECTOR_TERM, RESOURCES, STRINGS, TOLERATION
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import containers, is_sidecar
@@ -114,10 +115,7 @@ def selects(spec: Mapping[str, Any], node: Node) -> bool:
     for key, value in (spec.get("nodeSelector") or {}).items():
         if node.labels.get(key) != value and not (node.truncated and key not in node.labels):
             return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    terms = required_terms(spec)
     return not terms or any(_term_matches(t, node) for t in terms)
 
 
@@ -190,11 +188,9 @@ def _as_admitted(pod: PodView, ctx: PodContext) -> Mapping[str, Any]:
     the class they land in (what the warnings say they "will get")."""
     if ctx.mutable or ctx.gpu.device is None:
         return pod.spec
-    from .model_selection import resolve  # the class the template's pods land in
-
     spec = dict(pod.spec)
     spec["tolerations"] = [*(spec.get("tolerations") or []), *ctx.gpu.device.tolerations]
-    choice = resolve(pod, ctx)
+    choice = ctx.model  # the class the template's pods land in (rules.choice)
     chosen, label = choice.model_class, ctx.gpu.device.model_label
     if chosen is not None and (not choice.own or choice.constrain) and not choice.violations:
         selector = {**chosen.node_selector, **(spec.get("nodeSelector") or {})}
@@ -270,10 +266,7 @@ def pool_admits(spec: Mapping[str, Any], pool: ScalablePool) -> bool:
         return False
     if not pool.admits_selector(spec.get("nodeSelector") or {}):
         return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    terms = required_terms(spec)
     if terms and not any(pool.admits_term(t) for t in terms):
         return False
     tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]

@@ -31,9 +31,11 @@ Pods = Literal["gpu", "non-gpu", "any"]
 OnUpdate = Literal["new-only", "all", "skip"]
 Validator = Callable[[PodView, PodContext], list[Violation]]
 Mutator = Callable[[PodEditor, PodContext], list[Change]]
+#: A check of a Binding (``pods/binding``): the binding object and the label keys the policies attribute.
+BindingCheck = Callable[[Mapping[str, Any], set[str]], list[Violation]]
 
-#: Modules of ``rules`` that hold the shared vocabulary, not a rule.
-INFRASTRUCTURE = frozenset({"base", "registry"})
+#: Modules of ``rules`` that hold the shared vocabulary or a fact the engine computes once per pod, not a rule.
+INFRASTRUCTURE = frozenset({"base", "registry", "choice"})
 
 
 class RegistryError(Exception):
@@ -75,6 +77,13 @@ class Rule:
     module: str = ""
     registry: Registry | None = None
     checks: list[Check] = field(default_factory=list)
+    #: Checks of a Binding, which carries no pod (``binding``).
+    bindings: list[BindingCheck] = field(default_factory=list)
+
+    def binding(self, fn: BindingCheck) -> BindingCheck:
+        """Register a check of Bindings: the engine runs every rule's on a ``pods/binding`` request."""
+        self.bindings.append(fn)
+        return fn
 
     def validator(
         self, *, pods: Pods, needs_policy: bool = True, on_update: OnUpdate = "new-only"
@@ -176,6 +185,10 @@ class Registry:
             for touch in rule.touches:
                 seen.setdefault(touch.path, touch)
         return tuple(seen.values())
+
+    def binding_violations(self, binding: Mapping[str, Any], attribution_keys: set[str]) -> list[Violation]:
+        """What every rule's binding checks find in a Binding, in rule order."""
+        return [v for rule in self.rules for check in rule.bindings for v in check(binding, attribution_keys)]
 
     def reads(self) -> list[tuple[str, Any]]:
         """(path, schema) of every field a rule reads, in rule order."""

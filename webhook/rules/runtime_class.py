@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..pods.affinity import required_terms
 from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
 from ..policy.classes import ModelClass
 from ..policy.keys import MODEL_LABEL
@@ -85,27 +86,14 @@ def _dra_pool(pod: PodView | PodEditor, ctx: PodContext) -> bool:
     annotated = bool(device.choice_annotations) and any(a in pod.annotations for a in device.choice_annotations)
     if not spec.get("nodeSelector") and not spec.get("affinity") and not annotated:
         return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # the common case
-    terms = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-        or {}
-    ).get("nodeSelectorTerms") or []
+    terms = required_terms(spec)
     chosen = {*(spec.get("nodeSelector") or {}), *(a for a in device.choice_annotations if a in pod.annotations)}
-    chosen |= {
-        e.get("key")
-        for t in terms
-        if isinstance(t, dict)
-        for e in t.get("matchExpressions") or []
-        if isinstance(e, dict)
-    }
+    chosen |= {e.get("key") for t in terms for e in t.get("matchExpressions") or [] if isinstance(e, dict)}
     if not chosen & {device.model_label, *device.model_aliases, *device.choice_annotations}:
         return models.default_is_dra(device.name, ctx.gpu.device_plugin_resources)  # no own choice
     if not chosen & models.dra_choice_keys:
         return False  # an own choice, on keys no DRA-only class is chosen by
-    # Imported here: importing model_selection first would register its mutator before this module's.
-    from .model_selection import resolve
-
-    view = pod if isinstance(pod, PodView) else PodView(pod.metadata, pod.spec)
-    return _is_dra(resolve(view, ctx).model_class)
+    return _is_dra(ctx.model.model_class)  # the class the pod lands in (rules.choice)
 
 
 def _is_dra(chosen: ModelClass | None) -> bool:

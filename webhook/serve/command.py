@@ -18,6 +18,7 @@ from gunicorn.workers import gthread
 
 from ..policy.loader import PolicyError
 from ..policy.model import PolicySet
+from ..terminal import EXIT_BAD_INPUT, EXIT_OK
 from . import lastgood
 from .gunicorn import FIRST_BYTES_TIMEOUT, Server, gunicorn_options
 from .tls import (
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpugate serve: {err}", file=sys.stderr)
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-        return 2
+        return EXIT_BAD_INPUT
     if not certificate.ready():
         print(
             f"gpugate serve: warning: the certificate is outside its validity period "
@@ -249,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.run()
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 1
-    return 0
+        return exit_.code if isinstance(exit_.code, int) else 1  # gunicorn's own code, as it exits
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

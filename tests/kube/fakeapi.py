@@ -1,0 +1,318 @@
+"""A small, real HTTP fake of kube-apiserver's list, watch and get endpoints for one kind (namespaces by
+default), shared by the tests of every cache that stands on webhook.kube.informer."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+HANG_GUARD = 30.0  # seconds; only so that a broken build fails instead of hanging CI
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for: {what}")
+        time.sleep(0.02)
+
+
+class FakeAPI:
+    """Three endpoints of kube-apiserver for one kind, with resourceVersions, watch and compaction; every other
+    path is a 404 (a kind the cluster does not serve).
+
+    GET <collection>                 list (limit/continue paging), metadata.resourceVersion
+    GET <collection>?watch=1&...     chunked stream of JSON lines: ADDED/MODIFIED/DELETED, BOOKMARK never,
+                                     ERROR 410 for a resourceVersion older than compaction
+    GET <collection>/{name}          the object, or a 404 Status
+    """
+
+    def __init__(self, collection: str = "/api/v1/namespaces", kind: str = "Namespace") -> None:
+        self.collection, self.kind = collection, kind
+        self.cond = threading.Condition()
+        self.rv = 100
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[int, str, dict[str, Any]]] = []
+        self.compacted = 0  # watches from a resourceVersion older than this get 410 Gone
+        self.generation = 0  # bumped by expire(): open watches send ERROR 410 and end
+        self.open_watches = 0
+        self.trickle: set[str] = set()  # namespace names whose GET never finishes, one byte at a time
+        self.refuse_with_http_410 = False  # else, like kube-apiserver, a 200 stream with an ERROR event
+        self.requests: list[str] = []
+        self.forbidden: set[str] = set()  # paths answered 403 Forbidden (an RBAC rule gpugate lacks)
+        self.hanging = threading.Event()
+        self.released = threading.Event()
+        self.closing = False
+
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                api.handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- what a test does to the "cluster" ------------------------------------------------------------
+
+    def _object(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        self.rv += 1
+        return {
+            "kind": self.kind,
+            "apiVersion": "v1",
+            "metadata": {"name": name, "labels": dict(labels), "resourceVersion": str(self.rv)},
+        }
+
+    def put(self, name: str, labels: dict[str, str], *, notify: bool = True) -> None:
+        """Create or relabel a namespace; notify=False changes state without a watch event (lost event)."""
+        with self.cond:
+            kind = "MODIFIED" if name in self.objects else "ADDED"
+            obj = self.objects[name] = self._object(name, labels)
+            if notify:
+                self.events.append((self.rv, kind, obj))
+            self.cond.notify_all()
+
+    def delete(self, name: str) -> None:
+        with self.cond:
+            obj = self.objects.pop(name)
+            self.rv += 1
+            gone = json.loads(json.dumps(obj))
+            gone["metadata"]["resourceVersion"] = str(self.rv)
+            self.events.append((self.rv, "DELETED", gone))
+            self.cond.notify_all()
+
+    def expire(self, *, end_open_watches: bool = True) -> None:
+        """etcd compaction: every resourceVersion handed out so far is too old. Open watches get an
+        ERROR 410 event, or (end_open_watches=False) run on and meet a 410 when they reconnect."""
+        with self.cond:
+            self.rv += 1
+            self.compacted = self.rv
+            self.events.clear()
+            if end_open_watches:
+                self.generation += 1
+            self.cond.notify_all()
+
+    def count(self, path: str) -> int:
+        with self.cond:
+            return sum(1 for r in self.requests if urlsplit(r).path == path)
+
+    # -- the HTTP side ----------------------------------------------------------------------------
+
+    def handle(self, req: BaseHTTPRequestHandler) -> None:
+        with self.cond:
+            self.requests.append(req.path)
+        if self.hanging.is_set():
+            self.released.wait(HANG_GUARD)  # a hung apiserver: accept, then say nothing
+        parts = urlsplit(req.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if parts.path in self.forbidden:
+            self.send_json(req, 403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
+            return
+        if parts.path == self.collection:
+            if query.get("watch") in ("1", "true"):
+                self.watch(req, query)
+            else:
+                self.list(req, query)
+        elif parts.path.startswith(f"{self.collection}/"):
+            name = parts.path.rsplit("/", 1)[1]
+            if name in self.trickle:
+                self.send_slowly(req)
+                return
+            with self.cond:
+                obj = self.objects.get(name)
+            if obj is None:
+                status = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "message": f'{self.collection.rsplit("/", 1)[1]} "{name}" not found',
+                    "code": 404,
+                }
+                self.send_json(req, 404, status)
+            else:
+                self.send_json(req, 200, obj)
+        else:
+            self.send_json(req, 404, {"kind": "Status", "code": 404})
+
+    def send_slowly(self, req: BaseHTTPRequestHandler) -> None:
+        """Headers at once, then a byte now and then: every socket read succeeds, the body never ends."""
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", "100000")
+        req.end_headers()
+        try:
+            while not self.released.wait(0.05):
+                req.wfile.write(b" ")
+                req.wfile.flush()
+        except OSError:
+            pass
+        req.close_connection = True
+
+    def send_json(self, req: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        req.send_response(code)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+
+    def list(self, req: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
+        with self.cond:
+            names = sorted(self.objects)
+            after = query.get("continue", "")
+            names = [n for n in names if n > after]
+            limit = int(query.get("limit", "0")) or len(names)
+            page = names[:limit]
+            meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+            if len(names) > limit:
+                meta["continue"] = page[-1]
+            items = [self.objects[n] for n in page]
+        self.send_json(req, 200, {"kind": f"{self.kind}List", "apiVersion": "v1", "metadata": meta, "items": items})
+
+    def watch(self, req: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
+        since = int(query.get("resourceVersion") or 0)
+        deadline = time.monotonic() + int(query.get("timeoutSeconds", "60"))
+        if since < self.compacted and self.refuse_with_http_410:
+            self.send_json(
+                req,
+                410,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": "too old resource version",
+                },
+            )
+            return
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Transfer-Encoding", "chunked")
+        req.end_headers()
+
+        def chunk(event: dict[str, Any]) -> None:
+            line = json.dumps(event).encode() + b"\n"
+            req.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            req.wfile.flush()
+
+        with self.cond:
+            self.open_watches += 1
+            generation = self.generation
+        try:
+            if since < self.compacted:
+                chunk(
+                    {
+                        "type": "ERROR",
+                        "object": {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "reason": "Expired",
+                            "code": 410,
+                            "message": f"too old resource version: {since}",
+                        },
+                    }
+                )
+                return
+            while True:
+                with self.cond:
+                    pending = [(rv, t, o) for rv, t, o in self.events if rv > since]
+                    if not pending:
+                        if self.closing or time.monotonic() > deadline:
+                            return
+                        if self.generation != generation:
+                            pending = [
+                                (
+                                    self.rv,
+                                    "ERROR",
+                                    {
+                                        "kind": "Status",
+                                        "code": 410,
+                                        "reason": "Expired",
+                                        "message": "too old resource version",
+                                    },
+                                )
+                            ]
+                        else:
+                            self.cond.wait(0.05)
+                            if client_gone(req):
+                                return
+                            continue
+                for rv, kind, obj in pending:
+                    chunk({"type": kind, "object": obj})
+                    since = rv
+                    if kind == "ERROR":
+                        return
+        except OSError:  # the client went away
+            pass
+        finally:
+            with self.cond:
+                self.open_watches -= 1
+            try:
+                req.wfile.write(b"0\r\n\r\n")
+                req.wfile.flush()
+            except OSError:
+                pass
+            req.close_connection = True
+
+
+def client_gone(req: BaseHTTPRequestHandler) -> bool:
+    # Like the apiserver, notice a watcher that hung up even when there is nothing to send it.
+    conn = req.connection
+    readable, _, _ = select.select([conn], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def write_kubeconfig(path: Path, server: str) -> str:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "tester", "user": {"token": "not-checked"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return str(path)
+
+
+FakeNamespaceAPI = FakeAPI
