@@ -58,6 +58,11 @@ def test_example_verdict(case):
     assert proc.returncode == {"allowed": 0, "denied": 1, "skipped": 0}[case["verdict"]], proc.stderr
     for text in case.get("contains", []):
         assert text in proc.stderr
+    # What each pod will get is readable whole in `kubectl apply --dry-run=server`: no warning is cut, and
+    # none is over the 256 characters past which the apiserver may truncate it.
+    warned = [line.split("Warning: ", 1)[1] for line in proc.stderr.splitlines() if "Warning: " in line]
+    for text in warned:
+        assert not text.endswith("…") and len(text) <= 256, text
     if case["verdict"] == "denied":
         # A refused object is never printed: `| kubectl apply -f -` must not apply it. `printed:` names the
         # allowed objects of a manifest that holds both.

@@ -6,13 +6,27 @@ from __future__ import annotations
 import pytest
 
 from tests.support import container, gpu_pod, request, standard, validated
-from webhook.admission import Environment, denied, errored, mutate, pack, shorten
+from webhook.admission import Environment, denied, errored, fit, mutate, pack
+from webhook.admission.decision import CONTINUED, WARNING_MAX
 
 
-def test_shorten_keeps_text_at_the_limit_and_cuts_longer_text_to_it():
-    assert shorten("x" * 120) == "x" * 120
-    cut = shorten("x" * 130)
-    assert len(cut) == 120 and cut.endswith("x…")
+def test_fit_keeps_a_warning_whole_up_to_the_apiservers_limit():
+    assert fit("x" * 256) == ["x" * 256]
+    assert fit("w " * 60) == ["w " * 60]
+
+
+def test_fit_splits_past_the_limit_at_spaces_and_drops_nothing():
+    text = " ".join(f"word{i:03d}" for i in range(60))  # 479 characters
+    parts = fit(text)
+    assert len(parts) == 2 and all(len(p) <= WARNING_MAX for p in parts)
+    assert parts[0] + " " + parts[1].removeprefix(CONTINUED) == text
+    assert not any(p.endswith("…") for p in parts)
+
+
+def test_fit_splits_a_single_word_longer_than_a_warning():
+    parts = fit("p: " + "c" * 600)
+    assert all(len(p) <= WARNING_MAX for p in parts)
+    assert parts[0] == "p:" and "".join(p.removeprefix(CONTINUED) for p in parts[1:]) == "c" * 600
 
 
 @pytest.mark.parametrize(
@@ -22,8 +36,8 @@ def test_shorten_keeps_text_at_the_limit_and_cuts_longer_text_to_it():
         (["a" * 50, "b" * 65], ["p: " + "a" * 50 + ", " + "b" * 65]),
         # 3 + 50 + 2 + 66 == 121: one over, two warnings, the second starting afresh
         (["a" * 50, "b" * 66], ["p: " + "a" * 50, "p: " + "b" * 66]),
-        # a single item longer than the limit: one shortened warning, no empty one before it
-        (["c" * 130], [shorten("p: " + "c" * 130)]),
+        # a single item longer than the limit: one warning holding it whole, no empty one before it
+        (["c" * 130], ["p: " + "c" * 130]),
         ([], []),
     ],
 )
@@ -31,9 +45,9 @@ def test_pack_fills_each_warning_up_to_the_limit(items, expected):
     assert pack("p: ", items) == expected
 
 
-def test_pack_shortens_to_the_limit_it_is_given():
-    assert pack("p: ", ["d" * 40], limit=20) == [shorten("p: " + "d" * 40, 20)]
-    assert pack("p: ", ["a" * 10, "d" * 40], limit=20) == ["p: " + "a" * 10, shorten("p: " + "d" * 40, 20)]
+def test_pack_groups_to_the_limit_it_is_given_and_never_cuts_an_item():
+    assert pack("p: ", ["d" * 40], limit=20) == ["p: " + "d" * 40]
+    assert pack("p: ", ["a" * 10, "d" * 40], limit=20) == ["p: " + "a" * 10, "p: " + "d" * 40]
 
 
 def test_denied_and_errored_defaults():

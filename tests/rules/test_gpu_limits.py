@@ -64,11 +64,11 @@ def test_limit_messages_name_container_and_policy():
     ) in verdict.message
 
 
-def test_warn_mode_allows_with_short_warnings():
+def test_warn_mode_allows_with_whole_warnings_within_the_apiservers_limit():
     policy = standard(mode="warn", limits={"maxPerContainer": 1})
     verdict = final(pod(container("a-container-with-a-rather-long-name", limits=gpus(3))), policy)
     assert verdict.allowed and verdict.warnings
-    assert all(len(w) <= 120 for w in verdict.warnings)
+    assert all(len(w) <= 256 and not w.endswith("…") for w in verdict.warnings)
     assert "requests 3 GPUs" in verdict.warnings[0]
 
 

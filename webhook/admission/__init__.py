@@ -7,7 +7,7 @@ rule as flask's ``sansio`` package; an import-linter contract in pyproject.toml 
 rule needs arrives as an argument: the object, the governing policy, the namespace's labels.
 """
 
-from .decision import Decision, Environment, allowed, denied, errored, pack, shorten
+from .decision import Decision, Environment, allowed, denied, errored, fit, pack
 from .engine import mutate, validate
 
-__all__ = ["Decision", "Environment", "allowed", "denied", "errored", "mutate", "pack", "shorten", "validate"]
+__all__ = ["Decision", "Environment", "allowed", "denied", "errored", "fit", "mutate", "pack", "validate"]

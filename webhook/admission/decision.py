@@ -15,7 +15,14 @@ from ..policy.model import NamespaceLabelsUnavailable, Policy, PolicySet
 from ..rules.base import PodContext, PodView, Violation
 from .patch import Operation
 
-WARNING_LIMIT = 120  # api admission/v1 types.go: "Limit warnings to 120 characters if possible."
+# api admission/v1 types.go: "Limit warnings to 120 characters if possible. Warnings over 256 characters and
+# large numbers of warnings may be truncated." The apiserver cuts each warning at 256 runes only once a
+# request's warnings pass 4096 runes in all (k8s.io/apiserver pkg/endpoints/filters/warning.go,
+# truncateItemRunes / truncateAtTotalRunes, fed by the webhook dispatchers through pkg/warning/context.go).
+# So gpugate aims at 120 when it groups items and never writes a warning over 256: it splits, never cuts.
+WARNING_LIMIT = 120
+WARNING_MAX = 256
+CONTINUED = "(continued) "
 
 
 @dataclass
@@ -67,21 +74,42 @@ class Environment:
     runtimes: RuntimeLookup | None = None
 
 
-def shorten(text: str, limit: int = WARNING_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def fit(text: str, limit: int = WARNING_MAX) -> list[str]:
+    """``text`` whole as one warning, or, past ``limit`` characters, split at spaces into several that each
+    fit: never cut, so what a pod will get is readable in full in ``kubectl`` output."""
+    if len(text) <= limit:
+        return [text]
+    out: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        piece = f"{current} {word}" if current else word
+        if len(piece) <= limit:
+            current = piece
+            continue
+        if current:
+            out.append(current)
+        while len(CONTINUED + word) > limit:  # one word longer than a warning: split it, nothing dropped
+            room = limit - len(CONTINUED)
+            out.append(CONTINUED + word[:room])
+            word = word[room:]
+        current = CONTINUED + word
+    if current:
+        out.append(current)
+    return out
 
 
 def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]:
-    """As few warnings as fit ``limit`` characters each, every one starting with ``prefix``."""
+    """As few warnings as keep ``limit`` characters each, every one starting with ``prefix``; an item that
+    does not fit beside others gets a warning of its own, whole (split, never cut, past WARNING_MAX)."""
     out: list[str] = []
     current = ""
     for item in items:
         if current and len(prefix) + len(current) + 2 + len(item) > limit:
-            out.append(shorten(prefix + current, limit))
+            out += fit(prefix + current)
             current = ""
         current = f"{current}, {item}" if current else item
     if current:
-        out.append(shorten(prefix + current, limit))
+        out += fit(prefix + current)
     return out
 
 
@@ -143,7 +171,7 @@ def verdict(
         return denied(denial_message(subjects[0], enforced), warnings=warnings, **common)
     audit: dict[str, str] = {}
     audited = [v for s, v in others if s.policy.mode == "audit"]
-    warnings = warnings + [shorten(f"gpugate: {v.short()}") for s, v in others if s.policy.mode != "audit"]
+    warnings = warnings + [w for s, v in others if s.policy.mode != "audit" for w in fit(f"gpugate: {v.short()}")]
     if audited:
         audit = {"policy": policy.name, "violations": json.dumps([v.message() for v in audited])}
     return allowed(patch=patch or None, warnings=warnings, audit_annotations=audit, **common)

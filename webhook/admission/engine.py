@@ -16,7 +16,7 @@ from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.choice import resolve
 from ..rules.registry import REGISTRY, Check, mutations, validate_pod, validations
-from .decision import Decision, Environment, Subject, allowed, denied, labels_unavailable, pack, shorten, verdict
+from .decision import Decision, Environment, Subject, allowed, denied, fit, labels_unavailable, pack, verdict
 from .patch import make_patch
 
 # --------------------------------------------------------------------------------------------- subjects
@@ -195,7 +195,7 @@ def mutate(request: Mapping[str, Any], env: Environment) -> Decision:
     editor, changes = _mutations(obj, mutable)
     if editor is None or not any(changes):
         return allowed(policy=policy)
-    warnings = [shorten(c.warning) for touched in changes for _, c in touched if c.warning]
+    warnings = [w for touched in changes for _, c in touched if c.warning for w in fit(c.warning)]
     for subject, touched in zip(mutable, changes, strict=True):
         if not touched:
             continue
@@ -227,7 +227,7 @@ def _mutate_ephemeral_containers(obj: Mapping[str, Any], subject: Subject, polic
     if not kept or not isinstance(spec, Mapping) or not isinstance(after, Mapping):
         return allowed(policy=policy)
     target = {**obj, "spec": {**spec, "ephemeralContainers": after.get("ephemeralContainers")}}
-    warnings = [shorten(c.warning) for c in kept if c.warning]
+    warnings = [w for c in kept if c.warning for w in fit(c.warning)]
     return allowed(patch=make_patch(obj, target), warnings=warnings, policy=policy)
 
 
@@ -248,16 +248,16 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     where = str(request.get("namespace") or "")
     note = runtime_note(obj, namespace=where, runtimes=env.runtimes) if isinstance(obj, Mapping) else None
     if not subjects or not isinstance(obj, Mapping):
-        return allowed(warnings=[shorten(f"{_named(obj, request)}: {note}")] if note else [])
+        return allowed(warnings=fit(f"{_named(obj, request)}: {note}") if note else [])
     found: list[tuple[Subject, Violation]] = []
-    warnings: list[str] = [shorten(f"{subjects[0].shape.describe()}: {note}")] if note else []
+    warnings: list[str] = fit(f"{subjects[0].shape.describe()}: {note}") if note else []
     before_by_shape = {s.shape.template: s for s in olds or []}
     for subject in subjects:
         old = before_by_shape.get(subject.shape.template)
         checked = validations(subject.view, subject.ctx)
         _, (changes,) = _mutations(subject.root or obj, [subject])
         if subject.operated is not None:
-            warnings += [shorten(f"{subject.shape.describe()}: {text}") for text in subject.operated.notes]
+            warnings += [w for text in subject.operated.notes for w in fit(f"{subject.shape.describe()}: {text}")]
         unapplied: list[Violation] = []
         if subject.ctx.mutable:
             unapplied = _unapplied(subject, changes, update=old is not None)
