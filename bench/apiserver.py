@@ -25,6 +25,11 @@ gunicorn's master plus its workers) are read around every cell.
 
 Run: .venv/bin/python bench/apiserver.py [--rounds 5] [--requests 300] [--write docs/development/performance.md]
 Needs the e2e binaries (tests/e2e/build.sh, `make tools`).
+
+Profiles: `--profile DIR` starts the apiserver with `--profiling=true` and, after the rounds, takes for each
+measured registration a CPU profile of the apiserver (`/debug/pprof/profile?seconds=N`, with the admin client
+certificate) while 8 clients create GPU pods, and writes DIR/<registration>.pprof with `go tool pprof -top`
+(flat and cumulative) beside it. The measured rounds run before it, so the profiling changes none of the figures.
 """
 
 from __future__ import annotations
@@ -506,8 +511,8 @@ def describe_machine(bin_dir: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def control_plane(bin_dir: Path, work: Path) -> Iterator[ControlPlane]:
-    cp = ControlPlane(bin_dir, work / "cluster")
+def control_plane(bin_dir: Path, work: Path, *, profiling: bool = False) -> Iterator[ControlPlane]:
+    cp = ControlPlane(bin_dir, work / "cluster", profiling=profiling)
     try:
         cp.start()
         yield cp
@@ -546,7 +551,10 @@ def measure(args: argparse.Namespace) -> Run:
     run.load_before = Path("/proc/loadavg").read_text().strip()
     started = time.monotonic()
     server_args = args.server_args.split() if args.server_args else []
-    with tempfile.TemporaryDirectory(prefix="gpugate-bench-") as tmp, control_plane(bin_dir, Path(tmp)) as cp:
+    with (
+        tempfile.TemporaryDirectory(prefix="gpugate-bench-") as tmp,
+        control_plane(bin_dir, Path(tmp), profiling=bool(args.profile)) as cp,
+    ):
         work = Path(tmp)
         served = {
             r["name"]
@@ -578,9 +586,16 @@ def measure(args: argparse.Namespace) -> Run:
             deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
             cel = [d for d in yaml.safe_load_all(Path(args.cel_file).read_text()) if d]
             targets = {"no-op": noop, "no-op + patch": patching, "gpugate": gate}
-            compiled = subprocess.run(
-                [str(gate.exe), "policy", "compile", str(REPO / "policies")], capture_output=True, text=True, check=True
-            ).stdout
+            compiled = (
+                Path(args.native_file).read_text()
+                if args.native_file
+                else subprocess.run(
+                    [str(gate.exe), "policy", "compile", str(REPO / "policies")],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
             native = [d for d in yaml.safe_load_all(compiled) if d]
             registrar = Registrar(cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
@@ -622,6 +637,10 @@ def measure(args: argparse.Namespace) -> Run:
                                 f"{cell.cpu['apiserver'] * 1e6:5.0f} µs",
                                 flush=True,
                             )
+            if args.profile:
+                for registration in args.registrations:
+                    registrar.switch(registration)
+                    profile(api, registration, Path(args.profile), seconds=args.profile_seconds)
             run.extra["switch_seconds"] = statistics.median(registrar.switches)
             run.extra["rss_mb"] = {
                 "gpugate": worker_rss(gate.process.proc.pid),
@@ -636,6 +655,59 @@ def measure(args: argparse.Namespace) -> Run:
     run.duration = time.monotonic() - started
     run.load_after = Path("/proc/loadavg").read_text().strip()
     return run
+
+
+def _slug(registration: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in registration).strip("-").replace("---", "-")
+
+
+def profile(api: API, registration: str, out: Path, *, seconds: int, clients: int = 8) -> Path:
+    """A CPU profile of the apiserver while `clients` keep creating GPU pods under `registration`: the raw
+    profile and `go tool pprof -top` of it, flat and cumulative, in `out`."""
+    import urllib.request
+
+    out.mkdir(parents=True, exist_ok=True)
+    request = api.create_request(GPU_POD)
+    stop = threading.Event()
+    created = [0] * clients
+
+    def busy(index: int) -> None:
+        conn = api.connect()
+        try:
+            while not stop.is_set():
+                status, body = conn.roundtrip(request)
+                if status != 201:
+                    raise SystemExit(f"bench: profile of {registration}: HTTP {status}: {body[:300]!r}")
+                created[index] += 1
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=busy, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        url = f"https://127.0.0.1:{api.port}/debug/pprof/profile?seconds={seconds}"
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=api.context)
+        )
+        with opener.open(url, timeout=seconds + 60) as resp:
+            data = resp.read()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    raw = out / f"{_slug(registration)}.pprof"
+    raw.write_bytes(data)
+    for flag, suffix in (("-top", "top"), ("-cum", "cum")):
+        argv = ["go", "tool", "pprof", "-top", "-nodecount=60"] + (["-cum"] if flag == "-cum" else []) + [str(raw)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        (out / f"{_slug(registration)}.{suffix}.txt").write_text(
+            f"# {registration}: {sum(created)} GPU pods created by {clients} clients in the {seconds} s profile\n"
+            + done.stdout
+            + done.stderr
+        )
+    print(f"profile of {registration}: {sum(created)} GPU pods in {seconds} s, {raw}", flush=True)
+    return raw
 
 
 def rss_with_policies(work: Path, *, cp: ControlPlane, server_args: list[str], count: int) -> list[float]:
@@ -967,6 +1039,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated subset to measure, for experiments (the report needs all five)",
     )
     parser.add_argument("--cel-file", default=str(CEL_FILE), help=f"the CEL equivalent (default {CEL_FILE.name})")
+    parser.add_argument(
+        "--native-file",
+        help="the native tier's objects to measure, instead of `gpugate policy compile policies` from this "
+        "checkout (to compare two versions of the compiler in the same way)",
+    )
     parser.add_argument("--pods", default=",".join(PODS), help="comma-separated subset of GPU,CPU, for experiments")
     parser.add_argument(
         "--quick",
@@ -979,6 +1056,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run bench/decisions.py and bench/scale.py and write the whole report there "
         "(docs/development/performance.md)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run the apiserver with --profiling=true and, after the rounds, write a CPU profile per registration "
+        "(GPU pods, 8 clients) and `go tool pprof -top` of it into DIR",
+    )
+    parser.add_argument("--profile-seconds", type=int, default=15, help="length of each profile (default 15)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.requests = 1, 20

@@ -86,6 +86,9 @@ class ControlPlane:
     bin_dir: Path
     workdir: Path
     extended_resource_toleration: bool = False
+    #: Serve /debug/pprof (kube-apiserver's --profiling) for the admin client: benchmarks take CPU profiles
+    #: with it (bench/apiserver.py --profile); tests leave it off, as production-like clusters do.
+    profiling: bool = False
     processes: list[Process] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -173,7 +176,7 @@ class ControlPlane:
                 f"--{toggle}-admission-plugins=ExtendedResourceToleration",
                 "--allow-privileged=true",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
-                "--profiling=false",
+                f"--profiling={'true' if self.profiling else 'false'}",
                 "--v=1",
             ],
             self.log_dir,
