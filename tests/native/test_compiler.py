@@ -11,10 +11,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from cel_expr_python import cel
 
 from tests.support import REPO
 from webhook.native.cel import any_glob, glob_pattern, literal, look_alike_pattern
@@ -86,6 +88,45 @@ def test_a_policy_change_changes_the_objects(tmp_path: Path) -> None:
     assert '{"default": 8, "serving": 3}' in per_container
     assert "variables.maxPerContainer" in enforce["spec"]["validations"][0]["expression"]
     assert render(compile_policies(load_policies(SHIPPED))) != render(compile_policies(load_policies(copy)))
+
+
+def _gpu_pod(**meta: Any) -> dict[str, Any]:
+    spec = meta.pop("spec", {})
+    container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    container.update(meta.pop("container", {}))
+    return {"metadata": {"name": "p", **meta}, "spec": {"containers": [container], **spec}}
+
+
+def _matches(conditions: list[dict[str, str]], pod: dict[str, Any]) -> bool:
+    env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "request")})
+    results = [env.compile(c["expression"]).eval(data={"object": pod, "request": {}}) for c in conditions]
+    for r in results:
+        assert r.type() != cel.Type.ERROR, r.value()
+    return all(r.plain_value() for r in results)
+
+
+def test_the_mutating_policy_runs_once_and_only_on_pods_that_could_be_plain(compiled: list[dict]) -> None:
+    """A matched MutatingAdmissionPolicy costs the apiserver a patch round trip and a second pass of the mutating
+    chain even when it adds nothing, and with reinvocationPolicy IfNeeded a second evaluation of its own: the
+    match conditions turn away what could never be plain, and the policy is not reinvoked."""
+    spec = compiled[0]["spec"]
+    assert spec["reinvocationPolicy"] == "Never"
+    conditions = spec["matchConditions"]
+    assert [c["name"] for c in conditions] == ["involves-gpus", "plain-shape"]
+    assert _matches(conditions, _gpu_pod())
+    assert _matches(conditions, _gpu_pod(annotations={"example.com/x": "y"}, labels={"app": "a"}))
+    formed = _gpu_pod(annotations={"gpugate.io/policy": "default"})  # what a reinvocation or the webhook sees
+    assert not _matches(conditions, formed)
+    assert not _matches(conditions, _gpu_pod(spec={"nodeName": "n1"}))
+    assert not _matches(conditions, _gpu_pod(spec={"resourceClaims": [{"name": "gpu"}]}))
+    assert not _matches(conditions, _gpu_pod(annotations={"cdi.k8s.io/x": "y"}))
+    assert not _matches(conditions, _gpu_pod(container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}))
+    assert not _matches(conditions, _gpu_pod(container={"envFrom": [{"configMapRef": {"name": "c"}}]}))
+    many = _gpu_pod()
+    many["spec"]["containers"] *= 17
+    assert not _matches(conditions, many)
+    cpu = _gpu_pod(container={"resources": {}})
+    assert not _matches(conditions, cpu)
 
 
 @pytest.mark.parametrize("glob", ["nvidia.com/mig-*", "amd.com/[sdqc]px_nps*", "team-?", "[!a]*", "ml-serving"])

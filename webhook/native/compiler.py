@@ -797,6 +797,41 @@ def _match_conditions(policies: tuple[Policy, ...], *, env: bool) -> list[dict[s
     return [{"name": "involves-gpus", "expression": names}]
 
 
+#: What every plain pod has, whatever its policy, as a match condition of the mutating policy: implied by the
+#: ``plain`` variable, so it changes no decision, only where a pod that is not plain stops. Once matched, a
+#: MutatingAdmissionPolicy's patch is applied even when the expression yields no operation: the apiserver encodes
+#: the pod to JSON, applies the (empty) patch, decodes, converts and defaults it, marks it changed and so runs the
+#: whole mutating chain once more (k8s.io/apiserver v0.36.3, kubernetes/kubernetes v1.36.3
+#: staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/dispatcher.go ``dispatchOne`` sets
+#: ``Dirty`` unconditionally and ``dispatchInvocations`` then calls ``SetShouldReinvoke``; patch/json_patch.go
+#: ``jsonPatcher.Patch``; pkg/admission/reinvocation.go). A pod this condition turns away skips all of that:
+#: one the webhook or a reinvocation already formed (a ``gpugate.io/`` annotation), one with a node, a resource
+#: claim, CDI annotations, ``NVIDIA_VISIBLE_DEVICES`` or ``envFrom``, or too many containers.
+#:
+#: And ``reinvocationPolicy: Never``: with ``IfNeeded`` the policy's own change puts it on the list to run again
+#: (``AddReinvocablePolicyToPreviouslyInvoked`` then ``RequireReinvokingPreviouslyInvokedPlugins`` on the dirty
+#: object), a second full evaluation and patch round trip per GPU pod that finds the pod formed and adds
+#: nothing. What it would catch is a later mutating webhook turning a pod into a plain GPU pod; gpugate's own
+#: webhook (``reinvocationPolicy: IfNeeded``) forms such a pod, and without it ``gpugate-always`` refuses it
+#: unformed.
+_PLAIN_SHAPE = {
+    "name": "plain-shape",
+    "expression": " && ".join(
+        [
+            "!has(object.spec.nodeName)",
+            "(!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0)",
+            f"size(object.spec.containers) <= {MAX_CONTAINERS}",
+            f"(!has(object.spec.initContainers) || size(object.spec.initContainers) <= {MAX_CONTAINERS})",
+            "(!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, "
+            f"k.startsWith({string(GROUP + '/')}) || {CDI}))",
+            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])).all(c, "
+            f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && "
+            "(!has(c.envFrom) || size(c.envFrom) == 0))",
+        ]
+    ),
+}
+
+
 def _meta(name: str, digest: str) -> dict[str, Any]:
     return {"name": name, "labels": dict(MANAGED), "annotations": {"gpugate.io/policy-digest": digest}}
 
@@ -815,9 +850,10 @@ def compile_policies(policies: PolicySet) -> Compiled:
                 # A failed evaluation leaves the pod as it was: the webhook forms it, or (without the webhook)
                 # the always-deny policy refuses it unformed.
                 "failurePolicy": "Ignore",
-                "reinvocationPolicy": "IfNeeded",
+                # Never (see _PLAIN_SHAPE): a second run could only find the pod formed and add nothing.
+                "reinvocationPolicy": "Never",
                 "matchConstraints": _match_constraints(),
-                "matchConditions": _match_conditions(ordered, env=False),
+                "matchConditions": [*_match_conditions(ordered, env=False), _PLAIN_SHAPE],
                 "variables": [*common, *_mutating_variables(ordered)],
                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _patches()}}],
             },
