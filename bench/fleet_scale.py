@@ -8,7 +8,9 @@ each) until P pods are placed:
   gpugate   deploy/ registered, pointed at `gpugate serve` with the shipped policies/; the pod templates say
             only what a user writes (the GPU request and, for other classes than the default, gpugate.io/model);
   none      no webhook and no backstop; the pod templates carry by hand what gpugate would have injected
-            (runtime class, toleration, node selector), so that the same pods land on the same pools.
+            (runtime class, toleration, node selector), so that the same pods land on the same pools;
+  native    as gpugate, with the native tier beside it (`gpugate policy compile` of the same policies, applied
+            and in force before the webhooks are registered): the templates as in gpugate.
 
 Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or,
 for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
@@ -270,13 +272,15 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
     try:
         cluster.start(ready_timeout=300)
         api = cluster.api
-        if mode == "gpugate":
+        if mode in ("gpugate", "native"):
             policies = workdir / "policies"
             policies.mkdir()
             for shipped in sorted((REPO / "policies").glob("*.yaml")):
                 shutil.copy(shipped, policies / shipped.name)
             gate = GPUGate(workdir / "gpugate", policies, kubeconfig=cluster.cp.kubeconfig)
             gate.start()
+            if mode == "native":
+                install_native_tier(cluster, gate.exe, policies)
             register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
             gate_pid = gate.process.proc.pid if gate.process.proc else 0
 
@@ -393,6 +397,29 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
     return result
 
 
+def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeout: float = 120.0) -> None:
+    """Apply `gpugate policy compile policies` and wait until the apiserver forms a GPU pod with it alone (the
+    webhooks are not registered yet, so only the MutatingAdmissionPolicy writes gpugate.io/policy)."""
+    compiled = subprocess.run(
+        [str(exe), "policy", "compile", str(policies)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=compiled)
+    ns = cluster.create_namespace("native-probe", {"team": "probe"})
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe, check=False)
+        if done.ok and "gpugate.io/policy" in (json.loads(done.stdout)["metadata"].get("annotations") or {}):
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"fleet_scale: the native tier was not in force after {timeout:.0f} s")
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 2)
 
@@ -469,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/fleet_scale.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
-    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, none")
+    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, native, none")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--write", action="store_true", help="put the table into docs/development/performance.md")
