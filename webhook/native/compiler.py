@@ -622,47 +622,49 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
     out: list[dict[str, Any]] = []
     extra: list[dict[str, str]] = []
     per_container = {p.name: p.limits.max_per_container for p in policies if p.limits.max_per_container is not None}
+    per_pod = {p.name: p.limits.max_per_pod for p in policies if p.limits.max_per_pod is not None}
+    if per_container or per_pod:
+        # Each container's GPUs, counted once per evaluation and shared by both limits (variables are evaluated
+        # lazily, at most once per activation: k8s.io/apiserver pkg/admission/plugin/cel/composition.go).
+        extra.append({"name": "appGPUs", "expression": f"object.spec.containers.map(c, {_gpu_sum('c')})"})
+        extra.append({"name": "initGPUs", "expression": f"variables.init.map(c, {_gpu_sum('c')})"})
     if per_container:
         extra.append(
             {"name": "maxPerContainer", "expression": f"{literal(per_container)}[?variables.policy].orValue(-1)"}
         )
         table = "variables.maxPerContainer"
-        over = f"variables.all.exists(c, {_gpu_sum('c')} > {table})"
         first = f"variables.all.filter(c, {_gpu_sum('c')} > {table})[0]"
         out.append(
             {
-                "expression": f"{table} < 0 || !({over})",
+                "expression": f"{table} < 0 || !(variables.appGPUs + variables.initGPUs).exists(n, n > {table})",
                 "messageExpression": f"'container \"' + {first}.name + '\": requests ' + "
-                f"string({_gpu_sum(first)}) + ' GPUs, more than the ' + string({table}) + "
-                "' per container that policy \"' + variables.policy + '\" allows; request at most ' + "
-                f"string({table}) + ', or split the work across pods (gpugate)'",
+                f"string((variables.appGPUs + variables.initGPUs).filter(n, n > {table})[0]) + ' GPUs, more than "
+                f"the ' + string({table}) + ' per container that policy \"' + variables.policy + '\" allows; "
+                f"request at most ' + string({table}) + ', or split the work across pods (gpugate)'",
                 "message": "gpugate: a container requests more GPUs than its policy allows per container",
                 "reason": "Forbidden",
             }
         )
-    per_pod = {p.name: p.limits.max_per_pod for p in policies if p.limits.max_per_pod is not None}
     if per_pod:
         extra.append({"name": "maxPerPod", "expression": f"{literal(per_pod)}[?variables.policy].orValue(-1)"})
         table = "variables.maxPerPod"
         sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
-        app = (
-            f"object.spec.containers.map(c, {_gpu_sum('c')}).sum() + "
-            f"variables.init.filter(c, {sidecar}).map(c, {_gpu_sum('c')}).sum()"
-        )
+        app = f"variables.appGPUs.sum() + variables.init.filter(c, {sidecar}).map(c, {_gpu_sum('c')}).sum()"
         init_peak = (
             f"{_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
             "!(has(variables.init[i].restartPolicy) && variables.init[i].restartPolicy == 'Always')).map(i, "
-            + _gpu_sum("variables.init[i]")
+            "variables.initGPUs[i]"
             + f" + {_indices(MAX_CONTAINERS)}.filter(j, j < i && [variables.init[j]].all(c, {sidecar})).map(j, "
-            + _gpu_sum("variables.init[j]")
-            + ").sum())"
+            "variables.initGPUs[j]).sum())"
         )
-        total = f"([{app}] + {init_peak}).max()"
+        # The pod's GPUs as the scheduler counts them (KEP-753): app containers and sidecars, or the largest
+        # init container's with the sidecars started before it.
+        extra.append({"name": "podGPUs", "expression": f"([{app}] + {init_peak}).max()"})
         out.append(
             {
-                "expression": f"{table} < 0 || ({total}) <= {table}",
-                "messageExpression": f"'spec.containers: pod: requests ' + string({total}) + ' GPUs in all, more "
-                f"than the ' + string({table}) + ' per pod that policy \"' + variables.policy + "
+                "expression": f"{table} < 0 || variables.podGPUs <= {table}",
+                "messageExpression": "'spec.containers: pod: requests ' + string(variables.podGPUs) + ' GPUs in all, "
+                f"more than the ' + string({table}) + ' per pod that policy \"' + variables.policy + "
                 f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)'",
                 "message": "gpugate: the pod requests more GPUs than its policy allows per pod",
                 "reason": "Forbidden",
@@ -886,6 +888,21 @@ def compile_policies(policies: PolicySet) -> Compiled:
     return Compiled(tuple(objects), tuple(explain(policies)))
 
 
+def _message_on_failure(validation: dict[str, Any]) -> dict[str, Any]:
+    """The validation with its messageExpression evaluated only when the validation fails.
+
+    A ValidatingAdmissionPolicy evaluates every messageExpression of every request, also when every validation
+    passed (k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy/validating/validator.go ``Validate`` calls
+    ``messageFilter.ForInput`` unconditionally, and cel/condition.go ``ForInput`` evaluates each expression), in
+    an activation of its own whose variables are evaluated again. A message that names the first container over
+    a limit recomputes what the validation computed, and more; guarded by the validation, an admitted pod pays
+    the validation once more at most, and a refused one gets the same message."""
+    if "messageExpression" not in validation:
+        return validation
+    guarded = f"({validation['expression']}) ? '' : ({validation['messageExpression']})"
+    return {**validation, "messageExpression": guarded}
+
+
 def _validating(
     name: str,
     digest: str,
@@ -906,7 +923,7 @@ def _validating(
                 "matchConstraints": _match_constraints(),
                 "matchConditions": _match_conditions(policies, env=env),
                 "variables": variables,
-                "validations": validations,
+                "validations": [_message_on_failure(v) for v in validations],
             },
         },
         {
