@@ -586,16 +586,21 @@ def measure(args: argparse.Namespace) -> Run:
             deploy = [o for o in render_deploy(cp) if o.get("kind") in WEBHOOK_KINDS]
             cel = [d for d in yaml.safe_load_all(Path(args.cel_file).read_text()) if d]
             targets = {"no-op": noop, "no-op + patch": patching, "gpugate": gate}
+            source = REPO / "policies"
+            if args.native_policies:
+                from bench import scale as scale_bench
+
+                source = work / f"native-policies-{args.native_policies}"
+                source.mkdir()
+                scale_bench.write_policies(source, args.native_policies)
             compiled = (
                 Path(args.native_file).read_text()
                 if args.native_file
                 else subprocess.run(
-                    [str(gate.exe), "policy", "compile", str(REPO / "policies")],
-                    capture_output=True,
-                    text=True,
-                    check=True,
+                    [str(gate.exe), "policy", "compile", str(source)], capture_output=True, text=True, check=True
                 ).stdout
             )
+            run.extra["native_bytes"] = len(compiled.encode())
             native = [d for d in yaml.safe_load_all(compiled) if d]
             registrar = Registrar(cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
@@ -637,6 +642,8 @@ def measure(args: argparse.Namespace) -> Run:
                                 f"{cell.cpu['apiserver'] * 1e6:5.0f} µs",
                                 flush=True,
                             )
+                    rss = run.extra.setdefault("apiserver_rss_mb", {}).setdefault(registration, [])
+                    rss.append(process_rss(pids["apiserver"]))
             if args.profile:
                 for registration in args.registrations:
                     registrar.switch(registration)
@@ -727,6 +734,14 @@ def rss_with_policies(work: Path, *, cp: ControlPlane, server_args: list[str], c
         return worker_rss(gate.process.proc.pid)
     finally:
         gate.stop()
+
+
+def process_rss(pid: int) -> float:
+    """Resident memory of one process, MB (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def worker_rss(master: int) -> list[float]:
@@ -852,6 +867,14 @@ def native_report(run: Run) -> str:
             f"{us(run.cpu(r, 'GPU', 8, 'gpugate server'))} |"
         )
     lines.append("")
+    rss = run.extra.get("apiserver_rss_mb", {})
+    if rss:
+        lines.append(
+            "apiserver RSS after each registration's cells (MB, largest over the rounds): "
+            + ", ".join(f"{r} {max(v):.0f}" for r, v in rss.items())
+            + f"; the native objects measured: {run.extra.get('native_bytes', 0):,} bytes of YAML"
+        )
+        lines.append("")
     for native in (n for n in NATIVE if n in measured):
         for other in (o for o in ("gpugate", "CEL", "nothing") if o in measured):
             ratio = run.median(native, "GPU", 8, "rate") / run.median(other, "GPU", 8, "rate")
@@ -1043,6 +1066,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--native-file",
         help="the native tier's objects to measure, instead of `gpugate policy compile policies` from this "
         "checkout (to compare two versions of the compiler in the same way)",
+    )
+    parser.add_argument(
+        "--native-policies",
+        type=int,
+        metavar="N",
+        help="measure the native tier compiled from bench/scale.py's N team policies above policies/00-default.yaml "
+        "(the bench pod's namespace matches none of them: every policy is passed over)",
     )
     parser.add_argument("--pods", default=",".join(PODS), help="comma-separated subset of GPU,CPU, for experiments")
     parser.add_argument(
