@@ -397,7 +397,7 @@ class Registrar:
         status, obj = self.api.create(pod("probe", gpus=9))
         if status != 201 and "bench-whole-gpus" in obj.get("message", ""):
             seen.add("cel-validate")
-        if status != 201 and "ValidatingAdmissionPolicy 'gpugate-enforce'" in obj.get("message", ""):
+        if status != 201 and "ValidatingAdmissionPolicy 'gpugate-" in obj.get("message", ""):
             seen.add("native-validate")  # runs before any validating webhook, so it answers first
         return seen
 
@@ -707,7 +707,7 @@ def profile(api: API, registration: str, out: Path, *, seconds: int, clients: in
     raw.write_bytes(data)
     for flag, suffix in (("-top", "top"), ("-cum", "cum")):
         argv = ["go", "tool", "pprof", "-top", "-nodecount=60"] + (["-cum"] if flag == "-cum" else []) + [str(raw)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         (out / f"{_slug(registration)}.{suffix}.txt").write_text(
             f"# {registration}: {sum(created)} GPU pods created by {clients} clients in the {seconds} s profile\n"
             + done.stdout
