@@ -872,7 +872,8 @@ def compile_policies(policies: PolicySet) -> Compiled:
     # the start (its own match conditions, variables, and a conversion of the pod per activation:
     # k8s.io/apiserver pkg/admission/plugin/cel/activation.go ``newActivation``), so one object fewer is a third
     # of the validating cost fewer. The always rules come first, so their message answers first, as before.
-    deny, deny_extra = _always_validations(ordered), []
+    deny = _always_validations(ordered)
+    deny_extra: list[dict[str, str]] = []
     enforce = [p for p in ordered if p.mode == "enforce"]
     if enforce:
         validations, deny_extra = _mode_validations(enforce)
