@@ -96,9 +96,10 @@ def _gpu_pod(**meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": "p", **meta}, "spec": {"containers": [container], **spec}}
 
 
-def _matches(conditions: list[dict[str, str]], pod: dict[str, Any]) -> bool:
+def _matches(conditions: list[dict[str, str]], pod: dict[str, Any], namespace: str = "default") -> bool:
     env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "request")})
-    results = [env.compile(c["expression"]).eval(data={"object": pod, "request": {}}) for c in conditions]
+    request = {"namespace": namespace}
+    results = [env.compile(c["expression"]).eval(data={"object": pod, "request": request}) for c in conditions]
     for r in results:
         assert r.type() != cel.Type.ERROR, r.value()
     return all(r.plain_value() for r in results)
@@ -126,6 +127,17 @@ def test_the_mutating_policy_runs_once_and_only_on_pods_that_could_be_plain(comp
     assert not _matches(conditions, many)
     cpu = _gpu_pod(container={"resources": {}})
     assert not _matches(conditions, cpu)
+
+
+def test_a_warn_object_is_evaluated_only_where_a_warn_policy_can_govern(compiled: list[dict]) -> None:
+    """The shipped research policy (warn) matches research-*: a GPU pod anywhere else never reaches gpugate-warn,
+    and gpugate-always (every mode's security rules) is not narrowed."""
+    objects = {o["metadata"]["name"]: o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy"}
+    warn = objects["gpugate-warn"]["spec"]["matchConditions"]
+    assert _matches(warn, _gpu_pod(), namespace="research-vision")
+    assert not _matches(warn, _gpu_pod(), namespace="ml-serving")
+    assert not _matches(warn, _gpu_pod(), namespace="default")
+    assert _matches(objects["gpugate-always"]["spec"]["matchConditions"], _gpu_pod(), namespace="default")
 
 
 def test_a_message_is_only_worked_out_for_a_pod_its_validation_refuses(compiled: list[dict]) -> None:

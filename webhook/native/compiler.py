@@ -890,10 +890,19 @@ def compile_policies(policies: PolicySet) -> Compiled:
             validations,
             ordered,
             [action] if action != "Warn" else ["Warn", "Audit"],
+            namespaces=_namespaces_of(members),
         )
     objects += _validating(f"{PREFIX}-always", digest, [*common, *deny_extra], deny, ordered, ["Deny"], env=True)
     _constant_patterns(objects, ordered)
     return Compiled(tuple(objects), tuple(explain(policies)))
+
+
+def _namespaces_of(members: list[Policy]) -> str | None:
+    """A pattern every namespace that one of ``members`` can govern matches, or None when one of them matches by
+    something else than namespace names alone (a policy matches only where all of its selectors match)."""
+    if not all(p.match.namespaces for p in members):
+        return None
+    return any_glob([g for p in members for g in p.match.namespaces])
 
 
 def _message_on_failure(validation: dict[str, Any]) -> dict[str, Any]:
@@ -920,7 +929,14 @@ def _validating(
     actions: list[str],
     *,
     env: bool = False,
+    namespaces: str | None = None,
 ) -> list[dict[str, Any]]:
+    conditions = _match_conditions(policies, env=env)
+    if namespaces is not None:
+        # A warn or audit object decides only for its policies: where none of them can govern (the names they
+        # match), it is not evaluated at all. Only names: match conditions see no namespace object (the matcher is
+        # given none: k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go ``Match``).
+        conditions.append({"name": "mode-namespaces", "expression": f"request.namespace.matches({string(namespaces)})"})
     return [
         {
             "apiVersion": API_VERSION,
@@ -929,7 +945,7 @@ def _validating(
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": _match_constraints(),
-                "matchConditions": _match_conditions(policies, env=env),
+                "matchConditions": conditions,
                 "variables": variables,
                 "validations": [_message_on_failure(v) for v in validations],
             },
