@@ -583,6 +583,12 @@ def _patches() -> str:
         f"[[{string(POLICY_ANNOTATION)}, variables.policy], [{string(MUTATED_ANNOTATION)}, "
         "variables.touched.join(',')]]"
     )
+    bare_annotations = (
+        f"{string(POLICY_ANNOTATION)}: variables.policy, {string(MUTATED_ANNOTATION)}: variables.touched.join(',')"
+    )
+    whole_annotations = (
+        f"{string(WORKLOAD_ANNOTATION)}: variables.workloadKind + '/' + variables.workloadName, {bare_annotations}"
+    )
     parts = [
         "(variables.addRuntimeClass ? [JSONPatch{op: 'add', path: '/spec/runtimeClassName', "
         "value: variables.rc}] : [])",
@@ -590,10 +596,12 @@ def _patches() -> str:
         "[JSONPatch{op: 'add', path: '/spec/tolerations', value: variables.missingTolerations.map(i, "
         "variables.tolerations[i])}] : variables.missingTolerations.map(i, JSONPatch{op: 'add', "
         "path: '/spec/tolerations/-', value: variables.tolerations[i]}))",
-        f"(size(variables.selectorKeys) == 0 || has({spec}.nodeSelector) ? [] : "
-        "[JSONPatch{op: 'add', path: '/spec/nodeSelector', value: {}}])",
+        # A map the pod does not have yet is added whole, in one operation (each operation is an object the
+        # apiserver converts, marshals and applies: patch/json_patch.go ``evaluatePatchExpression``).
+        f"(size(variables.selectorKeys) == 0 ? [] : !has({spec}.nodeSelector) ? "
+        "[JSONPatch{op: 'add', path: '/spec/nodeSelector', value: variables.selector}] : "
         "variables.selectorKeys.map(k, JSONPatch{op: 'add', path: '/spec/nodeSelector/' + jsonpatch.escapeKey(k), "
-        "value: variables.selector[k]})",
+        "value: variables.selector[k]}))",
         f"(size(variables.affinity) == 0 ? [] : has({spec}.affinity) ? [JSONPatch{{op: 'add', "
         f"path: '/spec/affinity/nodeAffinity', value: {affinity}}}] : [JSONPatch{{op: 'add', "
         f"path: '/spec/affinity', value: {{'nodeAffinity': {affinity}}}}}])",
@@ -603,9 +611,10 @@ def _patches() -> str:
         "[JSONPatch{op: 'add', path: '/metadata/labels', value: {}}])",
         "variables.labelPairs.map(p, JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey(p[0]), "
         "value: p[1]})",
-        "(has(object.metadata.annotations) ? [] : [JSONPatch{op: 'add', path: '/metadata/annotations', value: {}}])",
+        "(!has(object.metadata.annotations) ? [JSONPatch{op: 'add', path: '/metadata/annotations', value: "
+        f"size(variables.labelPairs) > 0 ? {{{whole_annotations}}} : {{{bare_annotations}}}}}] : "
         f"({annotations}).map(p, JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey(p[0]), "
-        "value: p[1]})",
+        "value: p[1]}))",
     ]
     return "!variables.plain || size(variables.touched) == 0 ? [] : " + " +\n".join(parts)
 
