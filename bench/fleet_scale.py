@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.apiserver import _children, _proc_cpu
 from tests.harness import fleet
-from tests.harness.gpugate import GPUGate, point_at, register, render_deploy
+from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, register, render_deploy
 from tests.harness.kubeapi import ApiError
 from tests.harness.scheduling import FleetCluster, find_scheduling_binaries
 
@@ -281,7 +281,9 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
             gate.start()
             if mode == "native":
                 install_native_tier(cluster, gate.exe, policies)
-            register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
+                register_beside_native(cluster, point_at(render_deploy(cluster.cp), gate))
+            else:
+                register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
             gate_pid = gate.process.proc.pid if gate.process.proc else 0
 
             def sample() -> None:
@@ -418,6 +420,29 @@ def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeou
             return
         time.sleep(0.5)
     raise SystemExit(f"fleet_scale: the native tier was not in force after {timeout:.0f} s")
+
+
+def register_beside_native(cluster: FleetCluster, objects: list[dict[str, Any]], timeout: float = 120.0) -> None:
+    """deploy/ applied with the native tier in force (its validating policies answer the harness's probes
+    first), the webhooks last, and in force once a pod the native tier leaves alone (one naming its class) is
+    formed by the webhook."""
+    webhooks = [o for o in objects if o.get("kind") in WEBHOOK_KINDS]
+    for obj in [o for o in objects if o.get("kind") not in WEBHOOK_KINDS] + webhooks:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
+    ns = cluster.create_namespace("webhook-probe", {"team": "probe"})
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": ns, "labels": {"gpugate.io/model": "h100"}},
+        "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe, check=False)
+        if done.ok and (json.loads(done.stdout)["spec"].get("nodeSelector") or {}).get(PRODUCT["h100"][0]):
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"fleet_scale: the webhooks were not in force beside the native tier after {timeout:.0f} s")
 
 
 def _ms(seconds: float | None) -> float | None:
