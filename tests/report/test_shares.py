@@ -345,3 +345,20 @@ def test_by_pod_csv_and_html_carry_the_workload(shares: RunningPrometheus) -> No
     assert html_out.returncode == 0, html_out.stderr
     assert "<thead><tr><th>POD</th><th>WORKLOAD</th>" in html_out.stdout
     assert "<tr><td>hami/hami-b</td><td>hami/Deployment/hami-b</td>" in html_out.stdout
+
+
+def test_the_dashboards_dra_panel_gives_the_reports_claims(shares: RunningPrometheus) -> None:
+    dashboard = json.loads((ROOT / "deploy/monitoring/gpugate-report-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"] == "GPU-hours held through DRA claims by team"]
+    client = Prometheus(shares.url)
+    end = parse_time(END_ISO, now=0)
+    got = {}
+    for target in panel["targets"]:
+        expr = target["expr"].replace("$__range", f"{LENGTH}s")
+        got[target["refId"]] = {
+            s.labels.get("team", ""): next(iter(s.samples.values())) for s in client.query(expr, at=end)
+        }
+    step = INTERVAL / 3600
+    # the three claims' H200, as the report bills them (telemetry or not); gpu-3 all along and gpu-2 after hold-0
+    assert got["held"] == pytest.approx({"training": 6.0, "infra": 6.0, "batch": 4.0}, abs=step)
+    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0}, abs=step)
