@@ -10,6 +10,7 @@ kubernetes-sigs/dra-driver-cpu (``dra.cpu``), whose devices are no GPUs. A claim
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,7 @@ from webhook.inventory.model import Inventory, slice_of
 from webhook.policy.model import PolicySet
 from webhook.serve import metrics
 from webhook.serve.app import create_app
-from webhook.serve.dra import (
-    ALLOCATED,
-    DEVICE,
-    AllocatedClaim,
-    AllocatedDevice,
-    DraSeries,
-    device_series,
-    gpu_drivers,
-)
+from webhook.serve.dra import ALLOCATED, DEVICE, DraSeries, device_series, gpu_drivers
 from webhook.serve.policies import PolicyStore
 
 
@@ -114,17 +107,30 @@ def fleet() -> Fleet:
     )
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """One allocated device as the claims cache lists it (webhook/kube/claims.py ``allocations``)."""
+
+    namespace: str
+    claim: str
+    request: str
+    driver: str
+    pool: str
+    device: str
+    pods: tuple[str, ...]
+    admin_access: bool = False
+    device_class: str = ""
+
+
 CLAIMS = (
     # one GPU shared by two pods of the claim
-    AllocatedClaim(
-        "ml", "train-gpu-7x2k", (AllocatedDevice("gpu", "gpu.nvidia.com", "h200-0", "gpu-0"),), ("train-0", "train-1")
-    ),
+    Allocation("ml", "train-gpu-7x2k", "gpu", "gpu.nvidia.com", "h200-0", "gpu-0", ("train-0", "train-1")),
+    # a monitoring agent's admin-access view of the same GPU holds nothing
+    Allocation("ml", "dcgm-view", "gpu", "gpu.nvidia.com", "h200-0", "gpu-0", ("dcgm-0",), admin_access=True),
     # a MIG device, reserved for nobody yet
-    AllocatedClaim(
-        "ml", "mig-claim", (AllocatedDevice("slice", "gpu.nvidia.com", "h200-0", "gpu-1-mig-1g18gb-0"),), ()
-    ),
+    Allocation("ml", "mig-claim", "slice", "gpu.nvidia.com", "h200-0", "gpu-1-mig-1g18gb-0", ()),
     # CPUs only: no GPU series
-    AllocatedClaim("ml", "cpus", (AllocatedDevice("cpus", "dra.cpu", "h200-0", "cpu0"),), ("train-0",)),
+    Allocation("ml", "cpus", "cpus", "dra.cpu", "h200-0", "cpu0", ("train-0",)),
 )
 
 
@@ -181,7 +187,7 @@ def test_each_allocated_gpu_device_is_a_series_per_pod_it_is_reserved_for() -> N
 
 
 def test_a_claim_on_a_device_no_slice_publishes_still_names_it() -> None:
-    gone = AllocatedClaim("ml", "old", (AllocatedDevice("gpu", "gpu.nvidia.com", "h200-9", "gpu-3"),), ("p",))
+    gone = Allocation("ml", "old", "gpu", "gpu.nvidia.com", "h200-9", "gpu-3", ("p",))
     found = families(metrics.render(DraSeries(fleet(), policies=PolicySet, claims=lambda: [gone]))[0].decode())
     [one] = found[ALLOCATED]
     assert (one["pool"], one["device"], one["uuid"], one["node"]) == ("h200-9", "gpu-3", "", "")

@@ -18,7 +18,8 @@ reports.
   device of an allocated ResourceClaim (``status.allocation.devices.results``: request, driver, pool, device;
   resource.k8s.io/v1 DeviceRequestAllocationResult) and pod it is reserved for (``status.reservedFor`` entries of
   resource ``pods``; the pods are in the claim's namespace), with the device's labels above where a GPU slice
-  publishes it. A claim reserved for nobody yet has ``claim_pod=""``. Only devices of GPU drivers.
+  publishes it, from the claims cache's ``allocations()``. A claim reserved for nobody yet has
+  ``claim_pod=""``. Only devices of GPU drivers, and no admin-access allocation (it holds nothing).
 
 The labels never say ``namespace`` or ``pod``: Prometheus puts the scrape target's own there (gpugate's pod), and
 the report maps ``claim_namespace`` and ``claim_pod`` itself. Every worker watches the same cluster, so the worker
@@ -29,8 +30,7 @@ per-process values summed over workers).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -45,24 +45,26 @@ DEVICE_LABELS = ("node", "driver", "pool", "device", "uuid", "parent_uuid", "pro
 ALLOCATED_LABELS = ("claim_namespace", "claim_name", "claim_pod", "request", *DEVICE_LABELS)
 
 
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One device of an allocated claim, as its ``status.allocation.devices.results`` entry names it."""
+class Allocation(Protocol):
+    """One device allocated to a ResourceClaim and the pods the claim is reserved for, as the claims cache's
+    ``allocations()`` lists them (``webhook.kube.claims``: one per device of every allocated claim)."""
 
-    request: str
-    driver: str
-    pool: str
-    device: str
-
-
-@dataclass(frozen=True)
-class AllocatedClaim:
-    """An allocated ResourceClaim: its devices and the pods ``status.reservedFor`` names (in its namespace)."""
-
-    namespace: str
-    name: str
-    devices: tuple[AllocatedDevice, ...]
-    pods: tuple[str, ...]
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def claim(self) -> str: ...
+    @property
+    def request(self) -> str: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def admin_access(self) -> bool: ...
+    @property
+    def pods(self) -> tuple[str, ...]: ...
 
 
 def gpu_drivers(policies: PolicySet) -> frozenset[str]:
@@ -96,37 +98,37 @@ def device_series(inventory: Inventory, drivers: frozenset[str]) -> dict[tuple[s
 
 
 def allocation_series(
-    claims: Iterable[AllocatedClaim],
+    allocations: Iterable[Allocation],
     devices: dict[tuple[str, str, str], dict[str, str]],
     drivers: frozenset[str],
 ) -> list[dict[str, str]]:
     """The labels of every ``gpugate_dra_gpu_allocated`` series: per GPU device of each allocated claim and pod it
-    is reserved for (one series with ``claim_pod=""`` while it is reserved for nobody)."""
+    is reserved for (one series with ``claim_pod=""`` while it is reserved for nobody). An admin-access
+    allocation (a monitoring agent's view of a device others hold, KEP-5018) holds nothing and is left out."""
     out = []
-    for claim in claims:
-        for allocated in claim.devices:
-            if allocated.driver not in drivers:
-                continue  # a CPU, NIC or memory claim: no GPU
-            published = devices.get((allocated.driver, allocated.pool, allocated.device)) or {
-                "node": "",
-                "driver": allocated.driver,
-                "pool": allocated.pool,
-                "device": allocated.device,
-                "uuid": "",
-                "parent_uuid": "",
-                "profile": "",
-                "model": "",
-            }
-            for pod in claim.pods or ("",):
-                out.append(
-                    {
-                        "claim_namespace": claim.namespace,
-                        "claim_name": claim.name,
-                        "claim_pod": pod,
-                        "request": allocated.request,
-                        **published,
-                    }
-                )
+    for allocated in allocations:
+        if allocated.driver not in drivers or allocated.admin_access:
+            continue  # a CPU, NIC or memory device: no GPU
+        published = devices.get((allocated.driver, allocated.pool, allocated.device)) or {
+            "node": "",
+            "driver": allocated.driver,
+            "pool": allocated.pool,
+            "device": allocated.device,
+            "uuid": "",
+            "parent_uuid": "",
+            "profile": "",
+            "model": "",
+        }
+        for pod in allocated.pods or ("",):
+            out.append(
+                {
+                    "claim_namespace": allocated.namespace,
+                    "claim_name": allocated.claim,
+                    "claim_pod": pod,
+                    "request": allocated.request,
+                    **published,
+                }
+            )
     return out
 
 
@@ -134,7 +136,7 @@ class DraSeries(Collector):
     """The two families, rendered at each scrape from the fleet watcher's ResourceSlices and the claims cache.
 
     ``fleet``: what ``webhook.kube.inventory.FleetWatcher`` offers (``inventory()``, None until synced: then no
-    series, rather than a partial fleet). ``claims``: the allocated claims now (None: no claims cache, no
+    series, rather than a partial fleet). ``claims``: the allocated devices now (None: no claims cache, no
     allocation series). ``policies``: the policy set in force, for the GPU drivers.
     """
 
@@ -143,7 +145,7 @@ class DraSeries(Collector):
         fleet: Any,
         *,
         policies: Callable[[], PolicySet],
-        claims: Callable[[], Iterable[AllocatedClaim]] | None = None,
+        claims: Callable[[], Iterable[Allocation]] | None = None,
     ) -> None:
         self.fleet = fleet
         self.policies = policies
@@ -176,7 +178,7 @@ class DraSeries(Collector):
         seen: set[tuple[str, ...]] = set()
         for labels in allocation_series(self.claims(), devices, drivers):
             values = tuple(labels[k] for k in ALLOCATED_LABELS)
-            if values not in seen:  # one claim listing a device twice (two requests) is still one device held
+            if values not in seen:  # a claim listing one device twice for one request is still one device
                 seen.add(values)
                 allocated.add_metric(list(values), 1.0)
         yield allocated
