@@ -183,16 +183,20 @@ def shared_fleet() -> Fleet:
     # holds gpu-0, ext-0's DRA-backed extended resource the scheduler's claim on gpu-1, hold-0's claim gpu-2
     # (dcgm-exporter never reports it; kube-state-metrics has no pod -> claim link for it); gpu-3 is nobody's.
     # hold-0 ends after 4 h while its claim still names it for 2 h more (not yet released): held 4 h.
-    for replica in ("gpugate-5d8f-abcde", "gpugate-5d8f-fghij"):
-        scrape = {"namespace": "gpugate", "pod": replica, "instance": f"{replica}:8443", "job": "gpugate"}
+    for gate in ("gpugate-5d8f-abcde", "gpugate-5d8f-fghij"):
+        scrape = {"namespace": "gpugate", "pod": gate, "instance": f"{gate}:8443", "job": "gpugate"}
         for n in range(4):
             device = {"driver": "gpu.nvidia.com", "pool": "node-d", "device": f"gpu-{n}", "node": "node-d"}
             published = device | {"uuid": f"GPU-d-{n}", "parent_uuid": "", "profile": "", "model": H200}
             fleet.add("gpugate_dra_gpu_device", scrape | published, 1.0, **every)
-            holder = {0: ("train-0", "train-0-gpu-abc12"), 1: ("ext-0", "ext-0-gpu-q8r2t"), 2: ("hold-0", "hold-0-gpu")}
-            if n in holder:
-                pod, claim = holder[n]
-                allocation = {"claim_namespace": "dra", "claim_name": claim, "claim_pod": pod, "request": "gpu"}
+            holders = {
+                0: ("train-0", "train-0-gpu-abc12"),
+                1: ("ext-0", "ext-0-gpu-q8r2t"),
+                2: ("hold-0", "hold-0-gpu"),
+            }
+            if n in holders:
+                holder, held = holders[n]
+                allocation = {"claim_namespace": "dra", "claim_name": held, "claim_pod": holder, "request": "gpu"}
                 fleet.add("gpugate_dra_gpu_allocated", scrape | published | allocation, 1.0, **every)
     fleet.pod(
         "dra",
