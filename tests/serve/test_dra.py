@@ -213,3 +213,8 @@ def test_the_series_are_on_metrics_of_a_worker_with_a_fleet() -> None:
     client = create_app(policies=store, fleet=status.fleet, status=status).test_client()
     found = families(client.get("/metrics").get_data(as_text=True))
     assert len(found[DEVICE]) == 2 and len(found[ALLOCATED]) == 3
+
+
+def test_no_allocation_family_while_the_claims_cache_has_not_listed() -> None:
+    body = metrics.render(DraSeries(fleet(), policies=PolicySet, claims=lambda: None))[0].decode()
+    assert DEVICE in body and ALLOCATED not in body

@@ -136,8 +136,9 @@ class DraSeries(Collector):
     """The two families, rendered at each scrape from the fleet watcher's ResourceSlices and the claims cache.
 
     ``fleet``: what ``webhook.kube.inventory.FleetWatcher`` offers (``inventory()``, None until synced: then no
-    series, rather than a partial fleet). ``claims``: the allocated devices now (None: no claims cache, no
-    allocation series). ``policies``: the policy set in force, for the GPU drivers.
+    series, rather than a partial fleet). ``claims``: the allocated devices now (None, or a callable that
+    returns None: no claims cache, or one not listed yet, and no allocation family). ``policies``: the policy
+    set in force, for the GPU drivers.
     """
 
     def __init__(
@@ -145,7 +146,7 @@ class DraSeries(Collector):
         fleet: Any,
         *,
         policies: Callable[[], PolicySet],
-        claims: Callable[[], Iterable[Allocation]] | None = None,
+        claims: Callable[[], Iterable[Allocation] | None] | None = None,
     ) -> None:
         self.fleet = fleet
         self.policies = policies
@@ -167,7 +168,8 @@ class DraSeries(Collector):
             labels = devices[key]
             published.add_metric([labels[k] for k in DEVICE_LABELS], 1.0)
         yield published
-        if self.claims is None:
+        current = self.claims() if self.claims is not None else None
+        if current is None:
             return
         allocated = GaugeMetricFamily(
             ALLOCATED,
@@ -176,7 +178,7 @@ class DraSeries(Collector):
             labels=ALLOCATED_LABELS,
         )
         seen: set[tuple[str, ...]] = set()
-        for labels in allocation_series(self.claims(), devices, drivers):
+        for labels in allocation_series(current, devices, drivers):
             values = tuple(labels[k] for k in ALLOCATED_LABELS)
             if values not in seen:  # a claim listing one device twice for one request is still one device
                 seen.add(values)
