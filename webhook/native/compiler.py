@@ -33,7 +33,7 @@ from ..policy.keys import (
     WORKLOAD_NAME_LABEL,
 )
 from ..policy.model import BUILTIN, Device, Policy, PolicySet
-from ..policy.vendors import IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import HAMI_UUID_ANNOTATIONS, IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
 from .cel import any_glob, literal, look_alike_pattern, selector, string
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -374,6 +374,7 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         holders[name] = sorted(
             {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION}
             | {a for d in p.devices.values() for a in d.choice_annotations}
+            | _pinning(p)
         )
         owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
         look_alike[name] = "|".join(look_alike_pattern(k) for k in [*owned, MODEL_LABEL])
@@ -397,8 +398,14 @@ def _profile(p: Policy) -> dict[str, Any]:
         "attribution": [repr(a) for a in p.attribution],
         "shared": sorted(p.shared_gpu_containers),
         "holders": repr(p.holders),
-        "choices": sorted({a for d in p.devices.values() for a in d.choice_annotations}),
+        "choices": sorted({a for d in p.devices.values() for a in d.choice_annotations} | _pinning(p)),
     }
+
+
+def _pinning(p: Policy) -> set[str]:
+    """HAMi's annotations that pin a pod's GPUs by UUID, for the policy's devices: the pinned GPUs choose the
+    hardware (``rules.choice``), so such a pod is not plain and the webhook decides it."""
+    return {HAMI_UUID_ANNOTATIONS[d.name] for d in p.devices.values() if d.name in HAMI_UUID_ANNOTATIONS}
 
 
 def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
