@@ -468,3 +468,34 @@ def test_a_client_that_expects_100_continue_gets_it_and_its_answer(slow: Served)
         answer = read_answer(sock)
     final = answer.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b"")
     assert final.startswith(b"HTTP/1.1 413") and b'"code":413' in final.replace(b" ", b""), answer[:300]
+
+
+def test_large_bodies_past_the_worker_s_slots_wait_unread_and_are_each_answered(slow: Served) -> None:
+    """Four clients on one worker send most of a 400 KiB review (over the app's LARGE_BODY) and hold the rest back.
+    The worker gathers two large requests at a time (LARGE_SLOTS: memory stays bounded however many send them), the
+    others wait unread; a review sent meanwhile is answered at once, and
+    once the four complete, each is answered, the waiting ones when a slot frees. (With gthread the four held both
+    threads until --idle-timeout cut them off, each with a 400.)"""
+    big = [review(gpu_pod(1), uid=f"large-{n}") for n in range(4)]
+    for body in big:
+        body["request"]["object"]["metadata"]["annotations"] = {"filler": "y" * (400 * 1024)}
+    wire = [
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n" % len(data) + data
+        for data in (json.dumps(body).encode() for body in big)
+    ]
+    senders = [handshaken(slow.port, slow.certs) for _ in big]
+    try:
+        for sock, data in zip(senders, wire, strict=True):
+            sock.sendall(data[:-100])
+        with handshaken(slow.port, slow.certs) as fresh:
+            fresh.sendall(review_request("meanwhile"))
+            assert answered(read_answer(fresh), "meanwhile")
+        for sock, data in zip(senders, wire, strict=True):
+            sock.sendall(data[-100:])
+        for number, sock in enumerate(senders):
+            answer = read_answer(sock)
+            assert answered(answer, f"large-{number}"), answer[:300]
+    finally:
+        for sock in senders:
+            sock.close()

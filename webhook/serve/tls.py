@@ -35,8 +35,9 @@ CHECK_INTERVAL = 1.0
 # IDLE_TIMEOUT of silence within either. kube-apiserver sends a review in one go right after connecting
 # (or on a kept-alive connection, which waits in gunicorn's poller, not in a thread) and gives up on it
 # after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/). gpugate's worker (webhook/serve/worker.py)
-# performs the handshake without blocking, waiting for the client's bytes in the poller, so for the handshake
-# only HANDSHAKE_TIMEOUT counts there.
+# performs the handshake and gathers each request without blocking, waiting for the client's bytes in the
+# poller: there the handshake gets HANDSHAKE_TIMEOUT, a request REQUEST_READ_TIMEOUT from its first byte and
+# IDLE_TIMEOUT between bytes, and a thread reads only requests that have arrived whole.
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_READ_TIMEOUT = 10.0
 IDLE_TIMEOUT = 3.0

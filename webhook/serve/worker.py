@@ -40,6 +40,7 @@ import logging
 import selectors
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from functools import partial
@@ -47,6 +48,7 @@ from typing import Any, ClassVar
 
 from gunicorn import http
 from gunicorn import sock as gunicorn_sock
+from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
 from .tls import HANDSHAKE_TIMEOUT, Timeouts
@@ -69,6 +71,12 @@ LINGER_DRAIN = 65536
 # How often the event loop looks for parked connections whose TLS handshake, or request, is past its deadline
 # (seconds).
 HANDSHAKE_SWEEP = 0.25
+# Large requests (a body over the app's LARGE_BODY, 256 KiB) a worker holds at once, from their first large byte
+# until a thread has answered them: the app decides one at a time per worker (webhook.serve.app), so two are the
+# one being decided and the next. More clients sending large bodies wait, unread (their TCP window fills), and get
+# their --request-timeout again when their turn comes. Memory is so bounded by 2 x MAX_BODY per worker, however
+# many clients send large bodies; ordinary reviews (5-25 KiB) never wait for a slot.
+LARGE_SLOTS = 2
 # One read of a request's bytes in the poller; it reads until the socket has no more.
 READ_CHUNK = 65536
 # A chunk-size line (hex size, extensions) or a trailer line longer than this is not one gunicorn reads.
@@ -78,6 +86,9 @@ CHUNK_LINE_LIMIT = 4096
 CHUNKED_SLACK = 2 * 65536
 
 log = logging.getLogger("gpugate.server")
+
+# What ``_gather`` says of a large request that waits for one of the worker's slots (``_take_large``).
+PAUSED: object = object()
 
 
 class Chunks:
@@ -128,48 +139,83 @@ class Chunks:
 
 
 class Incoming:
-    """A request being gathered in the poller: its bytes so far, whether it is complete, its deadlines.
+    """A request being gathered in the poller: its bytes so far (as they were read, not copied together),
+    whether it is complete, its deadlines.
 
     ``ready`` is True once the request is whole, or once it is one to hand to gunicorn as it is, to be refused
     there: a head over ``head_limit`` or framed in a way this reader does not follow (gunicorn answers 400), a
     Content-Length over ``max_body`` (its body is read and dropped here up to ``drain_limit``, then the app
     answers 413), a chunked body past ``max_body`` (kept up to a little more, so that the app sees it is over,
-    the rest read and dropped up to ``drain_limit``)."""
+    the rest read and dropped up to ``drain_limit``). ``large`` once it keeps more than ``large_body`` bytes:
+    the worker gathers only a few of those at a time."""
 
-    def __init__(self, already: bytes, *, head_limit: int, max_body: int, drain_limit: int, timeouts: Timeouts) -> None:
+    def __init__(
+        self,
+        already: bytes,
+        *,
+        head_limit: int,
+        max_body: int,
+        drain_limit: int,
+        large_body: int,
+        timeouts: Timeouts,
+    ) -> None:
         now = time.monotonic()
-        self.data = bytearray()
-        self.head_limit, self.max_body, self.drain_limit = head_limit, max_body, drain_limit
+        self.head = bytearray()  # until the head is whole
+        self.parts: list[bytes] = []  # then the head and what followed, as read
+        self.kept = 0
+        self.head_limit, self.max_body, self.drain_limit, self.large_body = (
+            head_limit,
+            max_body,
+            drain_limit,
+            large_body,
+        )
+        self.timeouts = timeouts
         self.deadline = now + timeouts.request
-        self.idle = timeouts.idle
         self.last = now
-        self.head_end = -1  # where the body starts, once the head is whole
         self.length: int | None = None  # bytes of body still to come (Content-Length)
         self.chunks: Chunks | None = None
         self.dropped = 0  # body bytes read and dropped (a body over the limit)
         self.keeping = True
         self.continue_100 = False  # the client waits for "100 Continue" before it sends its body
         self.ready = False
+        self.large = False
+        self.paused = False  # not read while the worker gathers as many large requests as it may
         self.feed(already)
 
     def late(self, now: float) -> bool:
-        return now > self.deadline or now > self.last + self.idle
+        return not self.paused and (now > self.deadline or now > self.last + self.timeouts.idle)
+
+    def resume(self) -> None:
+        """Reading goes on after a pause, which was the server's doing: the client gets its time again."""
+        self.paused = False
+        self.last = time.monotonic()
+        self.deadline = self.last + self.timeouts.request
+
+    def _keep(self, chunk: bytes) -> None:
+        if chunk:
+            self.parts.append(chunk)
+            self.kept += len(chunk)
+            self.large = self.large or self.kept > self.large_body
 
     def feed(self, chunk: bytes) -> None:
         self.last = time.monotonic()
-        if self.head_end < 0:
-            scanned = max(0, len(self.data) - 3)
-            self.data += chunk
-            end = self.data.find(b"\r\n\r\n", scanned)
+        if not self.parts:
+            scanned = max(0, len(self.head) - 3)
+            self.head += chunk
+            end = self.head.find(b"\r\n\r\n", scanned)
             if end < 0:
-                self.ready = len(self.data) > self.head_limit
+                self.ready = len(self.head) > self.head_limit
+                if self.ready:
+                    self._keep(bytes(self.head))
                 return
-            self.head_end = end + 4
-            if self.head_end > self.head_limit or not self._framing(bytes(self.data[:end])):
+            head_end = end + 4
+            self._keep(bytes(self.head[:head_end]))
+            chunk = bytes(self.head[head_end:])
+            self.head = bytearray()
+            if head_end > self.head_limit or not self._framing(bytes(self.parts[0][:end])):
+                self._keep(chunk)
                 self.ready = True
                 return
-            chunk = bytes(self.data[self.head_end :])
-            del self.data[self.head_end :]
         self._body(chunk)
 
     def _framing(self, head: bytes) -> bool:
@@ -199,13 +245,15 @@ class Incoming:
             self.keeping = False
             if self.length > self.drain_limit or self.continue_100:  # refused before its body, as the app would
                 self.length = 0
+        else:
+            self.large = self.length > self.large_body  # known from the head: asks for its slot before its body
         return True
 
     def _body(self, chunk: bytes) -> None:
         if self.chunks is not None:
             used = self.chunks.feed(chunk)
             if self.keeping:
-                self.data += chunk
+                self._keep(chunk)
                 self.keeping = self.chunks.data <= self.max_body + CHUNKED_SLACK
             else:
                 self.dropped += used
@@ -213,7 +261,7 @@ class Incoming:
             return
         assert self.length is not None
         if self.keeping:
-            self.data += chunk  # bytes past the body (a pipelined request) stay for the next one
+            self._keep(chunk)  # bytes past the body (a pipelined request) stay for the next one
         else:
             self.dropped += min(len(chunk), self.length)
         self.length = max(0, self.length - len(chunk))
@@ -222,7 +270,30 @@ class Incoming:
     @property
     def waits_for_100(self) -> bool:
         """Whether the client waits for "100 Continue" to send the body this request still lacks."""
-        return self.continue_100 and self.head_end >= 0 and not self.ready and len(self.data) == self.head_end
+        return self.continue_100 and len(self.parts) == 1 and not self.ready
+
+
+class GatheredUnreader(SocketUnreader):  # type: ignore[misc]
+    """gunicorn's socket unreader, reading first the pieces the poller gathered (``Incoming.parts``), one at a
+    time as they were read from the socket: the body is not copied together once more."""
+
+    def __init__(self, sock: Any) -> None:
+        super().__init__(sock)
+        self.parts: deque[bytes] = deque()
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        if self.parts:
+            return self.parts.popleft()
+        return super().chunk(size_hint)  # type: ignore[no-any-return]
+
+    def take_buffered(self) -> bytes:
+        """What is held, buffered or gathered, taking it out."""
+        held = super().take_buffered() + b"".join(self.parts)
+        self.parts.clear()
+        return held  # type: ignore[no-any-return]
+
+    def holds(self) -> bool:
+        return bool(self.parts) or bool(self.buf.getbuffer().nbytes)
 
 
 class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
@@ -241,12 +312,15 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             + self.cfg.limit_request_fields * (self.cfg.limit_request_field_size + 2)
             + 2
         )
-        self.max_body = self.drain_limit = 0
+        self.max_body = self.drain_limit = self.large_body = 0
+        self.paused: deque[Any] = deque()  # large requests waiting for a slot, oldest first
+        self._large_lock = threading.Lock()
+        self._large_free = LARGE_SLOTS
 
     def init_process(self) -> None:
-        from .app import DRAIN_LIMIT, MAX_BODY  # in the worker, after fork: see webhook.serve.command
+        from .app import DRAIN_LIMIT, LARGE_BODY, MAX_BODY  # in the worker, after fork: see webhook.serve.command
 
-        self.max_body, self.drain_limit = MAX_BODY, DRAIN_LIMIT
+        self.max_body, self.drain_limit, self.large_body = MAX_BODY, DRAIN_LIMIT, LARGE_BODY
         super().init_process()
 
     def handle(self, conn: Any) -> Any:
@@ -274,20 +348,23 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         outcome = self._gather(conn)
         if outcome is None:
             return False
-        if outcome:
+        if outcome is True:
             return super().handle(conn)
         conn.data_ready = False  # set again by the poller when more of the request arrives
         return _DEFER
 
-    def _gather(self, conn: Any) -> bool | None:
+    def _gather(self, conn: Any) -> bool | object | None:
         """Read what has arrived of ``conn``'s request, without waiting: True once it is ready for a thread (its
-        bytes are then in the parser's buffer), False while more is to come, None when the client has gone."""
+        bytes are then the parser's to read), False while more is to come, None when the client has gone, PAUSED
+        when it is a large request and the worker holds as many as it may (``_take_large``)."""
         incoming: Incoming | None = getattr(conn, "incoming", None)
         if incoming is None and (left := conn.parser.unreader.take_buffered()):  # read past the last request
             incoming = conn.incoming = self._incoming(conn, left)
         sock = conn.sock
         sock.setblocking(False)
         while incoming is None or not incoming.ready:
+            if incoming is not None and incoming.large and not self._take_large(conn):
+                return PAUSED
             try:
                 chunk = sock.recv(READ_CHUNK)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
@@ -302,6 +379,8 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
             incoming.feed(chunk)
         if incoming is None:
             return False
+        if incoming.large and not self._take_large(conn):
+            return PAUSED
         if incoming.waits_for_100:
             with contextlib.suppress(OSError, ssl.SSLError):  # an empty send buffer takes it whole
                 sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -309,24 +388,55 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if not incoming.ready:
             return False
         conn.incoming = None
-        conn.parser.unreader.unread(bytes(incoming.data))
+        conn.parser.unreader.parts.extend(incoming.parts)
         return True
+
+    def _take_large(self, conn: Any) -> bool:
+        """Whether ``conn`` may gather (or keep) a large request: at most LARGE_SLOTS are held at once, from their
+        first large byte until a thread has answered them."""
+        if getattr(conn, "large_slot", False):
+            return True
+        with self._large_lock:
+            if self._large_free <= 0:
+                conn.incoming.paused = True
+                return False
+            self._large_free -= 1
+        conn.large_slot = True
+        return True
+
+    def _give_back_large(self, conn: Any) -> None:
+        """In the event loop: ``conn`` is done with its large request; the connection paused longest goes on."""
+        if not getattr(conn, "large_slot", False):
+            return
+        conn.large_slot = False
+        with self._large_lock:
+            self._large_free += 1
+        while self.paused and self._large_free > 0:
+            waiting = self.paused.popleft()
+            waiting.incoming.resume()
+            self._receive(waiting)
 
     def _incoming(self, conn: Any, already: bytes) -> Incoming:
         timeouts = getattr(conn.sock, "timeouts", Timeouts())
-        limits = {"head_limit": self.head_limit, "max_body": self.max_body, "drain_limit": self.drain_limit}
-        return Incoming(already, timeouts=timeouts, **limits)
+        return Incoming(
+            already,
+            timeouts=timeouts,
+            head_limit=self.head_limit,
+            max_body=self.max_body,
+            drain_limit=self.drain_limit,
+            large_body=self.large_body,
+        )
 
     def _receive(self, conn: Any) -> None:
         """In the event loop: ``conn`` has bytes of a request. Hand it to a thread once the request is whole;
         until then it waits here, among ``receiving``."""
         outcome = self._gather(conn)
-        if outcome is False:
-            if not getattr(conn, "gathering", False):
-                self._park_receiving(conn)
+        if outcome is False or outcome is PAUSED:
+            self._park_receiving(conn)
             return
         self._unpark_receiving(conn)
         if outcome is None:
+            self._give_back_large(conn)
             self.nr_conns -= 1
             conn.close()
             return
@@ -334,17 +444,27 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self.enqueue_req(conn)
 
     def _park_receiving(self, conn: Any) -> None:
+        """``conn`` waits for more of its request (read when it arrives), or, paused, for a large slot."""
+        if conn.incoming.paused:
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(conn.sock)
+            if conn not in self.paused:
+                self.paused.append(conn)
+        else:
+            try:
+                self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_receiving_readable, conn))
+            except (KeyError, ValueError):
+                self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_receiving_readable, conn))
+        if getattr(conn, "gathering", False):
+            return
         conn.gathering = True
-        try:
-            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_receiving_readable, conn))
-        except KeyError:
-            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_receiving_readable, conn))
         self.receiving.append(conn)
         while len(self.receiving) > self.max_parked:
-            oldest = self.receiving.popleft()
-            oldest.gathering = False
+            oldest = self.receiving[0]
             self.log.debug("closed the oldest connection still sending its request, from %s", _peer(oldest))
+            self._unpark_receiving(oldest)
             self._drop(oldest)
+            self._give_back_large(oldest)
 
     def _unpark_receiving(self, conn: Any) -> None:
         with contextlib.suppress(OSError, KeyError, ValueError):
@@ -352,6 +472,8 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if getattr(conn, "gathering", False):
             conn.gathering = False
             self.receiving.remove(conn)
+        if conn in self.paused:
+            self.paused.remove(conn)
 
     def _on_receiving_readable(self, conn: Any, _sock: Any) -> None:
         self._receive(conn)
@@ -392,16 +514,22 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if gunicorn_sock.is_http2_negotiated(conn.sock):  # never offered (ALPN http/1.1, `http_protocols`)
             raise ssl.SSLError("HTTP/2 negotiated, but gpugate serves HTTP/1.1 only")
         conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.parser.unreader = GatheredUnreader(conn.sock)
         conn.init()  # with a parser, only marks the connection initialized and blocking
         conn.sock.from_buffer = True  # type: ignore[union-attr]  # a thread reads its requests from memory (``_gather``), never waits
         return True
 
     def finish_request(self, conn: Any, fs: Any) -> None:
+        if fs.cancelled() or fs.exception() is not None or fs.result() is not _DEFER:  # a request was answered
+            self._give_back_large(conn)
+            unreader = getattr(conn.parser, "unreader", None)
+            if isinstance(unreader, GatheredUnreader) and unreader.parts:  # read past it: gthread looks in buf
+                unreader.unread(unreader.take_buffered())
         if not fs.cancelled() and fs.exception() is None and not fs.result():  # done with: close gracefully
             self.nr_conns -= 1
             self._linger(conn)
             return
-        super().finish_request(conn, fs)  # may park ``conn``
+        super().finish_request(conn, fs)  # may park ``conn
         pending: deque[Any] = self.pending_conns
         kept: deque[Any] = self.keepalived_conns
         if pending and pending[-1] is conn and getattr(conn, "incoming", None) is not None:
@@ -484,8 +612,8 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self.log.debug("closed the connection from %s: its TLS handshake did not arrive in time", _peer(conn))
                 self._close_parked(conn)
             for conn in [c for c in self.receiving if c.incoming.late(now)]:
-                self.receiving.remove(conn)
-                conn.gathering = False
+                self._unpark_receiving(conn)
+                self._give_back_large(conn)
                 log.warning(
                     "closed the connection from %s: the request did not arrive in time "
                     "(--request-timeout from its first byte, --idle-timeout between bytes)",
@@ -500,8 +628,8 @@ class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
         while force and self.lingering:  # the worker is stopping
             self._end_linger(self.lingering.popleft())
         while force and self.receiving:
-            conn = self.receiving.popleft()
-            conn.gathering = False
+            conn = self.receiving[0]
+            self._unpark_receiving(conn)
             self._close_parked(conn)
 
 
