@@ -292,9 +292,6 @@ class GatheredUnreader(SocketUnreader):  # type: ignore[misc]
         self.parts.clear()
         return held  # type: ignore[no-any-return]
 
-    def holds(self) -> bool:
-        return bool(self.parts) or bool(self.buf.getbuffer().nbytes)
-
 
 class ThreadWorker(gthread.ThreadWorker):  # type: ignore[misc]
     max_parked: ClassVar[int] = DEFAULT_MAX_PARKED
