@@ -162,6 +162,33 @@ def test_the_native_tier_renders_the_compiled_objects_with_the_release_s_exclusi
         assert obj["spec"] == compiled["spec"]
 
 
+def test_the_native_tier_narrows_both_pod_webhooks_with_the_condition_of_its_own_objects(helm: Path) -> None:
+    def conditions(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
+        return {
+            h["name"]: [c["name"] for c in h.get("matchConditions", [])]
+            for o in objects
+            if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for h in o["webhooks"]
+        }
+
+    assert all("not-decided-natively" not in names for names in conditions(template(helm)).values())
+    objects = template(helm, "nativeTier.enabled=true", "workloadCRDs.enabled=true")
+    always = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    expression = always["metadata"]["annotations"]["gpugate.io/webhook-match-condition"]
+    narrowed = {
+        h["name"]: h["matchConditions"][-1]["expression"]
+        for o in objects
+        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in o["webhooks"]
+        if h.get("matchConditions") and h["matchConditions"][-1]["name"] == "not-decided-natively"
+    }
+    # The pod webhooks, not the workload CRDs' (they see no pods).
+    assert narrowed == {"mutate.gpugate.io": expression, "validate.gpugate.io": expression}
+    assert expression.startswith("!(request.operation == 'CREATE'")
+
+
 def test_unknown_certificate_mode_is_refused_with_a_message(helm: Path) -> None:
     done = run_helm(helm, "template", "gpugate", str(CHART), "--set", "certificates.mode=manual", check=False)
     assert done.returncode != 0
