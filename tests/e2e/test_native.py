@@ -225,10 +225,15 @@ def _with_webhooks(n: Native, *, narrowed: bool = False) -> None:
 def _server_stopped(n: Native) -> None:
     _with_webhooks(n, narrowed=True)
     n.gate.stop()
-    chosen = _probe(n, labels={"gpugate.io/model": "h100"})
+    # A pod only the validating webhook judges (no GPU, a device variable set to none): nothing native refuses
+    # it first, so its refusal says the webhook failed closed.
+    webhook_only = _probe(n)
+    container = webhook_only["spec"]["containers"][0]
+    container["resources"] = {}
+    container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
 
     def failing_closed() -> bool:
-        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=chosen, check=False)
+        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=webhook_only, check=False)
         return 'failed calling webhook "validate.gpugate.io"' in refused.stderr
 
     assert eventually(failing_closed, timeout=60), "the stopped server was still answering after 60 s"
@@ -344,7 +349,8 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     refused = _dry_run(native, forged)
     assert not refused.ok
     assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
-    assert "as if gpugate had formed it" in refused.stderr and "remove the gpugate.io annotations" in refused.stderr
+    assert "as if gpugate had formed it, but its label gpugate.io/team is not probe" in refused.stderr
+    assert "remove the gpugate.io annotations" in refused.stderr
     assert "validate.gpugate.io" not in refused.stderr
     assert native.gate.admission_requests() == before
 

@@ -95,3 +95,27 @@ def test_of_two_racing_for_an_expired_lease_the_apiserver_lets_one_win(api: Fake
     api.conflicts = 1  # the other candidate updates it between this one's read and its update
     assert not native.hold_lease(client, namespace="gpugate", name="gpugate-native-sync", identity="b", duration=30)
     assert api.objects[LEASE]["spec"]["holderIdentity"] == "a"
+
+
+def test_the_tier_in_force_as_gpugate_fleet_says_it(tmp_path: Path) -> None:
+    old = FakeAdmissionAPI(serves_mutating_policies=False)
+    try:
+        assert native.tier_in_force(_client(old, tmp_path)).startswith("webhook only: the cluster does not serve")
+    finally:
+        old.close()
+    api = FakeAdmissionAPI()
+    try:
+        client = _client(api, tmp_path)
+        assert native.tier_in_force(client).startswith("webhook only: the native objects are not installed")
+        for kind, name in (
+            ("MutatingAdmissionPolicy", "gpugate-mutate"),
+            ("ValidatingAdmissionPolicy", "gpugate-always"),
+        ):
+            native.apply(
+                client, {"kind": kind, "metadata": {"name": name, "annotations": {"gpugate.io/policy-digest": "abc"}}}
+            )
+        assert native.tier_in_force(client) == "native + webhook: the native objects of policies abc are in force"
+        api.forbidden.add("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpugate-always")
+        assert native.tier_in_force(client).startswith("unknown: GET ")
+    finally:
+        api.close()

@@ -182,12 +182,14 @@ def test_the_webhooks_are_narrowed_by_the_condition_gpugate_always_enforces(comp
     condition = always["metadata"]["annotations"][NARROWING_ANNOTATION]
     skipped = decided_natively(load_policies(SHIPPED).policies)
     assert condition == f"!({skipped})"
-    claim = always["spec"]["validations"][-1]
-    assert claim["expression"].startswith(f"!({skipped}) || (")
-    assert "remove the gpugate.io annotations" in claim["messageExpression"]
-    # Every variable the claim reads is defined on the object (the mutating policy's, evaluated lazily).
-    defined = {v["name"] for v in always["spec"]["variables"]}
-    assert set(re.findall(r"variables\.(\w+)", claim["expression"])) <= defined
+    variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
+    assert variables["claimsFormed"] == skipped
+    claims = [v for v in always["spec"]["validations"] if v["expression"].startswith("!variables.claimsFormed || ")]
+    assert len(claims) == 4
+    for claim in claims:
+        assert "remove" in claim["messageExpression"] and "gpugate.io annotations" in claim["messageExpression"]
+        # Every variable a claim reads is defined on the object (the mutating policy's, evaluated lazily).
+        assert set(re.findall(r"variables\.(\w+)", claim["expression"] + claim["messageExpression"])) <= set(variables)
     # It reads nothing a webhook's matchCondition does not have.
     assert "namespaceObject" not in skipped and "variables." not in skipped and "params" not in skipped
     # A webhook takes at most 64 matchConditions; gpugate's have two.

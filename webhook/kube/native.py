@@ -184,3 +184,22 @@ def hold_lease(api_client: Any, *, namespace: str, name: str, identity: str, dur
 
 def api_client_for(configured: Any) -> Any:
     return kubernetes.client.ApiClient(configured)
+
+
+def tier_in_force(api_client: Any) -> str:
+    """Which admission tier the cluster has, as ``gpugate fleet`` reports it: the native objects' policy digest
+    and who applied them (server-side apply's field manager), or why the webhook decides alone."""
+    try:
+        if not serves_mutating_policies(api_client):
+            return "webhook only: the cluster does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"
+        always = get(api_client, "ValidatingAdmissionPolicy", "gpugate-always")
+        mutate = get(api_client, "MutatingAdmissionPolicy", "gpugate-mutate")
+    except NativeError as err:
+        return f"unknown: {err}"
+    if always is None or mutate is None:
+        return "webhook only: the native objects are not installed (deploy/components/native-tier or --native-sync)"
+    metadata = always.get("metadata") or {}
+    digest = (metadata.get("annotations") or {}).get("gpugate.io/policy-digest", "?")
+    managers = sorted({str(m.get("manager")) for m in metadata.get("managedFields") or [] if m.get("manager")})
+    by = f", applied by {', '.join(managers)}" if managers else ""
+    return f"native + webhook: the native objects of policies {digest} are in force{by}"

@@ -1025,7 +1025,8 @@ def decided_natively(policies: tuple[Policy, ...]) -> str:
     the request alone), so it cannot tell the governing policy and trusts the annotation, which the pod's author
     can write too. What it cannot check (that policy is the governing one, the labels taken from the namespace,
     the tolerations and ``void``) ``gpugate-always`` checks on the same object (:func:`_claim_validation`), and
-    refuses a pod that claims to be formed and is not: no pod skips the webhooks without being judged.
+    refuses a pod that claims to be formed and is not (:func:`_claim_validations`): no pod skips the webhooks
+    without being judged.
     """
     t = _plain_tables(policies)
     holders = sorted({a for hs in t["holders"].values() for a in hs})
@@ -1097,45 +1098,72 @@ def narrowing_condition(policies: tuple[Policy, ...]) -> dict[str, str]:
     return {"name": NARROWING, "expression": f"!({decided_natively(policies)})"}
 
 
-def _claim_validation(policies: tuple[Policy, ...]) -> dict[str, Any]:
-    """``gpugate-always``'s check of a pod the narrowed webhooks skip (:func:`decided_natively`): the policy it
-    names governs it, and it holds what ``gpugate-mutate`` gives a plain pod of that policy in this namespace
-    (attribution labels and no look-alike beside them, the workload annotation, tolerations, ``void``). Its
-    variables are ``gpugate-mutate``'s, evaluated on the final object (nothing here changes resources)."""
+def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
+    """``gpugate-always``'s checks of a pod the narrowed webhooks skip (``variables.claimsFormed``, which is
+    :func:`decided_natively`): the policy it names governs it, its attribution labels are the ones that policy
+    gives it in this namespace with no look-alike beside them, and it holds the workload annotation, tolerations
+    and ``void`` ``gpugate-mutate`` gives a plain pod. Their variables are ``gpugate-mutate``'s, evaluated on the
+    final object (nothing here changes resources)."""
     t = _plain_tables(policies)
     look_alike = _chain(
         "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
     )
     workload = string(WORKLOAD_ANNOTATION)
+    claimed = f"variables.annotations[{string(POLICY_ANNOTATION)}]"
     gpu = (
         "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? "
         "c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) && "
         "quantity(string(m[r])).isGreaterThan(quantity('0'))))"
     )
+    wrong_label = "variables.labelPairs.filter(x, !(x[0] in variables.labels) || variables.labels[x[0]] != x[1])"
+    stray = f"variables.labels.filter(k, {look_alike} && !variables.labelPairs.exists(x, x[0] == k))"
     formed = " && ".join(
         [
-            f"variables.policy == variables.annotations[{string(POLICY_ANNOTATION)}]",
             "!variables.addRuntimeClass",
             "size(variables.missingTolerations) == 0",
             "size(variables.voidContainers) == 0 && size(variables.voidInit) == 0",
             f"variables.all.all(c, !has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}) || "
             f"(variables.voids && !(c.name in variables.shared) && !({gpu})))",
-            "variables.labelPairs.all(x, x[0] in variables.labels && variables.labels[x[0]] == x[1])",
-            f"!variables.labels.exists(k, {look_alike} && !variables.labelPairs.exists(x, x[0] == k))",
             f"size(variables.labelPairs) > 0 ? ({workload} in variables.annotations && "
             f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName) : "
             f"!({workload} in variables.annotations)",
         ]
     )
-    return {
-        "expression": f"!({decided_natively(policies)}) || ({formed})",
-        "messageExpression": "'pod: carries gpugate.io/policy \"' + variables.annotations["
-        f"{string(POLICY_ANNOTATION)}] + '\" and gpugate.io/mutated as if gpugate had formed it, but it is not "
-        "formed as policy \"' + variables.policy + '\" forms it here (labels, tolerations or "
-        f"{VISIBLE_DEVICES}=void differ); remove the gpugate.io annotations and let gpugate form it (gpugate)'",
-        "message": "gpugate: a pod claims to be formed by gpugate and is not",
-        "reason": "Forbidden",
-    }
+    fix = "remove the gpugate.io annotations and let gpugate form it (gpugate)"
+    return [
+        {
+            "expression": f"!variables.claimsFormed || variables.policy == {claimed}",
+            "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" as if gpugate had formed "
+            f"it, but policy \"' + variables.policy + '\" governs it here; {fix}'",
+            "message": "gpugate: a pod names a policy in gpugate.io/policy that does not govern it",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || size({wrong_label}) == 0",
+            "messageExpression": f"'pod: carries gpugate.io/policy as if gpugate had formed it, but its label ' + "
+            f"{wrong_label}[0][0] + ' is not ' + {wrong_label}[0][1] + ', what policy \"' + variables.policy + "
+            f"'\" gives it in this namespace; {fix}'",
+            "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || size({stray}) == 0",
+            "messageExpression": f"'pod: label ' + {stray}[0] + ' looks like an attribution label of policy \"' + "
+            "variables.policy + '\" (kube-state-metrics would export both under one name); remove it, and the "
+            f"gpugate.io annotations, and let gpugate form it (gpugate)'",
+            "message": "gpugate: a pod carries a look-alike of an attribution label",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || ({formed})",
+            "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" and gpugate.io/mutated as if "
+            "gpugate had formed it, but it is not formed as policy \"' + variables.policy + '\" forms it here "
+            f"(tolerations, runtime class, {VISIBLE_DEVICES}=void or the gpugate.io/workload annotation "
+            f"differ); {fix}'",
+            "message": "gpugate: a pod claims to be formed by gpugate and is not",
+            "reason": "Forbidden",
+        },
+    ]
 
 
 def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
@@ -1150,10 +1178,11 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
             obj = {**obj, "metadata": {**obj["metadata"]}, "spec": {**obj["spec"]}}
             have = {v["name"] for v in obj["spec"]["variables"]}
             missing = [v for v in mutating["spec"]["variables"] if v["name"] in known - have]
-            holder: dict[str, Any] = {"spec": {"validations": [_claim_validation(ordered)]}}
+            holder: dict[str, Any] = {"spec": {"validations": _claim_validations(ordered)}}
             _constant_patterns([holder], ordered)
             claim = holder["spec"]["validations"]
-            obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing]
+            claims = {"name": "claimsFormed", "expression": decided_natively(ordered)}
+            obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
             obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
             obj["metadata"]["annotations"] = {
                 **obj["metadata"]["annotations"],
