@@ -204,8 +204,8 @@ def test_the_inventory_role_reads_exactly_its_kinds(base: list[dict[str, Any]]) 
         ("node.k8s.io", "runtimeclasses"): watch,
         ("resource.k8s.io", "deviceclasses"): watch,
         ("resource.k8s.io", "resourceslices"): watch,
-        ("resource.k8s.io", "resourceclaims"): ("get",),
-        ("resource.k8s.io", "resourceclaimtemplates"): ("get",),
+        ("resource.k8s.io", "resourceclaims"): watch,  # the watch-fed claims cache (webhook/kube/claims.py)
+        ("resource.k8s.io", "resourceclaimtemplates"): watch,
         ("karpenter.sh", "nodepools"): watch,
     }
     binding = find(base, "ClusterRoleBinding", "gpugate-inventory-reader")

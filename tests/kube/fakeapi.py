@@ -101,6 +101,17 @@ class FakeAPI:
                 self.events.append((self.rv, kind, obj))
             self.cond.notify_all()
 
+    def put_object(self, key: str, obj: dict[str, Any]) -> None:
+        """Create or replace any object (a namespaced kind: ``key`` is unique in the fake, e.g. ns/name); its
+        resourceVersion is set, its watch event sent."""
+        with self.cond:
+            self.rv += 1
+            kind = "MODIFIED" if key in self.objects else "ADDED"
+            stored = self.objects[key] = json.loads(json.dumps(obj))
+            stored.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+            self.events.append((self.rv, kind, stored))
+            self.cond.notify_all()
+
     def delete(self, name: str) -> None:
         with self.cond:
             obj = self.objects.pop(name)

@@ -67,6 +67,9 @@ class Fleet:
     def __init__(self, reads: Reads) -> None:
         self.claim = reads
 
+    def cached_claim(self, kind: str, namespace: str, name: str) -> ClaimSpec | None:
+        return None  # the watch-fed cache holds nothing: every claim is a read
+
     def inventory(self) -> None:
         return None  # not synced: claims come only from reads
 

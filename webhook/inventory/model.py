@@ -190,13 +190,28 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
 
 
 @dataclass(frozen=True)
+class ClaimOption:
+    """One way a request may be served: ``exactly`` (v1), one ``firstAvailable`` subrequest, or a v1beta1
+    request's own fields. ``count`` None is ``allocationMode: All`` (every matching device of a node)."""
+
+    device_class: str
+    count: int | None = 1
+    admin_access: bool = False
+    #: The subrequest's name (``firstAvailable``); empty for ``exactly``.
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class ClaimRequest:
     """One request of a ResourceClaim(Template): the DeviceClasses it may be served from, how many devices
-    (None: ``allocationMode: All``), and whether it is an admin-access (monitoring) request."""
+    (None: ``allocationMode: All``; the most of its alternatives), and whether it is an admin-access
+    (monitoring) request. ``options`` keeps each alternative (a ``firstAvailable`` list has several)."""
 
     device_classes: tuple[str, ...]
     count: int | None = 1
     admin_access: bool = False
+    name: str = ""
+    options: tuple[ClaimOption, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,21 +222,41 @@ class ClaimSpec:
     requests: tuple[ClaimRequest, ...]
 
 
+def _count_of(option: Mapping[str, Any]) -> int | None:
+    """Devices one alternative asks for: None for ``allocationMode: All``; ``count`` (default 1) otherwise."""
+    if option.get("allocationMode") == "All":
+        return None
+    count = option.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
 def _request_of(raw: Mapping[str, Any]) -> ClaimRequest | None:
     """resource.k8s.io/v1 ``exactly`` / ``firstAvailable``; v1beta1 kept the fields on the request itself."""
     exactly = raw.get("exactly") if isinstance(raw.get("exactly"), Mapping) else None
     alternatives = [a for a in raw.get("firstAvailable") or [] if isinstance(a, Mapping)]
     options = [exactly] if exactly is not None else alternatives or [raw]
-    classes = tuple(str(o["deviceClassName"]) for o in options if o.get("deviceClassName"))
-    if not classes:
+    kept = tuple(
+        ClaimOption(
+            _intern(o["deviceClassName"]),
+            _count_of(o),
+            o.get("adminAccess") is True,
+            _intern(o.get("name") or "") if o is not exactly and o is not raw else "",
+        )
+        for o in options
+        if isinstance(o.get("deviceClassName"), str) and o.get("deviceClassName")
+    )
+    if not kept:
         return None
-    counts: list[int | None] = []
-    for option in options:
-        mode = option.get("allocationMode") or "ExactCount"
-        count = option.get("count", 1)
-        counts.append(None if mode == "All" else count if isinstance(count, int) and count > 0 else 1)
+    counts = [o.count for o in kept]
     worst = None if None in counts else max(c for c in counts if c is not None)
-    return ClaimRequest(classes, worst, any(o.get("adminAccess") is True for o in options))
+    name = raw.get("name")
+    return ClaimRequest(
+        tuple(o.device_class for o in kept),
+        worst,
+        any(o.admin_access for o in kept),
+        _intern(name) if isinstance(name, str) else "",
+        kept,
+    )
 
 
 def claim_of(obj: Mapping[str, Any]) -> ClaimSpec:

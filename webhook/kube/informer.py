@@ -31,8 +31,8 @@ Reduce = Callable[[Mapping[str, Any]], Any]
 #: (no path of the kind is served: nothing of it can exist, the records are empty); ``forbidden`` (gpugate may
 #: not list it: what it holds is unknown, the records are empty).
 Replace = Callable[[dict[str, Any], str], None]
-#: Called with each watch event's type (ADDED, MODIFIED, DELETED), the object's name and its record (None
-#: for DELETED).
+#: Called with each watch event's type (ADDED, MODIFIED, DELETED), the object's name (``namespace/name`` for
+#: a namespaced informer) and its record (None for DELETED).
 Apply = Callable[[str, str, Any], None]
 
 
@@ -63,6 +63,7 @@ class Informer:
     kind no path serves counts as synced and empty (``replace({}, "not served")``), and is looked for again
     every ``backoff_max`` seconds; otherwise a 404 is an error like any other. ``forbidden_ok``: a 403 on the
     list counts as synced and unknown (``replace({}, "forbidden")``), looked at again the same way.
+    ``namespaced``: records are keyed ``namespace/name`` (a kind listed across namespaces), else by name.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Informer:
         apply: Apply,
         optional: bool = False,
         forbidden_ok: bool = False,
+        namespaced: bool = False,
         page_size: int = 500,
         connect_timeout: float = 5.0,
         list_timeout: float = 30.0,
@@ -90,6 +92,7 @@ class Informer:
         self._reduce, self._replace, self._apply = reduce, replace, apply
         self._optional = optional
         self._forbidden_ok = forbidden_ok
+        self._namespaced = namespaced
         self._page_size = page_size
         self._connect_timeout = connect_timeout
         self._list_timeout = list_timeout
@@ -233,11 +236,16 @@ class Informer:
                     raise ContinueExpired(exc) from exc
                 raise
             for item in body.get("items") or []:
-                items[str((item.get("metadata") or {}).get("name", ""))] = self._reduce(item)
+                items[self._key(item)] = self._reduce(item)
             metadata = body.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
                 return items, str(metadata.get("resourceVersion", ""))
+
+    def _key(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        return f"{meta.get('namespace', '')}/{name}" if self._namespaced else name
 
     def _watch(self, version: str) -> tuple[str, bool]:
         # Server-side timeout with jitter, as client-go's reflector does, so that replicas don't reconnect in
@@ -282,8 +290,7 @@ class Informer:
         if what in ("ADDED", "MODIFIED", "DELETED"):
             with self._lock:
                 self._counts["events"] += 1
-            name = str((obj.get("metadata") or {}).get("name", ""))
-            self._apply(what, name, self._reduce(obj) if what != "DELETED" else None)
+            self._apply(what, self._key(obj), self._reduce(obj) if what != "DELETED" else None)
         return str((obj.get("metadata") or {}).get("resourceVersion") or version)
 
 

@@ -1,6 +1,7 @@
 """The live GPU inventory of ``gpugate serve``: Nodes, RuntimeClasses, DeviceClasses, ResourceSlices and
 Karpenter NodePools kept by list+watch, each object reduced at once to the fields ``webhook.inventory.model``
-keeps; ResourceClaims and ResourceClaimTemplates read when a pod names them. No pod informer (KAI-Scheduler
+keeps; ResourceClaims and ResourceClaimTemplates in their own watch-fed cache (``claims``, which does not hold up
+``inventory()``), read when a pod names one the cache lacks. No pod informer (KAI-Scheduler
 #1780: a cluster-wide pod cache outgrew 256 MiB on large clusters).
 
 One ``FleetWatcher`` per worker process, shared by its threads: an informer per kind (``webhook.kube.informer``,
@@ -32,13 +33,11 @@ from ..inventory.model import (
     nodepool_of,
     slice_of,
 )
+from .claims import DRA_VERSIONS, ClaimsCache
 from .client import get, read_json
 from .informer import Informer
 
 log = logging.getLogger(__name__)
-
-#: The DRA API versions tried in order (resource.k8s.io/v1 is GA since 1.34; older clusters serve a beta).
-DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,16 @@ class FleetWatcher:
             )
             for kind in KINDS
         }
+        #: Every claim and claim template (``webhook.kube.claims``); ``allocations(fleet.claims)`` lists what
+        #: is allocated.
+        self.claims = ClaimsCache(
+            api_client,
+            request_timeout=request_timeout,
+            watch_timeout=watch_timeout,
+            page_size=page_size,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+        )
         self._started = False
 
     # -- what admission reads -----------------------------------------------------------------------
@@ -130,9 +139,17 @@ class FleetWatcher:
                 self._dirty = False
             return self._snapshot
 
+    def cached_claim(self, kind: str, namespace: str, name: str) -> ClaimSpec | None:
+        """A ResourceClaim or ResourceClaimTemplate the watch-fed cache holds; None is a miss. No I/O."""
+        return self.claims.get(kind, namespace, name)
+
     def claim(self, kind: str, namespace: str, name: str) -> ClaimSpec | None:
-        """A ResourceClaim or ResourceClaimTemplate a pod names, read once per ``claim_ttl`` (templates are
-        immutable; a claim's requests are too), or None when it cannot be read in ``claim_timeout``."""
+        """A ResourceClaim or ResourceClaimTemplate a pod names: from the watch-fed cache, else read once per
+        ``claim_ttl`` (templates are immutable; a claim's requests are too), or None when it cannot be read in
+        ``claim_timeout``."""
+        held = self.claims.get(kind, namespace, name)
+        if held is not None:
+            return held
         key = (kind, namespace, name)
         now = time.monotonic()
         with self._lock:
@@ -171,6 +188,7 @@ class FleetWatcher:
                 **{key: sum(counts[key] for counts in watched) for key in ("relists", "watch_errors", "events")},
                 **self._counts,
                 **{k: len(v) for k, v in self._records.items()},
+                **self.claims.stats(),
             }
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -181,10 +199,12 @@ class FleetWatcher:
         self._started = True
         for name, informer in self._informers.items():
             informer.start(thread_name=f"gpugate-inv-{name}")
+        self.claims.start()
 
     def stop(self) -> None:
         for informer in self._informers.values():
             informer.stop(timeout=2.0)
+        self.claims.stop()
 
     # -- what the informers hand over -----------------------------------------------------------------
 

@@ -99,9 +99,10 @@ def create_app(
         # The gauges are kept current by /metrics, /readyz and build_app's refresh loop, not by requests.
         if fleet is None:
             return Environment(policies=policies.current(), namespace_labels=labels_of)
-        # One request's claim reads: a few, within a budget that ends before the apiserver stops waiting.
+        # One request's claim reads: the watch-fed cache first, then a few reads, within a budget that ends
+        # before the apiserver stops waiting.
         deadline = request_deadline(time.monotonic(), request.args.get("timeout"))
-        claims = RequestLookups(fleet.claim, deadline=deadline)
+        claims = RequestLookups(fleet.claim, deadline=deadline, cached=fleet.cached_claim)
         return Environment(
             policies=policies.current(), namespace_labels=labels_of, fleet=fleet.inventory, claims=claims
         )

@@ -4,7 +4,8 @@ the request's budget (well below the webhook timeout, and never past the apiserv
 A pod may name many claims, each a read of the apiserver when the inventory does not hold it; in the request's
 thread one after another, 3,000 of them took 14 s, far past the 5 s webhook timeout, and /validate read them all
 again. The type guard refuses a pod naming more than ``admission.shapes.MAX_RESOURCE_CLAIMS``; this bounds the
-rest. What is not read in budget is unknown, which ``gpuHolders.resourceClaims`` decides (never a refusal).
+rest. Claims the watch-fed cache holds (``webhook.kube.claims``) cost no read and count toward no bound; only
+misses are read. What is not read in budget is unknown, which ``gpuHolders.resourceClaims`` decides (never a refusal).
 """
 
 from __future__ import annotations
@@ -39,11 +40,20 @@ def go_duration(text: str) -> float | None:
 
 
 class RequestLookups:
-    """The claim lookup of one request: deduplicated, at most ``max_reads`` distinct keys, none after ``deadline``
-    (a ``time.monotonic()`` value)."""
+    """The claim lookup of one request: first ``cached`` (the watch-fed cache, no I/O, not counted), then
+    ``lookup`` deduplicated, at most ``max_reads`` distinct keys, none after ``deadline`` (a
+    ``time.monotonic()`` value)."""
 
-    def __init__(self, lookup: Lookup, *, deadline: float, max_reads: int = MAX_CLAIM_READS) -> None:
+    def __init__(
+        self,
+        lookup: Lookup,
+        *,
+        deadline: float,
+        max_reads: int = MAX_CLAIM_READS,
+        cached: Lookup | None = None,
+    ) -> None:
         self._lookup, self._deadline, self._max = lookup, deadline, max_reads
+        self._cached = cached
         self._seen: dict[tuple[str, str, str], ClaimSpec | None] = {}
         self.skipped = 0
 
@@ -51,6 +61,9 @@ class RequestLookups:
         key = (kind, namespace, name)
         if key in self._seen:
             return self._seen[key]
+        held = self._cached(kind, namespace, name) if self._cached is not None else None
+        if held is not None:
+            return held
         if len(self._seen) >= self._max or time.monotonic() >= self._deadline:
             self.skipped += 1
             return None
