@@ -403,7 +403,7 @@ class FakeAdmissionAPI:
         url = urlsplit(req.path)
         path, query = url.path, {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(req.headers.get("Content-Length") or 0)
-        body = json.loads(req.rfile.read(length) or b"null") if length else None
+        body: Any = json.loads(req.rfile.read(length) or b"null") if length else None
         with self.lock:
             self.requests.append(f"{method} {path}")
             if path in self.forbidden:
