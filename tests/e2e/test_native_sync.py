@@ -215,3 +215,39 @@ def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(syn
         assert enforce is not None and _per_container(enforce) == 2
     finally:
         serving.write_text(original)
+
+
+def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) -> None:
+    """Last in this module: it adds a GPU node, which the others do not expect."""
+    assert eventually(lambda: _in_sync(synced), timeout=90), _readyz(synced)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-2", "labels": {"kubernetes.io/hostname": "gpu-2"}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
+            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
+        },
+    }
+    synced.cluster.kubectl("create", "-f", "-", stdin=node)
+
+    def largest() -> Any:
+        pools = _get(synced, "validatingadmissionpolicy", "gpugate-pools")
+        if pools is None:
+            return None
+        table = next(v["expression"] for v in pools["spec"]["variables"] if v["name"] == "largest")
+        return json.loads(table.split("[?", 1)[0]).get("nvidia.com/gpu")
+
+    assert eventually(lambda: largest() == 2, timeout=90), _readyz(synced)
+    assert "pool digest" in _readyz(synced)
+    pod = _plain(synced)
+    before = synced.gate.admission_requests()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    refused = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
+    assert not refused.ok
+    assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr
+    assert "requests 3 × nvidia.com/gpu, more than the 2 one node of the cluster" in refused.stderr
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    admitted = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
+    assert admitted.ok, admitted.stderr
+    assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"

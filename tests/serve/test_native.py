@@ -6,6 +6,7 @@ real apiserver: tests/e2e/test_native_sync.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import yaml
 
 from tests.kube.fakeapi import FakeAdmissionAPI, write_kubeconfig
 from tests.support import REPO
+from webhook.inventory.model import Inventory
+from webhook.inventory.snapshot import load_snapshot
 from webhook.kube.client import configuration
 from webhook.kube.native import FIELD_MANAGER, api_client_for
 from webhook.native.compiler import NARROWING, compile_policies
@@ -227,3 +230,31 @@ def test_a_refused_write_is_reported_and_retried_the_objects_in_force_stay(
     api.forbidden.clear()
     assert "kept by this replica" in sync.step()
     assert len(api.objects[MUTATING]["webhooks"][0]["matchConditions"]) == 2
+
+
+def test_the_pool_digest_is_applied_once_the_inventory_syncs_and_again_only_when_the_pools_change(
+    api: FakeAdmissionAPI, tmp_path: Path, policies: Path
+) -> None:
+    fleet: list[Inventory | None] = [None]
+    sync = _sync(api, tmp_path, PolicyStore(policies), inventory=lambda: fleet[0])
+    assert sync.step().endswith("; pool digest: waiting for the GPU inventory")
+    assert api.named("validatingadmissionpolicies", "gpugate-pools") is None
+    fleet[0] = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+    assert "; pool digest " in sync.step()
+    first = api.named("validatingadmissionpolicies", "gpugate-pools")
+    assert first is not None
+    written = len(api.writes())
+    sync.step()
+    assert [w for w in api.writes()[written:] if "gpugate-pools" in w] == [], "the same pools were applied again"
+    inventory = fleet[0]
+    assert inventory is not None
+    fleet[0] = dataclasses.replace(
+        inventory, nodes=tuple(n for n in inventory.nodes if "amd.com/gpu" not in n.allocatable)
+    )
+    sync.step()
+    second = api.named("validatingadmissionpolicies", "gpugate-pools")
+    assert second is not None
+    assert (
+        second["metadata"]["annotations"]["gpugate.io/pool-digest"]
+        != first["metadata"]["annotations"]["gpugate.io/pool-digest"]
+    )

@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..inventory.model import Inventory
 from ..kube import native as kube
+from ..native import pools
 from ..native.compiler import NARROWING, NARROWING_ANNOTATION, PREFIX, Compiled, compile_policies
 from ..policy.model import PolicySet
 
@@ -98,6 +100,7 @@ class NativeSync:
         namespace: str,
         identity: str | None = None,
         webhook_configuration: str = "gpugate",
+        inventory: Callable[[], Inventory | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api_client = api_client
@@ -105,6 +108,8 @@ class NativeSync:
         self.namespace = namespace
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.webhook_configuration = webhook_configuration
+        self.inventory = inventory  # the fleet watcher's; None: no pool digest
+        self.pools_applied = ""  # the policy digest and pool fingerprint of the gpugate-pools applied last
         self.clock = clock
         self.mode = "starting: the native sync has not run yet"
         self.applied = ""  # the policy digest this worker last applied
@@ -141,10 +146,31 @@ class NativeSync:
             self.applied = ""
             return self._in_force(digest, writer="another replica")
         now = self.clock()
-        if digest != self.applied or now - self.applied_at >= RESYNC_SECONDS:
-            self._apply(compile_policies(current))
+        resync = now - self.applied_at >= RESYNC_SECONDS
+        compiled: Compiled | None = None
+        if digest != self.applied or resync:
+            compiled = compile_policies(current)
+            self._apply(compiled)
             self.applied, self.applied_at = digest, now
-        return f"native + webhook: the native objects of policies {digest} are in force, kept by this replica"
+        pool_note = self._pools(current, digest, compiled, resync=resync)
+        return (
+            f"native + webhook: the native objects of policies {digest} are in force, kept by this replica{pool_note}"
+        )
+
+    def _pools(self, current: PolicySet, digest: str, compiled: Compiled | None, *, resync: bool) -> str:
+        """Apply gpugate-pools when the pools (or the policies) changed since the last apply; a note for the
+        mode. Until the inventory has synced nothing is written, and the gpugate-pools in force stays."""
+        inventory = self.inventory() if self.inventory is not None else None
+        if inventory is None:
+            return "" if self.inventory is None else "; pool digest: waiting for the GPU inventory"
+        found = pools.digest_of(inventory, current)
+        key = f"{digest}/{pools.fingerprint(found)}"
+        if key != self.pools_applied or resync:
+            for obj in pools.compile_pools(compiled or compile_policies(current), current, found):
+                kube.apply(self.api_client, obj)
+            self.pools_applied = key
+            log.info("native sync: applied the pool digest %s (%s)", pools.fingerprint(found), found["largest"])
+        return f"; pool digest {pools.fingerprint(found)}"
 
     def _in_force(self, digest: str, *, writer: str) -> str:
         always = kube.get(self.api_client, "ValidatingAdmissionPolicy", f"{PREFIX}-always")

@@ -46,7 +46,7 @@ def build_app(
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
     fleet = _fleet_watcher(kubeconfig)
-    native = _native_sync(kubeconfig, store)
+    native = _native_sync(kubeconfig, store, fleet)
     status = Status(store, namespace_cache=cache, fleet=fleet, tls_ready=tls_ready, native=native)
     app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, fleet=fleet, status=status)
     saved = [""]
@@ -88,7 +88,7 @@ def _fleet_watcher(kubeconfig: str | None) -> Any:
     return watcher
 
 
-def _native_sync(kubeconfig: str | None, store: PolicyStore) -> Any:
+def _native_sync(kubeconfig: str | None, store: PolicyStore, fleet: Any) -> Any:
     """The native sync of ``gpugate serve --native-sync`` (webhook/serve/native.py), stepping in a thread of
     this worker; None when the option is off or there is no cluster to write to."""
     from .command import NATIVE_SYNC_VARIABLE
@@ -105,7 +105,11 @@ def _native_sync(kubeconfig: str | None, store: PolicyStore) -> Any:
         log.error("native sync off: %s", err)
         return None
     sync = native.NativeSync(
-        client, store.current, namespace=native.in_cluster_namespace(), webhook_configuration=configuration
+        client,
+        store.current,
+        namespace=native.in_cluster_namespace(),
+        webhook_configuration=configuration,
+        inventory=fleet.inventory if fleet is not None else None,
     )
     threading.Thread(target=sync.step, name="gpugate-native-sync-first", daemon=True).start()
     _every(native.INTERVAL, sync.step, name="gpugate-native-sync")
