@@ -910,7 +910,8 @@ def explain(policies: PolicySet) -> list[Outcome]:
             "*",
             "feasibility against the live inventory",
             False,
-            "needs the cluster's nodes, RuntimeClasses and DeviceClasses (not compiled yet)",
+            "needs the cluster's nodes, pools, RuntimeClasses and DeviceClasses; `gpugate serve --native-sync` "
+            "writes their digest (gpugate-pools) for the plain pods of enforce-mode policies, the rest is the webhook's",
         ),
         Outcome(
             "*",
