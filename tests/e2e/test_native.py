@@ -354,6 +354,17 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     assert "validate.gpugate.io" not in refused.stderr
     assert native.gate.admission_requests() == before
 
+    # A container added after gpugate-mutate (a sidecar injector's, here in the pod as sent) lacks its void: the
+    # pod no longer looks formed, the webhooks are called and /mutate adds it, as without the native tier.
+    sidecar = json.loads(json.dumps(copy))
+    sidecar["spec"]["containers"].append({"name": "proxy", "image": "registry.k8s.io/pause:3.10"})
+    voided = _dry_run(native, sidecar)
+    assert voided.ok, voided.stderr
+    proxy = json.loads(voided.stdout)["spec"]["containers"][1]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in proxy.get("env", [])
+    assert native.gate.admission_requests() > before
+    before = native.gate.admission_requests()
+
     # A pod that chose its model is the webhook's: the counter counts (mutate and validate).
     chosen = _dry_run(native, _probe(native, labels={"gpugate.io/model": "h100"}))
     assert chosen.ok, chosen.stderr

@@ -911,7 +911,8 @@ def explain(policies: PolicySet) -> list[Outcome]:
             "feasibility against the live inventory",
             False,
             "needs the cluster's nodes, pools, RuntimeClasses and DeviceClasses; `gpugate serve --native-sync` "
-            "writes their digest (gpugate-pools) for the plain pods of enforce-mode policies, the rest is the webhook's",
+            "writes their digest (gpugate-pools) for the plain pods of enforce-mode policies, the rest is the "
+            "webhook's",
         ),
         Outcome(
             "*",
@@ -1065,11 +1066,21 @@ def decided_natively(policies: tuple[Policy, ...]) -> str:
             f"!has({affinity}.preferredDuringSchedulingIgnoredDuringExecution) && has({required}) && {term}))",
         ]
     )
+    # Every container without the GPU has its void (a sidecar another mutating webhook added after
+    # gpugate-mutate has not: the webhooks are then called, and /mutate adds it on reinvocation).
+    holds = (
+        "has(c.resources) && ((has(c.resources.limits) && present[0] in c.resources.limits) || "
+        "(has(c.resources.requests) && present[0] in c.resources.requests))"
+    )
+    voided = (
+        f"(!(key in {literal(t['void'])}) || {everyone}.all(c, ({holds}) || c.name in {at('shared', 'p', [])} || "
+        f"(has(c.env) && c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))))"
+    )
     resource = (
         f"[{at('candidates', 'p', [])}.filter(r, {maps}.exists(m, r in m))].all(present, size(present) == 1 && "
         f"{maps}.all(m, m.all(r, !r.matches({string(owned)}) || r == present[0])) && "
         f"{spec}.containers.exists(c, has(c.resources) && has(c.resources.limits) && present[0] in "
-        f"c.resources.limits) && [p + '|' + present[0]].all(key, {entry}))"
+        f"c.resources.limits) && [p + '|' + present[0]].all(key, {entry} && {voided}))"
     )
     policy = f"{meta}.annotations[{string(POLICY_ANNOTATION)}]"
     return " && ".join(
