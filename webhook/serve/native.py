@@ -127,6 +127,10 @@ class NativeSync:
                 # The objects in force stay as they are; the next step tries again.
                 self.last_error = str(err)
                 mode = f"native sync failing, the objects in force stay: {err}"
+            except Exception as err:  # a compiler bug: the same, and the traceback in the log
+                log.exception("native sync: step failed")
+                self.last_error = f"{type(err).__name__}: {err}"
+                mode = f"native sync failing, the objects in force stay: {self.last_error}"
             if mode != self.mode:
                 (log.warning if mode.startswith(("webhook only", "native sync failing")) else log.info)(
                     "admission tier: %s", mode
