@@ -32,7 +32,7 @@ from ..policy.keys import (
     WORKLOAD_NAME_LABEL,
 )
 from ..policy.model import BUILTIN, Device, Policy, PolicySet
-from ..policy.vendors import IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import HAMI_UUID_ANNOTATIONS, IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
 from .cel import any_glob, literal, look_alike_pattern, selector, string
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -371,7 +371,8 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         ]
         shared[name] = sorted(p.shared_gpu_containers)
         holders[name] = sorted(
-            {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION}
+            # HAMi's GPU pinning by UUID takes no model constraint in the webhook: not plain.
+            {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION, *HAMI_UUID_ANNOTATIONS.values()}
             | {a for d in p.devices.values() for a in d.choice_annotations}
         )
         owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
