@@ -183,7 +183,7 @@ def test_one_writer_at_a_time_and_another_takes_over_when_the_lease_runs_out(
     assert "kept by this replica" in first.step()
     written = len(api.writes())
     mode = second.step()
-    assert "kept by another replica" in mode and mode.startswith("native + webhook")
+    assert "kept by another gpugate worker (the Lease holder)" in mode and mode.startswith("native + webhook")
     assert api.writes()[written:] == [], "the replica without the Lease wrote"
     lease = api.objects["/apis/coordination.k8s.io/v1/namespaces/gpugate/leases/gpugate-native-sync"]
     assert lease["spec"]["holderIdentity"] == "first"

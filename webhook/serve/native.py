@@ -148,7 +148,7 @@ class NativeSync:
             self.api_client, namespace=self.namespace, name=LEASE_NAME, identity=self.identity, duration=LEASE_SECONDS
         ):
             self.applied = ""
-            return self._in_force(digest, writer="another replica")
+            return self._in_force(digest, writer="another gpugate worker (the Lease holder)")
         now = self.clock()
         resync = now - self.applied_at >= RESYNC_SECONDS
         compiled: Compiled | None = None
