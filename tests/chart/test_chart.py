@@ -176,6 +176,63 @@ def test_the_native_tier_renders_the_compiled_objects_with_the_release_s_exclusi
         assert obj["spec"] == compiled["spec"]
 
 
+def test_the_native_tier_narrows_both_pod_webhooks_with_the_condition_of_its_own_objects(helm: Path) -> None:
+    def conditions(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
+        return {
+            h["name"]: [c["name"] for c in h.get("matchConditions", [])]
+            for o in objects
+            if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for h in o["webhooks"]
+        }
+
+    assert all("not-decided-natively" not in names for names in conditions(template(helm)).values())
+    objects = template(helm, "nativeTier.enabled=true", "workloadCRDs.enabled=true")
+    always = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    expression = always["metadata"]["annotations"]["gpugate.io/webhook-match-condition"]
+    narrowed = {
+        h["name"]: h["matchConditions"][-1]["expression"]
+        for o in objects
+        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in o["webhooks"]
+        if h.get("matchConditions") and h["matchConditions"][-1]["name"] == "not-decided-natively"
+    }
+    # The pod webhooks, not the workload CRDs' (they see no pods).
+    assert narrowed == {"mutate.gpugate.io": expression, "validate.gpugate.io": expression}
+    assert expression.startswith("!(request.operation == 'CREATE'")
+
+
+def test_the_native_sync_renders_the_flag_and_a_role_limited_to_gpugate_s_own_objects(helm: Path) -> None:
+    objects = template(helm, "nativeTier.sync=true", release="gate", namespace="gpu-system")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    configuration = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert f"--native-sync={configuration}" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-native-sync"))
+    for rule in role["rules"]:
+        assert rule["resourceNames"], rule  # every rule by name
+        assert "list" not in rule["verbs"] and "watch" not in rule["verbs"]
+    webhooks = next(r for r in role["rules"] if "mutatingwebhookconfigurations" in r["resources"])
+    assert webhooks["verbs"] == ["get", "patch"] and webhooks["resourceNames"] == [configuration]
+    lease = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-native-sync"))
+    assert lease["metadata"]["namespace"] == "gpu-system"
+    # The server writes the objects: the chart renders none, and no narrowing of its own.
+    assert not [o for o in objects if o["kind"] == "MutatingAdmissionPolicy"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.36.0", strict=True) if obj["kind"] in ("ClusterRole", "Role") else None
+    both = run_helm(
+        helm, "template", "gpugate", str(CHART), "--set", "nativeTier.sync=true", "--set", "nativeTier.enabled=true",
+        check=False,
+    )  # fmt: skip
+    assert both.returncode != 0 and "choose one" in both.stderr
+    assert not any(
+        a.startswith("--native-sync")
+        for o in template(helm)
+        if o["kind"] == "Deployment"
+        for a in o["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
 def test_unknown_certificate_mode_is_refused_with_a_message(helm: Path) -> None:
     done = run_helm(helm, "template", "gpugate", str(CHART), "--set", "certificates.mode=manual", check=False)
     assert done.returncode != 0

@@ -38,6 +38,7 @@ class GPUGate:
     workdir: Path
     policy_dir: Path
     kubeconfig: Path | None = None
+    extra_args: tuple[str, ...] = ()  # more `gpugate serve` options (--native-sync)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,7 @@ class GPUGate:
         ]
         if self.kubeconfig is not None:
             argv += ["--kubeconfig", str(self.kubeconfig)]
+        argv += list(self.extra_args)
         self.process = Process("gpugate", argv, self.workdir)
 
     def start(self) -> None:
