@@ -179,7 +179,7 @@ def test_the_role_grants_gpugate_s_own_admission_objects_only(synced: Synced) ->
 
 
 def _per_container(enforce: dict[str, Any]) -> int | None:
-    """Policy "serving"'s maxPerContainer as the compiled table in gpugate-enforce holds it."""
+    """Policy "serving"'s maxPerContainer as the compiled table in gpugate-always (which holds the enforce-mode rules) holds it."""
     for v in enforce["spec"]["variables"]:
         if v["name"] == "maxPerContainer":
             table = v["expression"].split("[?", 1)[0]
@@ -201,7 +201,7 @@ def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(syn
     serving.write_text(original.replace("maxPerContainer: 4", "maxPerContainer: 2"))
 
     def enforced() -> bool:
-        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-enforce")
+        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-always")
         return enforce is not None and _per_container(enforce) == 2 and digest() != first
 
     assert eventually(enforced, timeout=90), "the edited policy was not applied"
@@ -211,7 +211,7 @@ def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(syn
         assert eventually(lambda: "policy edit ignored" in _readyz(synced), timeout=60), _readyz(synced)
         assert "admission tier: native + webhook" in _readyz(synced)
         assert digest() == second
-        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-enforce")
+        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-always")
         assert enforce is not None and _per_container(enforce) == 2
     finally:
         serving.write_text(original)

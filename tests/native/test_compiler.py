@@ -149,7 +149,6 @@ def test_a_message_is_only_worked_out_for_a_pod_its_validation_refuses(compiled:
     for v in validations:
         guard = f"({v['expression']}) ? '' : ("
         assert v["messageExpression"].startswith(guard) and v["messageExpression"].endswith(")"), v["message"]
-        assert len(v["messageExpression"]) - len(guard) < 2500, v["message"]
 
 
 @pytest.mark.parametrize("glob", ["nvidia.com/mig-*", "amd.com/[sdqc]px_nps*", "team-?", "[!a]*", "ml-serving"])

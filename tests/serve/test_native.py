@@ -133,8 +133,8 @@ def test_writes_again_only_when_the_policies_change_or_at_the_resync(
         after["metadata"]["annotations"]["gpugate.io/policy-digest"]
         != before["metadata"]["annotations"]["gpugate.io/policy-digest"]
     )
-    enforce = api.named("validatingadmissionpolicies", "gpugate-enforce")
-    assert enforce is not None and '"serving": 2' in yaml.safe_dump(enforce)
+    # The enforce-mode limits live in gpugate-always (one Deny object: webhook/native/compiler.py).
+    assert '"serving": 2' in yaml.safe_dump(after)
 
 
 def test_a_policy_edit_that_does_not_load_leaves_the_objects_in_force(
@@ -214,7 +214,7 @@ def test_a_mode_left_without_policies_loses_its_objects_binding_first(
         "DELETE /apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpugate-warn",
         "DELETE /apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpugate-warn",
     ]
-    assert api.named("validatingadmissionpolicies", "gpugate-enforce") is not None
+    assert api.named("validatingadmissionpolicies", "gpugate-always") is not None
 
 
 def test_a_refused_write_is_reported_and_retried_the_objects_in_force_stay(

@@ -1295,7 +1295,7 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
             claim = holder["spec"]["validations"]
             claims = {"name": "claimsFormed", "expression": decided_natively(ordered)}
             obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
-            obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
+            obj["spec"]["validations"] = [*obj["spec"]["validations"], *(_message_on_failure(v) for v in claim)]
             obj["metadata"]["annotations"] = {
                 **obj["metadata"]["annotations"],
                 NARROWING_ANNOTATION: narrowing_condition(ordered)["expression"],
