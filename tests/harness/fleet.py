@@ -86,6 +86,9 @@ class Pool:
     dra_architecture: str = ""
     dra_compute_capability: str = ""
     note: str = ""
+    #: The kubelet's ephemeral-storage capacity: the root volume (500Gi) unless the instance's local NVMe holds
+    #: the kubelet's directory, as EKS nodes with instance store set up as RAID0 do (nodeadm ``localStorage``).
+    ephemeral_storage: str = "500Gi"
 
 
 def _gfd(
@@ -183,6 +186,9 @@ def _intel_nfd(
 
 
 GIB = 1024**3
+#: p5.48xlarge and p5en.48xlarge carry 8 x 3.84 TB of local NVMe (AWS EC2 Instance Types guide, accelerated
+#: computing, instance store specifications); set up as RAID0 for the kubelet, that is its ephemeral storage.
+P5_INSTANCE_STORE = "30720G"
 
 # The pools, in the order of policies/README.md. Node shapes are the cloud instances the shipped policies name.
 POOLS: tuple[Pool, ...] = (
@@ -318,6 +324,7 @@ POOLS: tuple[Pool, ...] = (
         {"nvidia.com/gpu": "8"},
         (NVIDIA_TAINT,),
         note="8 x H100, exclusive (EKS p5.48xlarge)",
+        ephemeral_storage=P5_INSTANCE_STORE,
     ),
     Pool(
         "h100-gke",
@@ -360,6 +367,7 @@ POOLS: tuple[Pool, ...] = (
         {"nvidia.com/gpu": "56"},
         (NVIDIA_TAINT,),
         note="8 x H100 in MIG single 1g.10gb: 56 nvidia.com/gpu (also p5.48xlarge)",
+        ephemeral_storage=P5_INSTANCE_STORE,
     ),
     Pool(
         "mi300x",
@@ -406,6 +414,7 @@ POOLS: tuple[Pool, ...] = (
         dra_architecture="Hopper",
         dra_compute_capability="9.0.0",
         note="8 x H200 through NVIDIA's DRA driver: a ResourceSlice, no device plugin, no GFD",
+        ephemeral_storage=P5_INSTANCE_STORE,
     ),
 )
 POOLS_BY_NAME = {p.name: p for p in POOLS}
@@ -429,7 +438,7 @@ def node_names(counts: Mapping[str, int] | None = None) -> list[str]:
 def node(pool: Pool, index: int) -> dict[str, Any]:
     """The Node object of node `index` of `pool`, status included (kwok keeps what the object says)."""
     name = f"{pool.name}-{index}"
-    resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "500Gi"}
+    resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": pool.ephemeral_storage}
     resources.update(pool.resources)
     labels = {
         "kubernetes.io/hostname": name,

@@ -93,6 +93,27 @@ def test_a_resource_no_node_offers_names_what_nodes_offer():
     assert "requests amd.com/cpx_nps4, which no node of the cluster offers (nodes offer amd.com/gpu)" in message
 
 
+def test_a_gpu_name_chosen_by_affinity_that_no_node_carries_is_refused_naming_it():
+    # AIBrix's L20 sample on Volcano Engine (tests/fixtures/real-manifests/aibrix-heterogeneous-l20-deployment.yaml)
+    term = {
+        "matchExpressions": [
+            {"key": "machine.cluster.vke.volcengine.com/gpu-name", "operator": "In", "values": ["NVIDIA-L20"]}
+        ]
+    }
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), affinity=affinity, tolerations=[NVIDIA_TOLERATION])
+    result, verdict = decide(obj)
+    assert not verdict.allowed and "nodeSelector" not in result["spec"]
+    [message] = feasibility(verdict)
+    assert (
+        "(no node carries machine.cluster.vke.volcengine.com/gpu-name=NVIDIA-L20); nodes offering it: NVIDIA-L4"
+        in message
+    )
+    either = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term, term]}}}
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), affinity=either, tolerations=[NVIDIA_TOLERATION])
+    assert "no node carries" not in feasibility(decide(obj)[1])[0]  # ORed terms: no one expression is required
+
+
 def test_a_selector_value_no_node_carries():
     obj = pod(container(limits={"nvidia.com/gpu": 1}), nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"})
     obj["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] = "mars-1a"

@@ -118,6 +118,39 @@ def test_a_workload_crd_template_without_a_scheduler_is_left_to_its_pods():
     assert "spec.workerGroupSpecs[0].template.metadata.annotations[gpu-fraction]" in refused.message
 
 
+def test_the_workload_crd_template_says_which_scheduler_its_pods_need():
+    group = {"groupName": "g", "replicas": 1, "template": _fraction_template()}
+    verdict = validated(_template("RayCluster", "ray.io/v1", ["spec", "workerGroupSpecs"], [group]), standard())
+    assert (
+        'RayCluster "w" workerGroupSpecs[0]: gpu-fraction holds a GPU only if the operator gives the pods schedulerName '
+        "kai-scheduler (KubeRay's batchScheduler option); pods of another scheduler are refused when created"
+    ) in verdict.warnings
+    assert all(len(w) <= 256 for w in verdict.warnings)
+
+
+def _volcano_job(**spec: Any) -> dict[str, Any]:
+    task = {"name": "w", "replicas": 1, "template": _fraction_template()}
+    job = _template("Job", "batch.volcano.sh/v1alpha1", ["spec", "tasks"], [task])
+    job["spec"].update(spec)
+    return job
+
+
+def test_a_volcano_job_s_pods_get_the_job_s_scheduler():
+    # volcano-sh/volcano pkg/controllers/job/job_controller_util.go createJobPod: a task's pod that names no
+    # scheduler takes spec.schedulerName, which Volcano's admission webhook defaults to volcano.
+    refused = validated(_volcano_job(), standard())
+    assert not refused.allowed
+    assert (
+        "spec.tasks[0].template.metadata.annotations[gpu-fraction]: pod: asks for part of a GPU with the annotation "
+        in refused.message
+    )
+    assert 'but its schedulerName "volcano" does not implement it' in refused.message
+    assert not validated(_volcano_job(schedulerName="volcano"), standard()).allowed
+    kai = validated(_volcano_job(schedulerName="kai-scheduler"), standard())
+    assert kai.allowed, kai.message
+    assert not any("holds a GPU only if the operator" in w for w in kai.warnings)  # the scheduler is known
+
+
 def test_a_kai_fraction_pod_created_bound_by_node_name_holds_no_gpu():
     """Created with spec.nodeName, the pod is stored bound: no scheduler places it, so kai-scheduler never
     allocates the fraction; it gets no runtime class, no toleration, and a violation saying why."""

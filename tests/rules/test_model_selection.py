@@ -13,6 +13,7 @@ from tests.support import (
     gpu_pod,
     model_classes,
     mutated,
+    nvidia,
     pod,
     request,
     standard,
@@ -294,3 +295,78 @@ def test_a_pod_bound_to_a_node_gets_no_model_selector():
     result, decision = mutated(gpu_pod(1, nodeName="node-1"), standard())
     assert decision.allowed and "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
     assert validated(result, standard()).allowed
+
+
+# ---- the pod's own choice everywhere it is written (issue 27 item 2), against the shipped policies ------------
+
+
+def hami(annotations, gpus=1, **spec):
+    obj = pod(container(limits={"nvidia.com/gpu": gpus}), tolerations=[NVIDIA_TOLERATION], **spec)
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+def test_hami_vgpu_mode_mig_lands_on_a_mig_capable_class_never_the_l4_default():
+    result, verdict = admit(hami({"nvidia.com/vgpu-mode": "mig"}, gpus=2))
+    assert result["spec"]["nodeSelector"] == {MODEL: "NVIDIA-H100-80GB-HBM3"}
+    assert verdict.allowed and verdict.violations == []
+
+
+def test_hami_gpus_pinned_by_uuid_get_no_product_constraint():
+    result, verdict = admit(hami({"nvidia.com/use-gpuuuid": "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"}))
+    assert "nodeSelector" not in result["spec"] and "affinity" not in result["spec"]
+    assert verdict.allowed and verdict.violations == []
+
+
+def test_an_empty_uuid_pin_constrains_nothing_so_the_default_class_applies():
+    result, _ = admit(hami({"nvidia.com/use-gpuuuid": " "}))  # CheckUUID: an empty value is no constraint
+    assert result["spec"]["nodeSelector"] == {MODEL: "NVIDIA-L4"}
+
+
+def test_cards_excluded_by_uuid_choose_no_product():
+    result, _ = admit(hami({"nvidia.com/nouse-gpuuuid": "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"}))
+    assert result["spec"]["nodeSelector"] == {MODEL: "NVIDIA-L4"}
+
+
+def test_volcano_engine_gpu_name_affinity_is_the_pods_choice_with_nothing_added_beside_it():
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "machine.cluster.vke.volcengine.com/gpu-name",
+                                "operator": "In",
+                                "values": ["NVIDIA-L20"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    obj = pod(container(limits={"nvidia.com/gpu": 1}), affinity=affinity, tolerations=[NVIDIA_TOLERATION])
+    result, verdict = admit(obj)
+    assert "nodeSelector" not in result["spec"] and result["spec"]["affinity"] == affinity
+    assert [v.text for v in verdict.violations] == [
+        'machine.cluster.vke.volcengine.com/gpu-name=NVIDIA-L20 left as chosen: no class of policy "default" names it'
+    ]
+
+
+def test_an_alias_value_of_several_classes_is_judged_by_the_one_that_serves():
+    alias = "example.com/gpu-mode"
+    classes = {
+        "slices": {
+            "values": ["NVIDIA-A100-SXM4-80GB"],
+            "resources": ["nvidia.com/mig-1g.10gb"],
+            "aliases": {alias: ["mig"]},
+        },
+        "whole": {"values": ["NVIDIA-H100-80GB-HBM3"], "resources": ["nvidia.com/gpu"], "aliases": {alias: ["mig"]}},
+    }
+    policy = standard(devices=nvidia(choiceAnnotations=[alias]), models={"default": "whole", "classes": classes})
+    obj = gpu_pod(1)
+    obj["metadata"]["annotations"] = {alias: "mig"}
+    result, decision = mutated(obj, policy)  # the first class listing "mig" offers only slices: not a refusal
+    assert decision.allowed and result["spec"]["nodeSelector"] == {LABEL: "NVIDIA-H100-80GB-HBM3"}
+    assert validated(result, policy).violations == []

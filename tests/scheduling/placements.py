@@ -500,6 +500,13 @@ class Placer:
             if not KubeAPI.namespaced(doc["kind"], doc.get("apiVersion")):
                 doc["metadata"].pop("namespace", None)  # a ClusterTrainingRuntime
                 continue
+            if doc["kind"] == "Pod" and _written_for_hami(doc):
+                # HAMi's mutating webhook gives every pod with its resources HAMi's scheduler (Project-HAMi/HAMi
+                # pkg/scheduler/webhook.go Handle; charts/hami/values.yaml schedulerName: hami-scheduler). That
+                # scheduler ignores nvidia.com/gpumem and gpucores in its fit (the chart's managedResources,
+                # ignoredByScheduler: true) and reads them from the node annotation its device plugin registers:
+                # no device plugin advertises them as node resources, so no Node of this fleet can either.
+                doc["spec"].setdefault("schedulerName", HAMI_SCHEDULER)
             if doc["kind"] == "Pod" and doc["spec"].get("nodeName"):
                 # A pod its operator pins to the node it checks (the GPU Operator's validators): pinned to a GPU
                 # node of this fleet instead, so that it meets a node (no scheduler is involved either way).
@@ -620,6 +627,34 @@ class Placer:
             for event in self.api.list("Event", ns)
             if event.get("reason") == "FailedCreate"
         }
+
+
+#: What HAMi's chart names its scheduler, and what marks a pod as written for HAMi in this fleet: HAMi's own
+#: resources (charts/hami/values.yaml resourceMem, resourceMemPercentage, resourceCores) or its NVIDIA
+#: annotations (pkg/device/nvidia/device.go). In a HAMi cluster its webhook takes every nvidia.com/gpu pod;
+#: this fleet's pools run NVIDIA's device plugin, so only pods written for HAMi are HAMi's here.
+HAMI_SCHEDULER = "hami-scheduler"
+HAMI_RESOURCES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"})
+HAMI_ANNOTATIONS = frozenset(
+    {
+        "nvidia.com/use-gputype",
+        "nvidia.com/nouse-gputype",
+        "nvidia.com/use-gpuuuid",
+        "nvidia.com/nouse-gpuuuid",
+        "nvidia.com/vgpu-mode",
+    }
+)
+
+
+def _written_for_hami(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    asked = {
+        name
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        for part in ("limits", "requests")
+        for name in ((c.get("resources") or {}).get(part) or {})
+    }
+    return bool(asked & HAMI_RESOURCES) or bool(set(pod["metadata"].get("annotations") or {}) & HAMI_ANNOTATIONS)
 
 
 def _operated(doc: dict[str, Any]) -> bool:

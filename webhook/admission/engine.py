@@ -10,7 +10,7 @@ from .. import rules  # noqa: F401  (registers every rule)
 from ..inventory.model import Inventory, ScalablePool, declared_pool
 from ..pods.gpus import gpu_use
 from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of, workload_kinds
-from ..pods.operated import operated_pods, runtime_note
+from ..pods.operated import operated_pods, operator_scheduler, runtime_note
 from ..policy.keys import MUTATED_ANNOTATION, POLICY_ANNOTATION
 from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
@@ -54,6 +54,7 @@ def _subjects(
     cache: list[Mapping[str, str] | None] = []
     fleet = _fleet(env)
     defaulted = group_of(str(obj.get("apiVersion") or "")) in DEFAULTED_GROUPS
+    set_by_operator = operator_scheduler(obj)
 
     def namespace_labels() -> Mapping[str, str] | None:
         if not cache:
@@ -91,6 +92,7 @@ def _subjects(
                 defaulted=defaulted,
                 # A pod template is what each pod is created with; a pod's spec on UPDATE may be a scheduler's bind.
                 created=shape.is_template or str(request.get("operation")) == "CREATE",
+                operator_scheduler=set_by_operator if shape.is_template else None,
             ),
             old=before,
             # The pods an operator builds from its own fields cannot be patched here: what they get is reported.
@@ -272,6 +274,8 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
             unapplied = _unapplied(subject, changes, update=old is not None)
         elif subject.ctx.gpu.holds_gpu and changes:
             warnings += pack(f"{_where(subject)}: pods will get ", [c.summary for _, c in changes])
+        if subject.ctx.shape.is_template and subject.ctx.gpu.fractional and subject.ctx.gpu.scheduler is None:
+            warnings += fit(f"{_where(subject)}: {_scheduler_unknown(subject)}")
         violations = [v for _, v in checked] + unapplied
         if old is not None:
             # On UPDATE only what the update made worse counts, unless the check's record says otherwise.
@@ -284,6 +288,17 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
             violations += [v for v in unapplied if (v.rule, v.path, v.text) not in before]
         found += [(subject, subject.located(v)) for v in violations]
     return verdict(subjects, found, warnings=warnings)
+
+
+def _scheduler_unknown(subject: Subject) -> str:
+    """What a fraction annotation in a template that names no scheduler gets: only the operator knows the scheduler
+    of the pods it makes (KubeRay sets it from its own batchScheduler option, pods.operated.OPERATOR_SCHEDULERS)."""
+    held = ", ".join(h.removeprefix("annotation ") for h in subject.ctx.gpu.holders if h.startswith("annotation "))
+    schedulers = " or ".join(subject.ctx.policy.holders.annotation_schedulers) or "a scheduler that implements it"
+    return (
+        f"{held} holds a GPU only if the operator gives the pods schedulerName {schedulers} (KubeRay's batchScheduler "
+        "option); pods of another scheduler are refused when created"
+    )
 
 
 def _named(obj: Any, request: Mapping[str, Any]) -> str:

@@ -80,6 +80,8 @@ class GPUUse:
     ignored_annotations: tuple[str, ...] = ()
     #: The annotations are ignored because the pod is created bound (``spec.nodeName``): no scheduler places it.
     bound: bool = False
+    #: The scheduler that will place the pod (scheduler_of); None when only the operator making it will know.
+    scheduler: str | None = None
 
     @property
     def dra_resources(self) -> frozenset[str]:
@@ -139,12 +141,14 @@ def gpu_use(
     claims: ClaimLookup | None = None,
     defaulted: bool = True,
     created: bool = False,
+    operator_scheduler: str | None = None,
 ) -> GPUUse:
     """``defaulted``: the apiserver fills this pod spec's defaults (a Pod, a built-in kind's template), so an unset
     ``schedulerName`` is the default scheduler; in a workload CRD's template it is unknown (see scheduler_of).
     ``created``: the spec is what a pod is created with (a CREATE, or any pod template), so a ``spec.nodeName`` in it
     binds the pod at creation: no scheduler places it and no fraction annotation holds anything (a pod a
-    scheduler bound has one too, so an UPDATE is read without this)."""
+    scheduler bound has one too, so an UPDATE is read without this). ``operator_scheduler``: the scheduler the
+    operator gives pods whose template names none (pods.operated.operator_scheduler)."""
     counted: set[str] = set()
     dra: set[str] = set()
     vendors: dict[str, Device] = {}
@@ -195,9 +199,9 @@ def gpu_use(
     annotations = meta.get("annotations") or {}
     ignored: tuple[str, ...] = ()
     bound = False
+    scheduler = scheduler_of(spec, defaulted=defaulted, operator=operator_scheduler)
     if isinstance(annotations, Mapping):
         present = tuple(a for a in policy.holders.annotations if a in annotations)
-        scheduler = scheduler_of(spec, defaulted=defaulted)
         bound = created and bool(spec.get("nodeName"))
         if present and (bound or (scheduler is not None and scheduler not in policy.holders.annotation_schedulers)):
             present, ignored = (), present
@@ -217,18 +221,29 @@ def gpu_use(
             tuple(use.missing) if use is not None else (),
             use.gpu_claims if use is not None else {},
         )
-    return GPUUse(frozenset(counted), devices, tuple(holders), dra_use, ignored, bound=bool(ignored) and bound)
+    return GPUUse(
+        frozenset(counted),
+        devices,
+        tuple(holders),
+        dra_use,
+        ignored,
+        bound=bool(ignored) and bound,
+        scheduler=scheduler,
+    )
 
 
-def scheduler_of(spec: Mapping[str, Any], *, defaulted: bool = True) -> str | None:
-    """The scheduler that will place the pod: its ``schedulerName``; unset, the default scheduler where the
+def scheduler_of(spec: Mapping[str, Any], *, defaulted: bool = True, operator: str | None = None) -> str | None:
+    """The scheduler that will place the pod: its ``schedulerName``; unset, the one its operator sets from the
+    object's own fields (``operator``: a Volcano Job's ``spec.schedulerName``), the default scheduler where the
     apiserver defaults the spec, and unknown (None) in a workload CRD's template, whose controller may set it
-    on the pods it creates (KubeRay's KAI plugin does: ray-project/kuberay
+    from its own configuration on the pods it creates (KubeRay's KAI plugin does: ray-project/kuberay
     ray-operator/controllers/ray/batchscheduler/kai-scheduler/kai_scheduler.go ``AddMetadataToChildResource``).
     Those pods are judged again when they are created."""
     name = spec.get("schedulerName")
     if isinstance(name, str) and name:
         return name
+    if operator:
+        return operator
     return DEFAULT_SCHEDULER if defaulted else None
 
 

@@ -224,6 +224,37 @@ def _runtime_of(obj: Mapping[str, Any], namespace: str, runtimes: RuntimeLookup 
     return runtimes(kind, "" if kind == "ClusterTrainingRuntime" else namespace, name)
 
 
+#: The workload kinds whose operator gives a pod that names no scheduler one from the object's own fields, and
+#: its default: Volcano's job controller copies ``spec.schedulerName`` into every task's pod that names none
+#: (volcano-sh/volcano pkg/controllers/job/job_controller_util.go ``createJobPod``, commit
+#: fa40cb37140eb3c73524208cef0b8d757c695827), and its admission webhook defaults it to ``volcano``.
+#: Of the other operated kinds none does: KubeRay sets the scheduler of every pod from its own configuration
+#: (``batchScheduler``, one per operator: ray-project/kuberay ray-operator/controllers/ray/batchscheduler/
+#: schedulermanager.go ``getSchedulerFactory``, kai-scheduler/kai_scheduler.go ``AddMetadataToChildResource``,
+#: commit feeaf72facab4881ba2b179248bb67315634e229; the ``ray.io/scheduler-name`` label it once read for Volcano
+#: was dropped in #2471 and removed in #4305), so its templates are judged with the scheduler unknown and each
+#: pod again when KubeRay creates it. Kubeflow Trainer v2 leaves ``schedulerName`` to the runtime's template
+#: (kubeflow/trainer proposals/2170-kubeflow-trainer-v2, "Gang-scheduling"; no plugin under
+#: pkg/runtime/framework/plugins sets it, commit 8c0f5059bd51ec3ba6d6a6a7b2e1471de7bc13b3); JobSet, LWS, KServe
+#: and Dynamo copy the templates they are given.
+OPERATOR_SCHEDULERS: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    ("batch.volcano.sh", "Job"): (("spec", "schedulerName"), "volcano"),
+}
+
+
+def operator_scheduler(obj: Mapping[str, Any]) -> str | None:
+    """The scheduler the operator of ``obj`` gives the pods of templates that name none, if it sets one from the
+    object's fields."""
+    found = OPERATOR_SCHEDULERS.get((group_of(str(obj.get("apiVersion") or "")), str(obj.get("kind") or "")))
+    if found is None:
+        return None
+    keys, default = found
+    node: Any = obj
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, str) and node else default
+
+
 def runtime_note(obj: Mapping[str, Any], *, namespace: str = "", runtimes: RuntimeLookup | None = None) -> str | None:
     """For a TrainJob: where its pod template is, and whether it was judged with it."""
     if group_of(str(obj.get("apiVersion") or "")) != "trainer.kubeflow.org" or obj.get("kind") != "TrainJob":

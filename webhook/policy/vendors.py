@@ -64,6 +64,12 @@ DEFAULT_HOLDER_ANNOTATIONS: tuple[str, ...] = ("gpu-fraction", "gpu-memory")
 #: its webhooks leave pods of any other scheduler alone (pkg/admission/webhook/v1alpha2/podhooks/pod_mutator.go),
 #: and the default scheduler ignores the annotations, so such a pod gets no GPU at all.
 DEFAULT_HOLDER_SCHEDULERS: tuple[str, ...] = ("kai-scheduler",)
+#: HAMi's annotations that pin a pod's GPUs by UUID, per vendor (Project-HAMi/HAMi pkg/device/nvidia/device.go
+#: ``GPUUseUUID``, a comma-separated list; pkg/device/devices.go ``CheckUUID`` lets the scheduler use no other
+#: device, and an empty value constrains nothing). The pinned GPUs choose the hardware: gpugate adds no model
+#: class constraint, which could only contradict them. Their opposite, ``nvidia.com/nouse-gpuuuid``, only
+#: excludes cards and chooses no product, so it leaves the choice to the policy.
+HAMI_UUID_ANNOTATIONS: dict[str, str] = {"nvidia": "nvidia.com/use-gpuuuid"}
 #: What the apiserver fills into a pod spec that names no scheduler (k/k pkg/apis/core/v1/defaults.go).
 DEFAULT_SCHEDULER = "default-scheduler"
 #: The annotation in which KAI's webhook names the ConfigMap its binder writes NVIDIA_VISIBLE_DEVICES into

@@ -15,6 +15,7 @@ from ..pods.fit import class_largest, per_node_amounts
 from ..policy.classes import ModelClass, Models
 from ..policy.keys import MODEL_LABEL
 from ..policy.model import Device
+from ..policy.vendors import HAMI_UUID_ANNOTATIONS
 from .base import Choice, PodContext, PodView, Violation
 
 #: The rule whose violations these are (a choice the policy refuses is model selection's to report).
@@ -59,13 +60,22 @@ def _own_choices(pod: PodView, device: Device) -> list[tuple[str, str, list[str]
     return found
 
 
-def _class_of(models: Models, device: Device, key: str, value: str) -> ModelClass | None:
-    for c in models.classes.values():
-        if c.device != device.name:
-            continue
-        if (key == device.model_label and value in c.values) or value in c.aliases.get(key, ()):
-            return c
-    return None
+def _classes_of(models: Models, device: Device, key: str, value: str) -> list[ModelClass]:
+    """Every class of the device that a chosen ``key=value`` means (an alias value can mean several: one
+    instance type with whole GPUs or MIG slices, HAMi's ``vgpu-mode: mig`` on every MIG-capable class)."""
+    return [
+        c
+        for c in models.classes.values()
+        if c.device == device.name
+        and ((key == device.model_label and value in c.values) or value in c.aliases.get(key, ()))
+    ]
+
+
+def _pinned(pod: PodView, device: Device) -> str | None:
+    """The annotation with which the pod pins its GPUs by UUID for HAMi's scheduler, if it does."""
+    key = HAMI_UUID_ANNOTATIONS.get(device.name)
+    value = pod.annotations.get(key) if key else None
+    return key if isinstance(value, str) and value.strip() else None
 
 
 # Over 60 lines: the choice order of the module docstring, one branch per source of a choice.
@@ -110,6 +120,8 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
         return Choice(found, violations=_outside_class(pod, ctx, found, device))
     if pod.spec.get("nodeName"):
         return Choice(own=True)  # bound to a node already (e.g. by an operator): a selector could only break it
+    if _pinned(pod, device):
+        return Choice(own=True)  # GPUs pinned by UUID: any product gpugate added could only contradict them
     choices = _own_choices(pod, device)
     if choices:
         violations = []
@@ -118,7 +130,8 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
             where = ctx.meta_field(path.removeprefix("metadata.")) if meta else ctx.spec_field(path)
             unmapped = []
             for value in values:
-                mapped = _class_of(models, device, key, value)
+                meant = _classes_of(models, device, key, value)
+                mapped = next((c for c in meant if c in able), meant[0] if meant else None)
                 if mapped is None and key == device.model_label:
                     violations.append(
                         Violation(
@@ -219,6 +232,10 @@ def _own_class(
     # Several classes share the choice (one instance type, whole GPUs or MIG slices): the first default
     # among them, else the first the policy lists.
     chosen = next((c for name in models.defaults for c in serving if c.name == name), serving[0])
+    if all(path.startswith("metadata.") for _, path, _ in choices):
+        # Chosen by a scheduler's annotation only (HAMi's use-gputype, vgpu-mode): kube-scheduler reads no
+        # annotation, so the class's own constraint is what keeps the pod on that class's nodes.
+        return Choice(chosen, own=True, constrain=True)
     shared = len(mapped) > 1
     if ctx.fleet is not None:
         shared = _reaches_other_pools(ctx, device, chosen, choices, policy_says=shared)

@@ -332,13 +332,26 @@ def _field_of(spec: Mapping[str, Any], ctx: PodContext, resource: str) -> str:
 
 
 def _selector_note(spec: Mapping[str, Any], fleet: Inventory) -> str:
-    """The selector entries no node carries at all (a class value that matches nothing)."""
-    missing = [
-        f"{k}={v}"
-        for k, v in (spec.get("nodeSelector") or {}).items()
-        if not any(n.labels.get(k) == v or (n.truncated and k not in n.labels) for n in fleet.nodes)
-    ]
+    """The selector entries, and the ``In`` values of a required node-affinity term the pod has only one of, that
+    no node carries at all (a class value or a cloud's GPU name that matches nothing)."""
+
+    def carried(key: str, values: list[str]) -> bool:
+        return any(n.labels.get(key) in values or (n.truncated and key not in n.labels) for n in fleet.nodes)
+
+    missing = [f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items() if not carried(str(k), [str(v)])]
+    terms = required_terms(spec)
+    if len(terms) == 1:  # with several terms (ORed), no single expression is required
+        for e in _expressions(terms[0]):
+            values = [str(v) for v in e.get("values") or []]
+            if e.get("operator") == "In" and values and not carried(str(e.get("key")), values):
+                missing.append(
+                    f"{e.get('key')} in [{', '.join(values)}]" if len(values) > 1 else f"{e.get('key')}={values[0]}"
+                )
     return f" (no node carries {', '.join(missing)})" if missing else ""
+
+
+def _expressions(term: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [e for e in term.get("matchExpressions") or [] if isinstance(e, Mapping)]
 
 
 @record.validator(pods="gpu")

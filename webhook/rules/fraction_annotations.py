@@ -38,7 +38,7 @@ def require_the_annotations_scheduler(pod: PodView, ctx: PodContext) -> list[Vio
         f"{first}, or request whole GPUs in resources.limits and remove the annotation; if your GPU-sharing "
         "scheduler runs under another name, add it to spec.gpuHolders.annotationSchedulers"
     )
-    scheduler = scheduler_of(pod.spec)
+    scheduler = ctx.gpu.scheduler or scheduler_of(pod.spec)
     counted_for = ", ".join(implementers) or "no scheduler"
     if ctx.gpu.bound:
         return [
