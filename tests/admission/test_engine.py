@@ -206,3 +206,33 @@ def test_the_same_pod_on_create_is_refused_without_its_team_label():
     del relabelled["metadata"]["labels"]["tier"]
     verdict = validated(relabelled, PLAIN_AND_ATTRIBUTED, labels=TEAM)
     assert not verdict.allowed and "lacks label gpugate.io/team=vision" in verdict.message
+
+
+def test_the_object_is_named_once_and_every_value_is_whole():
+    """A LeaderWorkerSet with two GPU templates: the first warning names the object, the rest only their template,
+    and every injection of both templates is said whole, each warning within the apiserver's 256."""
+    gpu = {"spec": {"containers": [container("vllm", limits={"nvidia.com/gpu": 1})]}}
+    obj = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm", "namespace": "default"},
+        "spec": {"leaderWorkerTemplate": {"leaderTemplate": gpu, "workerTemplate": copy.deepcopy(gpu)}},
+    }
+    warnings = validate(request(obj), env(standard())).warnings
+    named = [w for w in warnings if 'LeaderWorkerSet "vllm"' in w]
+    assert named == [warnings[0]]
+    assert warnings[0].startswith('LeaderWorkerSet "vllm" leaderWorkerTemplate.leaderTemplate: pods will get ')
+    for where in ("leaderWorkerTemplate.leaderTemplate", "leaderWorkerTemplate.workerTemplate"):
+        said = ", ".join(
+            w.split(": pods will get ", 1)[1]
+            for w in warnings
+            if w.removeprefix('LeaderWorkerSet "vllm" ').startswith(f"{where}:")
+        )
+        for item in (
+            "runtimeClassName=nvidia",
+            "toleration nvidia.com/gpu:NoSchedule",
+            "nodeSelector nvidia.com/gpu.product=NVIDIA-L4",
+            "label gpugate.io/team=unassigned",
+        ):
+            assert item in said, (where, warnings)
+    assert all(len(w) <= 256 and "…" not in w for w in warnings)

@@ -361,7 +361,7 @@ def test_a_trainjob_is_stored_as_sent_and_a_fractional_resources_per_node_never_
     made = fleet.kubectl("create", "-o", "json", "-f", "-", stdin=sent)
     said = _squashed(made.stderr)
     assert 'pod template in ClusterTrainingRuntime "torch-distributed", judged when that is applied' in said, made
-    assert 'TrainJob "train" trainer: pods will get runtimeClassName=nvidia' in said, made
+    assert "trainer: pods will get runtimeClassName=nvidia" in said, made
     kept = stored(fleet.cluster, "trainjob", "train", ns)
     assert kept["spec"]["trainer"] == sent["spec"]["trainer"]
     assert "operated" not in kept

@@ -95,5 +95,6 @@ def test_every_panel_was_checked(panels: dict[str, Any]) -> None:
         "Utilisation from DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "GPU-hours with telemetry, fleet",
         "GPU-hours held as HAMi shares by team",  # checked against HAMi's series in test_shares.py
+        "GPU-hours held through DRA claims by team",  # checked against gpugate's DRA series in test_shares.py
     }
     assert Path(DASHBOARD).read_text() == (ROOT / "charts/gpugate/files/gpugate-report-dashboard.json").read_text()

@@ -178,9 +178,39 @@ def shared_fleet() -> Fleet:
         end=LENGTH,
     )
 
-    # What the nodes advertise (kube-state-metrics kube_node_status_capacity): node-d has a third H200 no
-    # exporter reports and no pod holds; node-x has two GPUs and no dcgm-exporter at all. node-m's four
-    # nvidia.com/gpu are one GPU's four replicas; node-h's ten are HAMi's device-plugin split of one T4.
+    # gpugate serve's DRA series (webhook/serve/dra.py), scraped from two replicas (the scrape adds each one's
+    # own namespace and pod: never the claim's): node-d's ResourceSlice publishes four H200; train-0's claim
+    # holds gpu-0, ext-0's DRA-backed extended resource the scheduler's claim on gpu-1, hold-0's claim gpu-2
+    # (dcgm-exporter never reports it; kube-state-metrics has no pod -> claim link for it); gpu-3 is nobody's.
+    # hold-0 ends after 4 h while its claim still names it for 2 h more (not yet released): held 4 h.
+    for gate in ("gpugate-5d8f-abcde", "gpugate-5d8f-fghij"):
+        scrape = {"namespace": "gpugate", "pod": gate, "instance": f"{gate}:8443", "job": "gpugate"}
+        for n in range(4):
+            device = {"driver": "gpu.nvidia.com", "pool": "node-d", "device": f"gpu-{n}", "node": "node-d"}
+            published = device | {"uuid": f"GPU-d-{n}", "parent_uuid": "", "profile": "", "model": H200}
+            fleet.add("gpugate_dra_gpu_device", scrape | published, 1.0, **every)
+            holders = {
+                0: ("train-0", "train-0-gpu-abc12"),
+                1: ("ext-0", "ext-0-gpu-q8r2t"),
+                2: ("hold-0", "hold-0-gpu"),
+            }
+            if n in holders:
+                holder, held = holders[n]
+                allocation = {"claim_namespace": "dra", "claim_name": held, "claim_pod": holder, "request": "gpu"}
+                fleet.add("gpugate_dra_gpu_allocated", scrape | published | allocation, 1.0, **every)
+    fleet.pod(
+        "dra",
+        "hold-0",
+        node="node-d",
+        resources={"cpu": 1},
+        attribution=team("batch", "hold"),
+        interval=INTERVAL,
+        end=4 * HOUR,
+    )
+
+    # What the nodes advertise (kube-state-metrics kube_node_status_capacity): node-d says three GPUs, but its
+    # ResourceSlices publish four, and those count; node-x has two GPUs and no dcgm-exporter at all. node-m's
+    # four nvidia.com/gpu are one GPU's four replicas; node-h's ten are HAMi's device-plugin split of one T4.
     for node, count in (("node-k", 1), ("node-m", 4), ("node-d", 3), ("node-x", 2), ("node-h", 10)):
         labels = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
         fleet.add("kube_node_status_capacity", labels, float(count), **every)
@@ -218,6 +248,7 @@ EXPECTED = {
     "ads": (0.50 * 6, 0.50 * 6, 0.0, 0.0),  # two of 4 replicas
     "training": (6.0, 3.0, 0.0, 3.0),  # a DRA claim's H200: 3 h at 80%, 3 h without telemetry
     "infra": (6.0, 0.0, 0.0, 6.0),  # a DRA-backed extended resource, never any telemetry
+    "batch": (4.0, 0.0, 0.0, 4.0),  # a claim's H200 that dcgm-exporter never reports: gpugate's series, 4 h
 }
 
 
@@ -248,19 +279,21 @@ def test_the_unclaimed_rest_of_a_shared_gpu_is_unallocated(by_team: dict[str, An
     assert fraction["capacity_gpu_hours"] == pytest.approx(12.0, abs=1e-6)
     shared = resources["shared"]
     assert (shared["allocated_gpu_hours"], shared["unallocated_gpu_hours"]) == pytest.approx((4.5, 1.5), abs=1e-6)
-    assert resources["dra"]["allocated_gpu_hours"] == pytest.approx(6.0, abs=1e-6)
-    # node-d's unreported H200 and node-x's two GPUs, six hours each
-    assert resources["no-telemetry"]["unallocated_gpu_hours"] == pytest.approx(3 * 6.0, abs=1e-6)
-    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(8 * 6.0, abs=1e-6)
+    # train-0's claim, ext-0's extended resource through the scheduler's claim, hold-0's claim for 4 h
+    assert resources["dra"]["allocated_gpu_hours"] == pytest.approx(6.0 + 6.0 + 4.0, abs=1e-6)
+    # node-d's gpu-3 six hours and gpu-2 the two hours after hold-0; node-x's two GPUs six hours each
+    assert resources["no-telemetry"]["unallocated_gpu_hours"] == pytest.approx(6.0 + 2.0 + 2 * 6.0, abs=1e-6)
+    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(9 * 6.0, abs=1e-6)
+    assert by_team["capacity"]["sources"] == ["dcgm-exporter", "gpugate_dra_gpu_device", "kube_node_status_capacity"]
 
 
 def test_shares_and_unallocated_add_up_to_the_fleet_every_hour(by_team: dict[str, Any]) -> None:
     fleet = by_team["buckets"]["fleet"]
     assert len(fleet) == 6
     for bucket in fleet:
-        # eight GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's three H200 (the claim's, the
-        # extended resource's, the unreported one) and node-x's two
-        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(8.0, abs=1e-6), bucket
+        # nine GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's four H200 as its ResourceSlice publishes
+        # them (train-0's, ext-0's, hold-0's, nobody's) and node-x's two
+        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(9.0, abs=1e-6), bucket
 
 
 def test_by_namespace_the_fractional_pods_pay_and_the_reservation_pod_does_not(shares: RunningPrometheus) -> None:
@@ -316,3 +349,20 @@ def test_by_pod_csv_and_html_carry_the_workload(shares: RunningPrometheus) -> No
     assert html_out.returncode == 0, html_out.stderr
     assert "<thead><tr><th>POD</th><th>WORKLOAD</th>" in html_out.stdout
     assert "<tr><td>hami/hami-b</td><td>hami/Deployment/hami-b</td>" in html_out.stdout
+
+
+def test_the_dashboards_dra_panel_gives_the_reports_claims(shares: RunningPrometheus) -> None:
+    dashboard = json.loads((ROOT / "deploy/monitoring/gpugate-report-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"] == "GPU-hours held through DRA claims by team"]
+    client = Prometheus(shares.url)
+    end = parse_time(END_ISO, now=0)
+    got = {}
+    for target in panel["targets"]:
+        expr = target["expr"].replace("$__range", f"{LENGTH}s")
+        got[target["refId"]] = {
+            s.labels.get("team", ""): next(iter(s.samples.values())) for s in client.query(expr, at=end)
+        }
+    step = INTERVAL / 3600
+    # the three claims' H200, as the report bills them (telemetry or not); gpu-3 all along and gpu-2 after hold-0
+    assert got["held"] == pytest.approx({"training": 6.0, "infra": 6.0, "batch": 4.0}, abs=step)
+    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0}, abs=step)

@@ -121,10 +121,12 @@ def test_a_workload_crd_template_without_a_scheduler_is_left_to_its_pods():
 def test_the_workload_crd_template_says_which_scheduler_its_pods_need():
     group = {"groupName": "g", "replicas": 1, "template": _fraction_template()}
     verdict = validated(_template("RayCluster", "ray.io/v1", ["spec", "workerGroupSpecs"], [group]), standard())
+    # the first warning names the RayCluster; this one, after it, only the template
     assert (
-        'RayCluster "w" workerGroupSpecs[0]: gpu-fraction holds a GPU only if the operator gives the pods schedulerName '
+        "workerGroupSpecs[0]: gpu-fraction holds a GPU only if the operator gives the pods schedulerName "
         "kai-scheduler (KubeRay's batchScheduler option); pods of another scheduler are refused when created"
     ) in verdict.warnings
+    assert verdict.warnings[0].startswith('RayCluster "w" workerGroupSpecs[0]: pods will get ')
     assert all(len(w) <= 256 for w in verdict.warnings)
 
 

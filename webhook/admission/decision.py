@@ -98,18 +98,20 @@ def fit(text: str, limit: int = WARNING_MAX) -> list[str]:
     return out
 
 
-def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT) -> list[str]:
-    """As few warnings as keep ``limit`` characters each, every one starting with ``prefix``; an item that
-    does not fit beside others gets a warning of its own, whole (split, never cut, past WARNING_MAX)."""
+def pack(prefix: str, items: list[str], limit: int = WARNING_LIMIT, *, first: str | None = None) -> list[str]:
+    """As few warnings as keep ``limit`` characters each, every one starting with ``prefix`` (the first with
+    ``first`` when given: the one that names the object); an item that does not fit beside others gets a
+    warning of its own, whole (split, never cut, past WARNING_MAX)."""
     out: list[str] = []
     current = ""
     for item in items:
-        if current and len(prefix) + len(current) + 2 + len(item) > limit:
-            out += fit(prefix + current)
+        lead = first if first is not None and not out else prefix
+        if current and len(lead) + len(current) + 2 + len(item) > limit:
+            out += fit(lead + current)
             current = ""
         current = f"{current}, {item}" if current else item
     if current:
-        out += fit(prefix + current)
+        out += fit((first if first is not None and not out else prefix) + current)
     return out
 
 

@@ -261,21 +261,25 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     if not subjects or not isinstance(obj, Mapping):
         return allowed(warnings=fit(f"{_named(obj, request)}: {note}") if note else [])
     found: list[tuple[Subject, Violation]] = []
-    warnings: list[str] = fit(f"{subjects[0].shape.describe()}: {note}") if note else []
+    named = _Naming()
+    warnings: list[str] = fit(f"{named.lead(subjects[0], whole=True)}{note}") if note else []
     before_by_shape = {s.shape.template: s for s in olds or []}
     for subject in subjects:
         old = before_by_shape.get(subject.shape.template)
         checked = validations(subject.view, subject.ctx)
         _, (changes,) = _mutations(subject.root or obj, [subject])
         if subject.operated is not None:
-            warnings += [w for text in subject.operated.notes for w in fit(f"{subject.shape.describe()}: {text}")]
+            warnings += [w for text in subject.operated.notes for w in fit(f"{named.lead(subject)}{text}")]
         unapplied: list[Violation] = []
         if subject.ctx.mutable:
             unapplied = _unapplied(subject, changes, update=old is not None)
         elif subject.ctx.gpu.holds_gpu and changes:
-            warnings += pack(f"{_where(subject)}: pods will get ", [c.summary for _, c in changes])
+            first = named.lead(subject)
+            warnings += pack(
+                f"{named.lead(subject)}pods will get ", [c.summary for _, c in changes], first=f"{first}pods will get "
+            )
         if subject.ctx.shape.is_template and subject.ctx.gpu.fractional and subject.ctx.gpu.scheduler is None:
-            warnings += fit(f"{_where(subject)}: {_scheduler_unknown(subject)}")
+            warnings += fit(f"{named.lead(subject)}{_scheduler_unknown(subject)}")
         violations = [v for _, v in checked] + unapplied
         if old is not None:
             # On UPDATE only what the update made worse counts, unless the check's record says otherwise.
@@ -327,6 +331,25 @@ def _binding(obj: Any, request: Mapping[str, Any], env: Environment) -> Decision
     where = f' in namespace "{request.get("namespace")}"' if request.get("namespace") else ""
     lines = [f'Binding of pod "{name}"{where} is refused by gpugate:'] + [f"- {v.message()}" for v in violations]
     return denied("\n".join(lines), violations=violations, policy=BUILTIN.name)
+
+
+class _Naming:
+    """How the warnings of one response name what they are about: the object in the first (``Deployment "x":``,
+    ``LeaderWorkerSet "x" leaderWorkerTemplate.leaderTemplate:``), then only the template, or nothing for a kind
+    of one template, so that each warning spends its characters on what the pods get (kubectl prints a
+    response's warnings together, under the object they came with)."""
+
+    def __init__(self) -> None:
+        self.objects: set[str] = set()
+
+    def lead(self, subject: Subject, *, whole: bool = False) -> str:
+        described = subject.shape.describe()
+        where = described if whole else _where(subject)
+        if described not in self.objects:
+            self.objects.add(described)
+            return f"{where}: "
+        short = where.removeprefix(described).strip()
+        return f"{short}: " if short else ""
 
 
 def _where(subject: Subject) -> str:

@@ -6,8 +6,10 @@ The same reducers serve the live watch in ``gpugate serve`` (``webhook.kube.inve
 (``gpugate fleet snapshot``, ``gpugate check --fleet``) and the tests, so all three see one picture. Memory is
 bounded: a node keeps its labels (interned: nodes of a pool share them), its taints and only the extended
 resources of its allocatable; a ResourceSlice keeps its driver, node, pool, device count, product names and
-memory capacity, never the devices themselves. Quantities stay as the objects state them: the readers
-(feasibility, ``gpugate fleet``) parse them, so this module imports nothing of gpugate's.
+memory capacity, and of its GPU-like devices (those that state a product or a UUID) the few attributes gpugate's
+DRA series name them by (``SliceDevice``), at most ``DEVICE_LIMIT`` per slice; never the rest of its devices.
+Quantities stay as the objects state them: the readers (feasibility, ``gpugate fleet``) parse them, so this
+module imports nothing of gpugate's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ LABEL_LIMIT = 256
 #: the common spellings of other drivers.
 PRODUCT_ATTRIBUTES = ("productName", "model", "product")
 PRODUCT_LIMIT = 8
+#: GPU-like devices kept per ResourceSlice (a node of 8 GPUs with every MIG placement published stays below it;
+#: the DRA API allows 128 devices per slice in resource.k8s.io/v1, ResourceSliceMaxDevices).
+DEVICE_LIMIT = 256
 # A DeviceClass selector names its driver in CEL: device.driver == 'gpu.nvidia.com' (either quote).
 _DRIVER_CEL = re.compile(r"""device\.driver\s*==\s*['"]([^'"]+)['"]""")
 
@@ -133,6 +138,20 @@ def device_class_of(obj: Mapping[str, Any]) -> DeviceClass:
 
 
 @dataclass(frozen=True)
+class SliceDevice:
+    """One GPU-like device of a ResourceSlice, by the attributes NVIDIA's DRA driver publishes
+    (kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go: ``uuid``, ``productName``,
+    ``type`` gpu/mig/vfio; a MIG device's ``parentUUID`` and ``profile``)."""
+
+    name: str
+    uuid: str = ""
+    parent_uuid: str = ""
+    profile: str = ""
+    product: str = ""
+    type: str = ""
+
+
+@dataclass(frozen=True)
 class Slice:
     """One ResourceSlice: whose devices, on which node (None: not node-local), how many, which products."""
 
@@ -145,6 +164,8 @@ class Slice:
     #: The ``memory`` capacity of its devices as published (the first stated; None when they state none).
     memory: str | None = None
     all_nodes: bool = False
+    #: Its GPU-like devices (a product or UUID attribute), for gpugate's DRA series; at most DEVICE_LIMIT.
+    gpus: tuple[SliceDevice, ...] = ()
 
 
 def _attribute(value: Any) -> str | None:
@@ -162,15 +183,33 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
     devices = [d for d in spec.get("devices") or [] if isinstance(d, Mapping)]
     products: list[str] = []
     memory: str | None = None
+    gpus: list[SliceDevice] = []
     for device in devices:
         basic = device.get("basic")
         body: Mapping[str, Any] = basic if isinstance(basic, Mapping) else device  # v1beta1 wraps in basic
         attributes = body.get("attributes") or {}
+        if not isinstance(attributes, Mapping):
+            attributes = {}
+        named = ""
         for name in PRODUCT_ATTRIBUTES:
-            product = _attribute(attributes.get(name)) if isinstance(attributes, Mapping) else None
+            product = _attribute(attributes.get(name))
+            if product:
+                named = named or product
             if product and product not in products and len(products) < PRODUCT_LIMIT:
                 products.append(_intern(product))
                 break
+        uuid = _attribute(attributes.get("uuid")) or ""
+        if (named or uuid) and len(gpus) < DEVICE_LIMIT:
+            gpus.append(
+                SliceDevice(
+                    name=str(device.get("name", "")),
+                    uuid=uuid,
+                    parent_uuid=_attribute(attributes.get("parentUUID")) or "",
+                    profile=_intern(_attribute(attributes.get("profile")) or ""),
+                    product=_intern(named),
+                    type=_intern(_attribute(attributes.get("type")) or ""),
+                )
+            )
         capacity = body.get("capacity") or {}
         raw = (capacity.get("memory") or {}).get("value") if isinstance(capacity, Mapping) else None
         if memory is None and isinstance(raw, (str, int)):
@@ -186,6 +225,7 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
         products=tuple(products),
         memory=memory,
         all_nodes=bool(spec.get("allNodes")),
+        gpus=tuple(gpus),
     )
 
 

@@ -96,6 +96,36 @@ class Claim:
     model: str = ""
 
 
+@dataclass(frozen=True)
+class DraDevice:
+    """A DRA device as gpugate serve's series name it: its GPU (a MIG device's parent), MIG profile and model
+    from the ResourceSlice that publishes it, and its node."""
+
+    uuid: str
+    parent: str  # a MIG device's parent GPU UUID, else ""
+    profile: str
+    model: str
+    node: str
+    name: str  # driver/pool/device: what names it when the slice states no uuid
+
+    @property
+    def gpu(self) -> str:
+        """The physical GPU the device is (or is part of)."""
+        return self.parent or self.uuid or self.name
+
+
+def _dra_device(labels: Labels) -> DraDevice:
+    name = "/".join(labels.get(k, "") for k in ("driver", "pool", "device"))
+    return DraDevice(
+        uuid=labels.get("uuid", ""),
+        parent=labels.get("parent_uuid", ""),
+        profile=labels.get("profile", ""),
+        model=labels.get("model", ""),
+        node=labels.get("node", ""),
+        name=name,
+    )
+
+
 def _positive(text: str) -> float | None:
     try:
         value = float(text)
@@ -130,6 +160,11 @@ class Chunk:
     dra_devices: Mapping[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = field(default_factory=dict)
     capacity: list[list[tuple[int, float]]] = field(default_factory=list)
     capacity_series: list[tuple[str, str]] = field(default_factory=list)  # node, resource
+    # gpugate serve's DRA series: a claim's device per pod it is reserved for, and the GPUs ResourceSlices publish
+    allocated: list[list[tuple[int, float]]] = field(default_factory=list)
+    allocated_series: list[tuple[Pod, str, DraDevice]] = field(default_factory=list)  # pod, claim, device
+    published: list[list[tuple[int, float]]] = field(default_factory=list)
+    published_series: list[DraDevice] = field(default_factory=list)
 
     @classmethod
     def of(cls, inputs: Inputs) -> Chunk:
@@ -183,6 +218,12 @@ class Chunk:
             dra_devices=inputs.dra_devices,
             capacity=_index(inputs.node_capacity, where),
             capacity_series=[(s.labels.get("node", ""), s.labels.get("resource", "")) for s in inputs.node_capacity],
+            allocated=_index(inputs.dra_allocated, where),
+            allocated_series=[
+                (pod_of(s.labels), s.labels.get("claim_name", ""), _dra_device(s.labels)) for s in inputs.dra_allocated
+            ],
+            published=_index(inputs.dra_capacity, where),
+            published_series=[_dra_device(s.labels) for s in inputs.dra_capacity],
         )
 
     def devices(self, i: int, *, placeholders: set[Pod] | None = None) -> StepDevices:
@@ -255,13 +296,34 @@ class Chunk:
             if reserved and (fraction is not None or memory is not None):
                 share = None if fraction is None else min(1.0, fraction)
                 out.append(Claim(pod, reserved, "kai", share, memory_mib=None if share is not None else memory))
-        sharing: dict[tuple[str, str], list[Pod]] = defaultdict(list)
+        out.extend(self._dra_claims(i, held))
+        return out
+
+    def _dra_claims(self, i: int, held: Mapping[DeviceKey, set[Pod]]) -> list[Claim]:
+        """A DRA claim's devices, billed to its pods wherever telemetry does not map them there. What the claim
+        holds and for whom: gpugate's own series of the allocation (the claim's status), else dcgm-exporter's
+        claim labels seen anywhere in the window with kube-state-metrics' pod -> claim link. The devices are
+        dcgm-exporter's where it named the claim (they carry the MIG instance telemetry is keyed by)."""
+        out: list[Claim] = []
+        sharing: dict[tuple[str, str], set[Pod]] = defaultdict(set)
+        devices: dict[tuple[str, str], dict[str, DraDevice]] = defaultdict(dict)
+        for number, _ in self.allocated[i] if self.allocated else ():
+            pod, claim, device = self.allocated_series[number]
+            sharing[pod[0], claim].add(pod)
+            devices[pod[0], claim][device.uuid or device.name] = device
         for number, _ in self.dra[i] if self.dra else ():
             pod, claim = self.dra_series[number]
-            if (pod[0], claim) in self.dra_devices:
-                sharing[pod[0], claim].append(pod)
+            if (pod[0], claim) in self.dra_devices and (pod[0], claim) not in devices:
+                sharing[pod[0], claim].add(pod)
         for (namespace, claim), pods in sorted(sharing.items()):
-            for uuid, instance, profile, model, host in self.dra_devices[namespace, claim]:
+            known = list(self.dra_devices.get((namespace, claim), ()))
+            telemetry = {uuid for uuid, *_ in known}  # a MIG instance's series name its parent GPU
+            known += [
+                (d.uuid or d.name, "", d.profile, d.model, d.node)
+                for _, d in sorted(devices[namespace, claim].items())
+                if d.gpu not in telemetry
+            ]
+            for uuid, instance, profile, model, host in known:
                 if any(pod in held.get((uuid, instance), ()) for pod in pods):
                     continue  # dcgm-exporter maps it: billed from telemetry
                 for pod in sorted(pods):  # a claim shared by several pods: split evenly between them
@@ -280,10 +342,24 @@ class Chunk:
         return out
 
     def advertised(self, i: int) -> dict[str, list[tuple[str, float]]]:
-        """Per node in one step: the GPU resources it advertised and how many units of each."""
+        """Per node in one step: the GPU resources it advertised and how many units of each. A node whose
+        ResourceSlices publish GPUs has those (resource ``dra``, one per physical GPU: a MIG device is part of
+        its parent), in place of its extended resources: a GPU is handed out by one of the two, and a
+        DRA-backed extended resource (KEP-5004) is served from the slices' devices."""
         out: dict[str, list[tuple[str, float]]] = defaultdict(list)
         for number, value in self.capacity[i] if self.capacity else ():
             node, resource = self.capacity_series[number]
             if node and value > 0:
                 out[node].append((resource, value))
+        for node, gpus in self.published_gpus(i).items():
+            out[node] = [("dra", float(len(gpus)))]
+        return out
+
+    def published_gpus(self, i: int) -> dict[str, dict[str, str]]:
+        """Per node in one step: the physical GPUs its ResourceSlices publish (GPU -> model)."""
+        out: dict[str, dict[str, str]] = defaultdict(dict)
+        for number, _ in self.published[i] if self.published else ():
+            device = self.published_series[number]
+            if device.node:
+                out[device.node][device.gpu] = device.model
         return out

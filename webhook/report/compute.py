@@ -112,8 +112,14 @@ class Integrator(Totals):
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
         self.replicas.update(inputs.replicas)
-        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series)
-        self.advertising = bool(chunk.capacity_series)
+        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series or chunk.allocated_series)
+        self.advertising = bool(chunk.capacity_series or chunk.published_series)
+        for name, present in (
+            ("kube_node_status_capacity", chunk.capacity_series),
+            ("gpugate_dra_gpu_device", chunk.published_series),
+        ):
+            if present:
+                self.capacity.sources.add(name)
         # A device is time-sliced for the whole window once any of its series says so, so that a step in
         # which one replica is idle or missing is not mistaken for a whole GPU handed from pod to pod.
         self.time_sliced.update(s.key[0] for s in (*chunk.engine_series, *chunk.util_series) if s.vgpu)
@@ -146,6 +152,10 @@ class Integrator(Totals):
             self._bill_missing(pod, units, nodes.get(pod, ""), len(seen), accumulator, workload, index, t)
         self._bill_unallocated(devices, t)
         if self.advertising:
+            for node, gpus in chunk.published_gpus(i).items():
+                model = next((m for m in gpus.values() if m), "")
+                if model and not self.host_models.get(node):
+                    self.host_models[node] = model
             self._bill_unreported(chunk.advertised(i), shown, t)
         for accumulator in self.groups.values():
             self.total.merge_step(accumulator)
@@ -490,6 +500,8 @@ class Integrator(Totals):
             elif resource == WHOLE and node in self.mig_nodes:
                 model, profile = self.mig_nodes[node]
                 total += count * mig_fraction(profile, model=model)[0]
+            elif resource == "dra":  # physical GPUs, counted from the ResourceSlices
+                total += count
             elif resource == SHARED or node in self.time_sliced_hosts:
                 if not replicas:
                     return None

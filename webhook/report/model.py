@@ -60,6 +60,13 @@ class Inputs:
     replicas: Mapping[str, int] = field(default_factory=dict)
     # kube_node_status_capacity {node, resource}: the GPU units each node advertised in the step
     node_capacity: Sequence[Series] = ()
+    # gpugate serve's DRA series (webhook/serve/dra.py), from its ResourceClaim and ResourceSlice watches:
+    # gpugate_dra_gpu_allocated of Pending/Running pods {namespace, pod (the claim's reservedFor), claim_name,
+    # uuid, parent_uuid, profile, model, node, driver, pool, device}: a claim's device, with or without telemetry
+    dra_allocated: Sequence[Series] = ()
+    # gpugate_dra_gpu_device {node, driver, pool, device, uuid, parent_uuid, profile, model}: the GPU devices
+    # ResourceSlices publish, each node's DRA capacity
+    dra_capacity: Sequence[Series] = ()
 
 
 @dataclass
@@ -77,6 +84,9 @@ class Capacity:
     classes: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # How the fleet requests them: (model, kind) -> the Kubernetes resource name pods asked for
     requested_as: dict[tuple[str, str], str] = field(default_factory=dict)
+    # The series besides dcgm-exporter's that devices were counted from (kube_node_status_capacity, gpugate's
+    # gpugate_dra_gpu_device): a GPU none of them shows is in no figure
+    sources: set[str] = field(default_factory=lambda: {"dcgm-exporter"})
 
     @property
     def hours(self) -> float:

@@ -44,6 +44,11 @@ NODE_LABELS = "kube_node_labels"
 # What each node advertises (kube-state-metrics internal/store/node.go: kube_node_status_capacity{node, resource}).
 NODE_CAPACITY = "kube_node_status_capacity"
 REPLICAS_LABEL = "label_nvidia_com_gpu_replicas"
+# gpugate serve's own DRA series (webhook/serve/dra.py, docs/report.md "DRA without telemetry"): per device a
+# ResourceClaim was allocated and pod it is reserved for, and per GPU device a ResourceSlice publishes.
+DRA_ALLOCATED = "gpugate_dra_gpu_allocated"
+DRA_DEVICE = "gpugate_dra_gpu_device"
+DRA_DEVICE_LABELS = "uuid, parent_uuid, profile, model, node, driver, pool, device"
 ALLOWLIST = (
     "--metric-labels-allowlist=pods=[gpugate.io/team,gpugate.io/cost-center,"
     "gpugate.io/workload-kind,gpugate.io/workload-name]"
@@ -86,7 +91,8 @@ sum by (namespace, pod, resource, node) (
 
 def labels_query(step: int) -> str:
     """gpugate's labels of every pod that requested a GPU in the step, or held one without a GPU request: a
-    KAI fractional pod (its GPU group label) or a pod with a DRA ResourceClaim."""
+    KAI fractional pod (its GPU group label) or a pod with a DRA ResourceClaim (kube-state-metrics' link, or
+    gpugate's own series of the claim's allocation)."""
     keys = ", ".join(ksm_label(key) for key in ATTRIBUTION_KEYS)
     return f"""
 max by (namespace, pod, {keys}) (max_over_time({POD_LABELS}[{step}s]))
@@ -95,6 +101,13 @@ and on (namespace, pod)
   max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
   or max by (namespace, pod) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
   or max by (namespace, pod) (max_over_time({POD_CLAIMS}[{step}s]))
+  or label_replace(
+    label_replace(
+      max by (claim_namespace, claim_pod) (max_over_time({DRA_ALLOCATED}{{claim_pod!=""}}[{step}s])),
+      "namespace", "$1", "claim_namespace", "(.*)"
+    ),
+    "pod", "$1", "claim_pod", "(.*)"
+  )
 )
 """.strip()
 
@@ -174,6 +187,31 @@ max by (namespace, pod, resourceclaim_name) (max_over_time({POD_CLAIMS}{{resourc
 * on (namespace, pod) group_left ()
 {_holding(step)}
 """.strip()
+
+
+def dra_allocated_query(step: int) -> str:
+    """The devices of allocated ResourceClaims, per pod the claim is reserved for, while that pod is Pending or
+    Running (gpugate_dra_gpu_allocated). Its claim_namespace and claim_pod become namespace and pod here, so that
+    the scrape's own target labels (gpugate's pod) never stand in for them; max by drops those and merges the
+    series of gpugate's replicas, which all export the same."""
+    return f"""
+label_replace(
+  label_replace(
+    max by (claim_namespace, claim_name, claim_pod, {DRA_DEVICE_LABELS}) (
+      max_over_time({DRA_ALLOCATED}{{claim_pod!=""}}[{step}s])
+    ),
+    "namespace", "$1", "claim_namespace", "(.*)"
+  ),
+  "pod", "$1", "claim_pod", "(.*)"
+)
+* on (namespace, pod) group_left ()
+{_holding(step)}
+""".strip()
+
+
+def dra_capacity_query(step: int) -> str:
+    """The GPU devices ResourceSlices published in the step (gpugate_dra_gpu_device), one series per device."""
+    return f"max by ({DRA_DEVICE_LABELS}) (max_over_time({DRA_DEVICE}[{step}s]))"
 
 
 def device_query(metric: str, step: int) -> str:
@@ -351,7 +389,7 @@ def node_replicas(prometheus: Prometheus, *, start: int, end: int) -> dict[str, 
 def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, claims: bool) -> list[tuple[str, str]]:
     """The shared-GPU queries, only where their series exist in the window (the label index says, cheaply)."""
     plan = []
-    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}|{NODE_CAPACITY}"}}'
+    match = f'{{__name__=~"{HAMI_MEMORY}|{POD_ANNOTATIONS}|{POD_CLAIMS}|{NODE_CAPACITY}|{DRA_ALLOCATED}|{DRA_DEVICE}"}}'
     present = set(prometheus.label_values("__name__", match=match, start=start, end=end))
     if HAMI_MEMORY in present:
         plan.append(("hami", hami_query(step)))
@@ -364,6 +402,10 @@ def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, cl
         plan.append(("dra", dra_claims_query(step)))
     if NODE_CAPACITY in present:
         plan.append(("node capacity", node_capacity_query(step)))
+    if DRA_ALLOCATED in present:
+        plan.append(("dra allocations", dra_allocated_query(step)))
+    if DRA_DEVICE in present:
+        plan.append(("dra capacity", dra_capacity_query(step)))
     return plan
 
 
@@ -419,6 +461,8 @@ def stream_inputs(
             dra_devices=claims,
             replicas=replicas,
             node_capacity=results.get("node capacity", ()),
+            dra_allocated=results.get("dra allocations", ()),
+            dra_capacity=results.get("dra capacity", ()),
         )
         done += len(chunk)
         per_step = max(1.0, points / len(chunk))

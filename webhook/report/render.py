@@ -38,7 +38,10 @@ def _capacity_lines(report: Report) -> list[str]:
             a, u = entry.get("allocated_cost", 0.0), entry.get("unallocated_cost", 0.0)
             cells += [_money(a + u), _money(a), _money(u)]
         rows.append(cells)
-    title = f"Capacity (GPUs dcgm-exporter reported or nodes advertised): {share:.0f}% of GPU-hours unallocated"
+    seen = "dcgm-exporter reported or nodes advertised"
+    if "gpugate_dra_gpu_device" in capacity.sources:
+        seen = "dcgm-exporter reported, nodes advertised or ResourceSlices published"
+    title = f"Capacity (GPUs {seen}): {share:.0f}% of GPU-hours unallocated"
     return ["", title, _grid(header, rows)]
 
 

@@ -16,7 +16,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-SCHEMA_VERSION = "gpugate.io/report/v1.1"
+SCHEMA_VERSION = "gpugate.io/report/v1.2"
 ROW_FIELDS = (
     "allocated_gpu_hours",
     "busy_gpu_hours",
@@ -113,6 +113,7 @@ def _capacity_dict(report: Report) -> dict[str, Any]:
         "no_telemetry_cost": money(capacity.no_telemetry_cost),
         "by_model": [part("model", k, v) for k, v in sorted(capacity.by_model.items())],
         "by_resource": [part("resource", k, v) for k, v in sorted(capacity.by_resource.items())],
+        "sources": sorted(capacity.sources),
     }
 
 

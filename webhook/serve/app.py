@@ -189,7 +189,7 @@ def create_app(
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
         status.refresh()
-        body, content_type = metrics.render()
+        body, content_type = metrics.render(*status.state())
         return Response(body, content_type=content_type)
 
     @app.errorhandler(HTTPException)

@@ -8,6 +8,7 @@ import threading
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.registry import Collector
 
 from ..version import gpugate_version
 
@@ -124,10 +125,19 @@ BUILD_INFO = Gauge(
 BUILD_INFO.labels(version=gpugate_version(), python=platform.python_version()).set(1)
 
 
-def render() -> tuple[bytes, str]:
-    """The exposition text; aggregated over all workers when PROMETHEUS_MULTIPROC_DIR is set."""
+def render(*state: Collector) -> tuple[bytes, str]:
+    """The exposition text; aggregated over all workers when PROMETHEUS_MULTIPROC_DIR is set. ``state``: collectors
+    of the cluster's state as the answering worker's watches hold it (webhook.serve.dra), rendered after, as they
+    are: every worker watches the same objects, so they are not summed over workers."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"
-    return generate_latest(DEFAULT_REGISTRY), "text/plain; version=0.0.4; charset=utf-8"
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(DEFAULT_REGISTRY)
+    if state:
+        own = CollectorRegistry(auto_describe=False)
+        for collector in state:
+            own.register(collector)
+        body += generate_latest(own)
+    return body, "text/plain; version=0.0.4; charset=utf-8"

@@ -15,6 +15,7 @@ from typing import Any
 from ..inventory.pools import drift
 from ..policy.model import PolicySet
 from . import metrics
+from .dra import DraSeries
 from .policies import PolicyStore
 
 #: Inventory kinds whose object counts are exported (the fleet watcher's stats hold others too).
@@ -31,11 +32,14 @@ class Status:
         namespace_cache: Any = None,
         fleet: Any = None,
         tls_ready: Callable[[], bool] | None = None,
+        claims: Callable[[], Any] | None = None,
     ) -> None:
         self.policies = policies
         self.namespace_cache = namespace_cache
         self.fleet = fleet
         self.tls_ready = tls_ready
+        # The DRA series (webhook.serve.dra): the fleet's GPU devices and, with a claims cache, their allocations.
+        self.dra = DraSeries(fleet, policies=policies.current, claims=claims) if fleet is not None else None
         self._counted: set[str] = set()  # broken edits this worker has offered to count
         self._drifted: list[str] = []
         self._drift_of: tuple[Any, str] = (None, "")  # the inventory and policy digest _drifted is for
@@ -68,6 +72,10 @@ class Status:
             for event, value in stats.items():
                 metrics.NAMESPACE_CACHE.labels(event).set(value)
         return current
+
+    def state(self) -> tuple[DraSeries, ...]:
+        """The collectors of the cluster's state this worker's watches hold, for /metrics."""
+        return (self.dra,) if self.dra is not None else ()
 
     def drifted(self) -> list[str]:
         """Where the policies and the fleet disagreed at the last refresh (empty without a fleet)."""

@@ -46,7 +46,13 @@ def build_app(
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
     fleet = _fleet_watcher(kubeconfig)
-    status = Status(store, namespace_cache=cache, fleet=fleet, tls_ready=tls_ready)
+    status = Status(
+        store,
+        namespace_cache=cache,
+        fleet=fleet,
+        tls_ready=tls_ready,
+        claims=_allocations(fleet) if fleet is not None else None,
+    )
     app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, fleet=fleet, status=status)
     saved = [""]
 
@@ -85,6 +91,20 @@ def _fleet_watcher(kubeconfig: str | None) -> Any:
         return None
     watcher.start()
     return watcher
+
+
+def _allocations(fleet: Any) -> Callable[[], Any]:
+    """The devices allocated to ResourceClaims now, from the fleet watcher's claims cache (``webhook.kube.claims``
+    ``allocations``), for /metrics' DRA series; None until the cache has listed, so that a scrape never shows a
+    partial picture as every claim there is. A cache forbidden to list (RBAC) counts as listed and empty."""
+    from ..kube.claims import allocations
+
+    def current() -> Any:
+        if "resourceclaims" in fleet.claims.unread():
+            return None  # not listable: what is allocated is unknown, not nothing
+        return list(allocations(fleet.claims)) if fleet.claims.synced() else None
+
+    return current
 
 
 def run_directory() -> Path | None:
