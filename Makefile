@@ -75,6 +75,7 @@ image: ## build the image with buildah into dist/gpugate-<version>.oci.tar (docs
 
 native: venv ## compile deploy/base/policies into deploy/components/native-tier/native.yaml (the native tier)
 	$(BIN)/gpugate policy compile deploy/base/policies > deploy/components/native-tier/native.yaml
+	$(BIN)/gpugate policy compile --webhook-patch deploy/base/policies > deploy/components/native-tier/narrowing.yaml
 
 chart-sync: native ## copy deploy/'s policies, webhooks, backstop, recording rules, dashboard and auditor RBAC into charts/gpugate/files
 	rm -f charts/gpugate/files/policies/*

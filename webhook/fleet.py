@@ -93,13 +93,27 @@ def show(args: argparse.Namespace) -> int:
     governing = policies.policies[-1] if policies.policies else _labelled()
     found = pools(fleet, governing)
     findings = drift(fleet, policies) if getattr(args, "policies", None) else []
+    tier = None if args.fleet else _tier(args)
     if args.output == "json":
-        print(json.dumps({"pools": [p.as_dict() for p in found], "drift": findings}, indent=2))
+        print(json.dumps({"pools": [p.as_dict() for p in found], "drift": findings, "admissionTier": tier}, indent=2))
     else:
         _table(found)
         for finding in findings:
             print(f"drift: {finding}")
+        if tier:
+            print(f"admission tier: {tier}")
     return EXIT_FOUND if findings else EXIT_OK
+
+
+def _tier(args: argparse.Namespace) -> str:
+    """Which admission tier the cluster has (webhook only, or native + webhook and whose objects)."""
+    from .kube.cluster import ClusterError, api_client
+    from .kube.native import tier_in_force
+
+    try:
+        return tier_in_force(api_client(args.kubeconfig, context=args.context))
+    except ClusterError as err:
+        return f"unknown: {err}"
 
 
 def _table(found: list[Any]) -> None:

@@ -54,9 +54,23 @@ def helm() -> Path:
     return helm_binary()
 
 
+# networkPolicy.controlPlaneCIDRs has no default (the chart refuses to render without it): every render, lint,
+# install and upgrade here gives one, before the test's own values, which may override it. The control plane of
+# the install tests runs on 127.0.0.1.
+CONTROL_PLANE = "networkPolicy.controlPlaneCIDRs={127.0.0.1/32}"
+RENDERING = ("template", "lint", "install", "upgrade")
+
+
 def run_helm(
-    helm: Path, *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 120
+    helm: Path,
+    *args: str,
+    kubeconfig: Path | None = None,
+    check: bool = True,
+    timeout: float = 120,
+    control_plane: bool = True,
 ) -> subprocess.CompletedProcess[str]:
+    if control_plane and args and args[0] in RENDERING:
+        args = (args[0], "--set", CONTROL_PLANE, *args[1:])
     env = {
         **os.environ,
         "HELM_CACHE_HOME": "/tmp/gpugate-helm/cache",
@@ -162,6 +176,63 @@ def test_the_native_tier_renders_the_compiled_objects_with_the_release_s_exclusi
         assert obj["spec"] == compiled["spec"]
 
 
+def test_the_native_tier_narrows_both_pod_webhooks_with_the_condition_of_its_own_objects(helm: Path) -> None:
+    def conditions(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
+        return {
+            h["name"]: [c["name"] for c in h.get("matchConditions", [])]
+            for o in objects
+            if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for h in o["webhooks"]
+        }
+
+    assert all("not-decided-natively" not in names for names in conditions(template(helm)).values())
+    objects = template(helm, "nativeTier.enabled=true", "workloadCRDs.enabled=true")
+    always = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    expression = always["metadata"]["annotations"]["gpugate.io/webhook-match-condition"]
+    narrowed = {
+        h["name"]: h["matchConditions"][-1]["expression"]
+        for o in objects
+        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in o["webhooks"]
+        if h.get("matchConditions") and h["matchConditions"][-1]["name"] == "not-decided-natively"
+    }
+    # The pod webhooks, not the workload CRDs' (they see no pods).
+    assert narrowed == {"mutate.gpugate.io": expression, "validate.gpugate.io": expression}
+    assert expression.startswith("!(request.operation == 'CREATE'")
+
+
+def test_the_native_sync_renders_the_flag_and_a_role_limited_to_gpugate_s_own_objects(helm: Path) -> None:
+    objects = template(helm, "nativeTier.sync=true", release="gate", namespace="gpu-system")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    configuration = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert f"--native-sync={configuration}" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-native-sync"))
+    for rule in role["rules"]:
+        assert rule["resourceNames"], rule  # every rule by name
+        assert "list" not in rule["verbs"] and "watch" not in rule["verbs"]
+    webhooks = next(r for r in role["rules"] if "mutatingwebhookconfigurations" in r["resources"])
+    assert webhooks["verbs"] == ["get", "patch"] and webhooks["resourceNames"] == [configuration]
+    lease = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-native-sync"))
+    assert lease["metadata"]["namespace"] == "gpu-system"
+    # The server writes the objects: the chart renders none, and no narrowing of its own.
+    assert not [o for o in objects if o["kind"] == "MutatingAdmissionPolicy"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.36.0", strict=True) if obj["kind"] in ("ClusterRole", "Role") else None
+    both = run_helm(
+        helm, "template", "gpugate", str(CHART), "--set", "nativeTier.sync=true", "--set", "nativeTier.enabled=true",
+        check=False,
+    )  # fmt: skip
+    assert both.returncode != 0 and "choose one" in both.stderr
+    assert not any(
+        a.startswith("--native-sync")
+        for o in template(helm)
+        if o["kind"] == "Deployment"
+        for a in o["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
 def test_unknown_certificate_mode_is_refused_with_a_message(helm: Path) -> None:
     done = run_helm(helm, "template", "gpugate", str(CHART), "--set", "certificates.mode=manual", check=False)
     assert done.returncode != 0
@@ -259,12 +330,16 @@ def test_object_bodies_equal_the_base(default: list[dict[str, Any]], base: list[
             for key in list(selector):
                 if key == "app.kubernetes.io/instance":
                     del selector[key]
+        if kind == "NetworkPolicy":  # the control plane's addresses are the install's (chart value, kustomize patch)
+            out["spec"]["ingress"][0]["from"] = "the control plane"
         return out
 
     kind, _, name = kind.partition("/")
     ours, theirs = find(default, kind, name or None), find(base, kind, name or None)
     assert ours["metadata"]["name"] == theirs["metadata"]["name"]
     assert body(ours) == body(theirs)
+    if kind == "NetworkPolicy":
+        assert ours["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "127.0.0.1/32"}}]  # CONTROL_PLANE
 
 
 def test_deployment_equals_the_base(default: list[dict[str, Any]], base: list[dict[str, Any]]) -> None:
@@ -321,14 +396,32 @@ def test_release_name_and_namespace_reach_every_name(helm: Path) -> None:
     assert "fleet-gpugate.platform.svc" in names.get_values_for_type(x509.DNSName)
 
 
-def test_network_policy_narrowed_to_the_control_plane(helm: Path) -> None:
+def test_network_policy_narrowed_to_the_control_plane(helm: Path, tmp_path: Path) -> None:
     narrowed = find(template(helm, *VARIANTS["narrowed network policy"]), "NetworkPolicy")
     assert narrowed["spec"]["ingress"] == [
         {"from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}], "ports": [{"port": "https", "protocol": "TCP"}]}
     ]
     assert not [o for o in template(helm, *VARIANTS["no network policy"]) if o["kind"] == "NetworkPolicy"]
-    refused = run_helm(helm, "template", "g", str(CHART), "--set", "networkPolicy.controlPlaneCIDRs=null", check=False)
-    assert refused.returncode != 0 and "networkPolicy.controlPlaneCIDRs is empty" in refused.stderr
+    for refused in (
+        run_helm(helm, "template", "g", str(CHART), check=False, control_plane=False),
+        run_helm(helm, "template", "g", str(CHART), "--set", "networkPolicy.controlPlaneCIDRs=null", check=False),
+    ):
+        assert refused.returncode != 0, refused.stdout[:300]
+        assert "networkPolicy.controlPlaneCIDRs is required" in refused.stderr, refused.stderr
+        assert "docs/operations.md" in refused.stderr and "networkPolicy.enabled=false" in refused.stderr
+    # Peers instead of addresses: the agents of a tunnel the apiserver reaches pods through (AKS's konnectivity).
+    agents = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"app": "konnectivity-agent"}},
+    }
+    values = tmp_path / "peers.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": {"controlPlanePeers": [agents]}}))
+    rendered = run_helm(helm, "template", "g", str(CHART), "--values", str(values), control_plane=False).stdout
+    peered = find([d for d in yaml.safe_load_all(rendered) if d], "NetworkPolicy")
+    assert peered["spec"]["ingress"][0]["from"] == [agents]
+    kubernetes_validate.validate(peered, kubernetes_validate.latest_version(), strict=True)
+    # Without a NetworkPolicy there is nothing to give.
+    assert run_helm(helm, "template", "g", str(CHART), "--set", "networkPolicy.enabled=false", control_plane=False)
 
 
 def test_failure_policies_and_exclusions(helm: Path) -> None:

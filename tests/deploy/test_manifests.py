@@ -23,6 +23,7 @@ import yaml
 from cel_expr_python import cel
 from cryptography import x509
 
+from tests.harness.gpugate import control_plane_patch
 from webhook import certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -401,9 +402,43 @@ def test_network_policy_lets_in_the_control_plane_and_the_scraper_only(base: lis
     ports = [p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
     assert ports == ["https"]  # the webhooks and /metrics: one port, both rules name it
     control_plane, scraper = policy["ingress"]
-    assert control_plane["from"] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+    # No default that admits every address: a placeholder the apiserver refuses until an overlay replaces it.
+    assert control_plane["from"] == [{"ipBlock": {"cidr": PLACEHOLDER}}]
     assert scraper["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert control_plane["ports"] == scraper["ports"] == [{"port": "https", "protocol": "TCP"}]
+
+
+# The base's control-plane address, which is no CIDR: kube-apiserver refuses it (the NetworkPolicy's
+# validation, k8s.io/kubernetes pkg/apis/networking/validation ValidateIPBlock) until an overlay sets the real one.
+PLACEHOLDER = "REQUIRED-the-control-plane-CIDR-see-deploy-kustomization.yaml"
+
+
+def test_no_shipped_network_policy_admits_every_address() -> None:
+    """Neither the base nor an overlay nor the chart's values ship 0.0.0.0/0 or ::/0 (on Calico an ipBlock matches
+    pod addresses too, projectcalico/calico#6634: every pod of the cluster could reach the port)."""
+    shipped = [*DEPLOY.rglob("*.yaml"), *(REPO / "charts" / "gpugate").rglob("*.yaml")]
+    for path in shipped:
+        text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        assert "0.0.0.0/0" not in text and "::/0" not in text, path
+
+
+def test_the_documented_control_plane_patch_sets_the_addresses(tmp_path: Path) -> None:
+    """The patch deploy/kustomization.yaml documents, in an overlay as a user writes it, replaces the placeholder
+    with the control plane's addresses, IPv4 and IPv6, in a valid NetworkPolicy; the rest stays."""
+    patch = control_plane_patch("10.0.0.0/28")
+    patch["patch"] = patch["patch"].replace(
+        "- ipBlock: {cidr: 10.0.0.0/28}", "- ipBlock: {cidr: 10.0.0.0/28}\n    - ipBlock: {cidr: fd00::/120}"
+    )
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    kustomization = {"resources": [os.path.relpath(DEPLOY, overlay)], "patches": [patch]}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    policy = find(render(overlay), "NetworkPolicy", "gpugate")
+    kubernetes_validate.validate(policy, kubernetes_validate.latest_version(), strict=True)
+    control_plane, scraper = policy["spec"]["ingress"]
+    assert control_plane["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/120"}}]
+    assert control_plane["ports"] == [{"port": "https", "protocol": "TCP"}]
+    assert scraper == find(render(DEPLOY), "NetworkPolicy", "gpugate")["spec"]["ingress"][1]
 
 
 def test_policies_configmap_ships_the_repository_policies(base: list[dict[str, Any]]) -> None:

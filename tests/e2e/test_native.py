@@ -7,10 +7,13 @@ tests/fixtures/real-manifests/expected.yaml) is sent with `kubectl create --dry-
 (a) the webhook only;
 (c) the objects `gpugate policy compile policies` prints, applied, and the webhook configurations deleted (the
     strongest form of "gpugate's server is down": no webhook at all, so nothing is refused for failing closed);
-(b) the native objects and the webhook together.
+(b) the native objects and the webhook together, the webhooks narrowed by the compiled matchCondition (as
+    deploy/components/native-tier and the chart's nativeTier install them);
+and, between them, the native objects and the narrowed webhooks with gpugate's server stopped.
 
-(a) and (b) must give the same verdict and store the same objects; in (c) every manifest the apiserver admits
-must be stored exactly as in (a) (formed as /mutate forms it), anything else refused. The messages of (a)
+(a) and (b) must give the same verdict and store the same objects; in (c) and with the server stopped every
+manifest the apiserver admits must be stored exactly as in (a) (formed as /mutate forms it), anything else
+refused. A plain GPU pod makes no call to gpugate's server in (b) (its admission counter does not move). The messages of (a)
 and (b) are printed side by side where they differ (the validating admission policies run before the
 validating webhook, so their message answers first).
 """
@@ -47,6 +50,7 @@ POD_CASES = [
     if any(d.get("kind") == "Pod" for d in yaml.safe_load_all(source.read_text()) if d)
 ]
 CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
+NARROWING = "gpugate.io/webhook-match-condition"
 
 
 @dataclass
@@ -63,6 +67,21 @@ class Native:
     webhooks: list[dict[str, Any]]
     native: str
     namespaces: dict[tuple[str, str], str]
+
+    @property
+    def narrowed(self) -> list[dict[str, Any]]:
+        """The webhook configurations with the compiled narrowing condition added, as the native-tier component's
+        patch adds it (to the first webhook of each)."""
+        always = next(
+            d
+            for d in yaml.safe_load_all(self.native)
+            if d and d["metadata"]["name"] == "gpugate-always" and "validations" in d["spec"]
+        )
+        condition = {"name": "not-decided-natively", "expression": always["metadata"]["annotations"][NARROWING]}
+        out = json.loads(json.dumps(self.webhooks))
+        for config in out:
+            config["webhooks"][0]["matchConditions"].append(condition)
+        return out
 
 
 def _compiled() -> str:
@@ -190,8 +209,8 @@ def _without_webhooks(n: Native) -> None:
     assert eventually(native_alone, timeout=60), "the native objects did not take effect alone within 60 s"
 
 
-def _with_webhooks(n: Native) -> None:
-    for hook in n.webhooks:
+def _with_webhooks(n: Native, *, narrowed: bool = False) -> None:
+    for hook in n.narrowed if narrowed else n.webhooks:
         n.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=hook)
     chosen = _probe(n, labels={"gpugate.io/model": "h100"})
 
@@ -204,12 +223,17 @@ def _with_webhooks(n: Native) -> None:
 
 
 def _server_stopped(n: Native) -> None:
-    _with_webhooks(n)
+    _with_webhooks(n, narrowed=True)
     n.gate.stop()
-    plain = _probe(n)
+    # A pod only the validating webhook judges (no GPU, a device variable set to none): nothing native refuses
+    # it first, so its refusal says the webhook failed closed.
+    webhook_only = _probe(n)
+    container = webhook_only["spec"]["containers"][0]
+    container["resources"] = {}
+    container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
 
     def failing_closed() -> bool:
-        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=plain, check=False)
+        refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=webhook_only, check=False)
         return 'failed calling webhook "validate.gpugate.io"' in refused.stderr
 
     assert eventually(failing_closed, timeout=60), "the stopped server was still answering after 60 s"
@@ -235,7 +259,7 @@ def test_native_tier_decides_as_the_webhook_and_forms_every_pod_it_admits_alone(
     _server_stopped(native)
     server_down = _phase(native, sent)
     native.gate.start()
-    _with_webhooks(native)
+    _with_webhooks(native, narrowed=True)
     both = _phase(native, sent)
 
     names = [f"{source.parent.name}/{source.name}" for source, _ in POD_CASES]
@@ -269,5 +293,79 @@ def test_native_tier_decides_as_the_webhook_and_forms_every_pod_it_admits_alone(
         f"with the server stopped admitted {sum(1 for d in server_down if d.ok)}; claim pods left as sent "
         f"without any webhook: {', '.join(claims) or 'none'}"
     )
+    # With the webhooks narrowed, a pod the native tier formed skips them: it starts while gpugate is down.
+    stranded = [
+        name
+        for name, c, down in zip(names, native_only, server_down, strict=True)
+        if c.ok and _formed_natively(c.objects) and not down.ok
+    ]
+    print(
+        f"with the server stopped: {sum(1 for c in native_only if c.ok and _formed_natively(c.objects))} formed by "
+        f"the native tier, {len(stranded)} of them refused"
+    )
     assert not differences, "\n".join(differences)
     assert not malformed, "\n".join(malformed)
+    assert not stranded, f"formed natively, yet refused with the server stopped: {stranded}"
+
+
+def _formed_natively(objects: list[Any]) -> bool:
+    return any(
+        o.get("kind") == "Pod" and "gpugate.io/policy" in (o["metadata"].get("annotations") or {}) for o in objects
+    )
+
+
+def _dry_run(n: Native, pod: dict[str, Any]) -> Any:
+    return n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=pod, check=False)
+
+
+def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_formed_is_refused(native: Native) -> None:
+    native.cluster.kubectl("apply", "-f", "-", stdin=native.native)
+    _with_webhooks(native, narrowed=True)
+    plain = _probe(native)
+    before = native.gate.admission_requests()
+    formed = _dry_run(native, plain)
+    assert formed.ok, formed.stderr
+    stored = json.loads(formed.stdout)
+    assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
+    assert "nvidia.com/gpu.product" in stored["spec"]["nodeSelector"]
+    assert native.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"
+
+    # A copy of what the native tier stored claims to be formed, and is: admitted as it is, no call either.
+    copy = json.loads(json.dumps(plain))
+    copy["metadata"]["labels"] = stored["metadata"]["labels"]
+    copy["metadata"]["annotations"] = stored["metadata"]["annotations"]
+    for field in ("nodeSelector", "tolerations", "runtimeClassName", "affinity"):
+        if field in stored["spec"]:
+            copy["spec"][field] = stored["spec"][field]
+    again = _dry_run(native, copy)
+    assert again.ok, again.stderr
+    assert native.gate.admission_requests() == before
+
+    # The same claim with the namespace's attribution label changed: the webhooks still skip it, gpugate-always
+    # refuses it (one place judges it, one message).
+    forged = json.loads(json.dumps(copy))
+    assert forged["metadata"]["labels"]["gpugate.io/team"] == "probe", stored["metadata"]["labels"]
+    forged["metadata"]["labels"]["gpugate.io/team"] = "someone-else"
+    refused = _dry_run(native, forged)
+    assert not refused.ok
+    assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
+    assert "as if gpugate had formed it, but its label gpugate.io/team is not probe" in refused.stderr
+    assert "remove the gpugate.io annotations" in refused.stderr
+    assert "validate.gpugate.io" not in refused.stderr
+    assert native.gate.admission_requests() == before
+
+    # A container added after gpugate-mutate (a sidecar injector's, here in the pod as sent) lacks its void: the
+    # pod no longer looks formed, the webhooks are called and /mutate adds it, as without the native tier.
+    sidecar = json.loads(json.dumps(copy))
+    sidecar["spec"]["containers"].append({"name": "proxy", "image": "registry.k8s.io/pause:3.10"})
+    voided = _dry_run(native, sidecar)
+    assert voided.ok, voided.stderr
+    proxy = json.loads(voided.stdout)["spec"]["containers"][1]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in proxy.get("env", [])
+    assert native.gate.admission_requests() > before
+    before = native.gate.admission_requests()
+
+    # A pod that chose its model is the webhook's: the counter counts (mutate and validate).
+    chosen = _dry_run(native, _probe(native, labels={"gpugate.io/model": "h100"}))
+    assert chosen.ok, chosen.stderr
+    assert native.gate.admission_requests() >= before + 2

@@ -137,6 +137,8 @@ class Demo:
             "--set",
             "replicas=0",  # gpugate runs here, not as kwok's pretend pods
             "--set",
+            "networkPolicy.controlPlaneCIDRs={127.0.0.1/32}",  # the demo's apiserver
+            "--set",
             "workloadCRDs.enabled=true",
             kubeconfig=kubeconfig,
         )

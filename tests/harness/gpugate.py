@@ -38,6 +38,7 @@ class GPUGate:
     workdir: Path
     policy_dir: Path
     kubeconfig: Path | None = None
+    extra_args: tuple[str, ...] = ()  # more `gpugate serve` options (--native-sync)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,7 @@ class GPUGate:
         ]
         if self.kubeconfig is not None:
             argv += ["--kubeconfig", str(self.kubeconfig)]
+        argv += list(self.extra_args)
         self.process = Process("gpugate", argv, self.workdir)
 
     def start(self) -> None:
@@ -106,18 +108,36 @@ class GPUGate:
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
+# Where the test control plane's apiserver calls webhooks from (it runs on 127.0.0.1).
+CONTROL_PLANE_CIDR = "127.0.0.1/32"
+
+
+def control_plane_patch(cidr: str) -> dict[str, Any]:
+    """The patch deploy/kustomization.yaml documents for the NetworkPolicy's control-plane addresses, read from
+    that comment (so that the documented patch is the one the tests apply), with ``cidr`` in place of its
+    example."""
+    lines = (REPO / "deploy" / "kustomization.yaml").read_text().splitlines()
+    start = lines.index("#   patches:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line.removeprefix("#   "))
+    patches = yaml.safe_load("\n".join(block))["patches"]
+    assert len(patches) == 1 and "10.0.0.0/28" in patches[0]["patch"], patches
+    return {**patches[0], "patch": patches[0]["patch"].replace("10.0.0.0/28", cidr)}
+
+
 def render_deploy(cp: ControlPlane, *components: str) -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/`, or of an overlay of deploy/ with `components` (names under
-    deploy/components/), as a user's overlay would list them."""
-    if not components:
-        rendered = cp.kubectl("kustomize", str(REPO / "deploy"))
-        return [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    """`kubectl kustomize` of an overlay of deploy/ with the documented control-plane patch (the apiserver's
+    address here) and `components` (names under deploy/components/), as a user's overlay would list them."""
     overlay = cp.workdir / "overlay"
     overlay.mkdir(exist_ok=True)
     # kustomize takes only relative paths to resources and components.
     kustomization = {
         "resources": [os.path.relpath(REPO / "deploy", overlay)],
         "components": [os.path.relpath(REPO / "deploy" / "components" / c, overlay) for c in components],
+        "patches": [control_plane_patch(CONTROL_PLANE_CIDR)],
     }
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     rendered = cp.kubectl("kustomize", str(overlay))
@@ -222,7 +242,7 @@ class Stack:
 
     cluster: ControlPlane
     gpugate: GPUGate
-    deploy: list[dict[str, Any]]  # what kubectl kustomize deploy/ rendered, unmodified
+    deploy: list[dict[str, Any]]  # what kubectl kustomize rendered of deploy/ with the control-plane patch, unmodified
     registered: list[dict[str, Any]]  # what was applied: deploy/ with clientConfig -> 127.0.0.1
     policy_dir: Path
 

@@ -327,3 +327,148 @@ def write_kubeconfig(path: Path, server: str) -> str:
 
 
 FakeNamespaceAPI = FakeAPI
+
+
+class FakeAdmissionAPI:
+    """What ``gpugate serve --native-sync`` talks to, as kube-apiserver answers it: discovery of
+    admissionregistration.k8s.io/v1 (with or without MutatingAdmissionPolicy), server-side apply (PATCH
+    application/apply-patch+yaml, the object replaced by what the manager applies; for a webhook configuration,
+    the applied matchConditions merged by name into the named webhooks, as the structured merge of a
+    ``listType=map`` does), GET and DELETE by name, and coordination.k8s.io Leases with resourceVersion
+    conflicts (409). Every request is recorded as "METHOD path"."""
+
+    GROUP = "/apis/admissionregistration.k8s.io/v1"
+    LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
+
+    def __init__(self, *, serves_mutating_policies: bool = True) -> None:
+        self.serves_mutating_policies = serves_mutating_policies
+        self.objects: dict[str, dict[str, Any]] = {}  # path -> object
+        self.requests: list[str] = []
+        self.managers: dict[str, str] = {}  # path -> field manager of the last apply
+        self.forbidden: set[str] = set()  # paths answered 403
+        self.conflicts = 0  # Lease updates answered 409 as if another writer had just updated it
+        self.rv = 1
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                api.handle(self, "GET")
+
+            def do_PATCH(self) -> None:
+                api.handle(self, "PATCH")
+
+            def do_POST(self) -> None:
+                api.handle(self, "POST")
+
+            def do_PUT(self) -> None:
+                api.handle(self, "PUT")
+
+            def do_DELETE(self) -> None:
+                api.handle(self, "DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def named(self, plural: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(f"{self.GROUP}/{plural}/{name}")
+
+    def writes(self) -> list[str]:
+        return [r for r in self.requests if not r.startswith("GET")]
+
+    def _discovery(self) -> dict[str, Any]:
+        kinds = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingWebhookConfiguration",
+                 "ValidatingWebhookConfiguration"]  # fmt: skip
+        if self.serves_mutating_policies:
+            kinds += ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+        return {"kind": "APIResourceList", "groupVersion": "admissionregistration.k8s.io/v1",
+                "resources": [{"kind": k, "name": k.lower() + "s", "verbs": ["get", "patch"]} for k in kinds]}  # fmt: skip
+
+    def handle(self, req: BaseHTTPRequestHandler, method: str) -> None:
+        url = urlsplit(req.path)
+        path, query = url.path, {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(req.headers.get("Content-Length") or 0)
+        body: Any = json.loads(req.rfile.read(length) or b"null") if length else None
+        with self.lock:
+            self.requests.append(f"{method} {path}")
+            if path in self.forbidden:
+                return self._send(req, 403, {"kind": "Status", "message": f"forbidden: {method} {path}"})
+            if method == "GET" and path == self.GROUP:
+                return self._send(req, 200, self._discovery())
+            if path.startswith(self.GROUP) and not self.serves_mutating_policies and "mutatingadmissionpolic" in path:
+                return self._send(
+                    req, 404, {"kind": "Status", "message": "the server could not find the requested resource"}
+                )
+            if method == "GET":
+                found = self.objects.get(path)
+                return self._send(req, 200, found) if found else self._send(req, 404, {"kind": "Status"})
+            if method == "DELETE":
+                if self.objects.pop(path, None) is None:
+                    return self._send(req, 404, {"kind": "Status"})
+                return self._send(req, 200, {"kind": "Status", "status": "Success"})
+            if method == "PATCH":
+                assert req.headers.get("Content-Type") == "application/apply-patch+yaml", req.headers
+                return self._apply(req, path, query, body)
+            if method == "POST" and path.startswith(self.LEASES):
+                target = f"{path}/{body['metadata']['name']}"
+                if target in self.objects:
+                    return self._send(req, 409, {"kind": "Status", "message": "already exists"})
+                return self._store(req, target, body, 201)
+            if method == "PUT" and path.startswith(self.LEASES):
+                current = self.objects.get(path)
+                if current is None:
+                    return self._send(req, 404, {"kind": "Status"})
+                if self.conflicts:
+                    self.conflicts -= 1
+                    current["metadata"]["resourceVersion"] = str(self.rv + 1000)
+                if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._send(req, 409, {"kind": "Status", "message": "the object has been modified"})
+                return self._store(req, path, body, 200)
+            return self._send(req, 405, {"kind": "Status", "message": f"{method} {path}"})
+
+    def _apply(self, req: BaseHTTPRequestHandler, path: str, query: dict[str, str], body: Any) -> None:
+        self.managers[path] = query.get("fieldManager", "")
+        existing = self.objects.get(path)
+        if body.get("kind", "").endswith("WebhookConfiguration"):
+            if existing is None:
+                return self._send(req, 422, {"kind": "Status", "message": "webhooks[0].clientConfig: Required value"})
+            merged = json.loads(json.dumps(existing))
+            for applied in body.get("webhooks", []):
+                for hook in merged["webhooks"]:
+                    if hook["name"] != applied["name"]:
+                        continue
+                    conditions = {c["name"]: c for c in hook.get("matchConditions", [])}
+                    conditions.update({c["name"]: c for c in applied.get("matchConditions", [])})
+                    hook["matchConditions"] = list(conditions.values())
+            return self._store(req, path, merged, 200)
+        return self._store(req, path, body, 200 if existing else 201)
+
+    def _store(self, req: BaseHTTPRequestHandler, path: str, obj: dict[str, Any], code: int) -> None:
+        self.rv += 1
+        obj = json.loads(json.dumps(obj))
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        self.objects[path] = obj
+        self._send(req, code, obj)
+
+    def _send(self, req: BaseHTTPRequestHandler, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        req.send_response(code)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)

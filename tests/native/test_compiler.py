@@ -19,7 +19,7 @@ import yaml
 from tests.support import REPO
 from webhook.native.cel import any_glob, glob_pattern, literal, look_alike_pattern
 from webhook.native.command import render
-from webhook.native.compiler import compile_policies
+from webhook.native.compiler import NARROWING_ANNOTATION, compile_policies, decided_natively, webhook_patch
 from webhook.policy.files import load_policies
 from webhook.policy.labels import metric_label_name
 
@@ -163,8 +163,47 @@ def test_a_policy_directory_that_does_not_load_prints_no_objects(tmp_path: Path)
 
 
 def test_the_shipped_component_and_chart_hold_the_shipped_policies_compiled() -> None:
-    compiled = render(compile_policies(load_policies(REPO / "deploy" / "base" / "policies")))
+    objects = compile_policies(load_policies(REPO / "deploy" / "base" / "policies"))
+    compiled = render(objects)
     assert (REPO / "deploy" / "components" / "native-tier" / "native.yaml").read_text() == compiled, "run make native"
+    patch = yaml.safe_load((REPO / "deploy" / "components" / "native-tier" / "narrowing.yaml").read_text())
+    assert patch == webhook_patch(objects), "run make native"
     assert (REPO / "charts" / "gpugate" / "files" / "native" / "native.yaml").read_text() == compiled, (
         "run make chart-sync"
     )
+
+
+def test_the_webhooks_are_narrowed_by_the_condition_gpugate_always_enforces(compiled: list[dict]) -> None:
+    """One rule judged in one place: the condition under which the narrowed webhooks skip a pod is the same text
+    gpugate-always checks the pod's claim under, and the annotation carries it for whoever installs the objects."""
+    always = next(
+        o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    condition = always["metadata"]["annotations"][NARROWING_ANNOTATION]
+    skipped = decided_natively(load_policies(SHIPPED).policies)
+    assert condition == f"!({skipped})"
+    variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
+    assert variables["claimsFormed"] == skipped
+    claims = [v for v in always["spec"]["validations"] if v["expression"].startswith("!variables.claimsFormed || ")]
+    assert len(claims) == 4
+    for claim in claims:
+        assert "remove" in claim["messageExpression"] and "gpugate.io annotations" in claim["messageExpression"]
+        # Every variable a claim reads is defined on the object (the mutating policy's, evaluated lazily).
+        assert set(re.findall(r"variables\.(\w+)", claim["expression"] + claim["messageExpression"])) <= set(variables)
+    # It reads nothing a webhook's matchCondition does not have.
+    assert "namespaceObject" not in skipped and "variables." not in skipped and "params" not in skipped
+    # A webhook takes at most 64 matchConditions; gpugate's have two.
+    assert webhook_patch(compile_policies(load_policies(SHIPPED))) == [
+        {
+            "op": "add",
+            "path": "/webhooks/0/matchConditions/-",
+            "value": {"name": "not-decided-natively", "expression": condition},
+        }
+    ]
+
+
+def test_compile_prints_the_webhook_patch() -> None:
+    done = gpugate("policy", "compile", "--webhook-patch", str(SHIPPED))
+    assert done.returncode == 0, done.stderr
+    (op,) = yaml.safe_load(done.stdout)
+    assert op["op"] == "add" and op["value"]["name"] == "not-decided-natively"

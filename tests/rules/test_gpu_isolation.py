@@ -154,19 +154,51 @@ def test_env_from_that_can_set_nvidia_variables_in_a_gpu_container_is_refused(pr
         assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in decision.message
 
 
-def test_a_sidecar_given_void_is_safe_but_a_shared_gpu_container_is_not():
-    """An env entry wins over envFrom: the void gpugate adds settles it; a sharedGPUContainers one gets none."""
+def test_a_sidecar_given_void_still_meets_the_toolkit_s_other_device_variables():
+    """The void gpugate gives a sidecar settles NVIDIA_VISIBLE_DEVICES (an env entry wins over envFrom), not the
+    toolkit's other device variables: its envFrom can still set NVIDIA_IMEX_CHANNELS, which the toolkit reads
+    whatever NVIDIA_VISIBLE_DEVICES says, in a pod that runs under the NVIDIA runtime. So it is refused, naming
+    those variables (it was allowed before); a prefix that cannot make NVIDIA_ names is fine."""
     policy = standard(security={"sharedGPUContainers": ["profiler"]})
     obj = pod(
         container("trainer", limits={"nvidia.com/gpu": 1}),
         container("log-shipper", envFrom=_env_from()),
         container("profiler", envFrom=_env_from()),
+        container("metrics", envFrom=_env_from("APP_")),
     )
     result, _ = mutated(obj, policy, labels=TEAM)
+    assert VOID in _env(result, "containers", 1)
     decision = validated(result, policy, labels=TEAM)
     assert not decision.allowed
     assert 'container "profiler": takes every key' in decision.message
-    assert 'container "log-shipper"' not in decision.message
+    assert "exposes GPUs the pod did not request" in decision.message
+    shipper = 'spec.containers[1].envFrom[0]: container "log-shipper": takes every key of configMapRef "settings"'
+    assert shipper in decision.message
+    assert "NVIDIA_IMEX_CHANNELS" in decision.message and "NVIDIA_VISIBLE_DEVICES=void does not cover them" in (
+        decision.message
+    )
+    assert 'container "metrics"' not in decision.message
+
+
+def test_a_sidecar_whose_env_names_every_device_variable_or_whose_policy_allows_them_is_allowed():
+    """env entries win over envFrom: a sidecar that sets each device variable itself (to nothing) leaves envFrom
+    none to set; a policy that opts in to every one of them (spec.security.deviceVariables) has none to guard."""
+    from webhook.policy.vendors import NVIDIA_DEVICE_VARIABLES
+
+    quiet = [
+        {"name": name, "value": "void" if trigger is None else ""} for name, trigger in NVIDIA_DEVICE_VARIABLES.items()
+    ]
+    obj = pod(
+        container("trainer", limits={"nvidia.com/gpu": 1}), container("log-shipper", env=quiet, envFrom=_env_from())
+    )
+    result, _ = mutated(obj, standard(), labels=TEAM)
+    decision = validated(result, standard(), labels=TEAM)
+    assert decision.allowed, decision.message
+    opted = standard(security={"deviceVariables": list(NVIDIA_DEVICE_VARIABLES)})
+    obj = pod(container("trainer", limits={"nvidia.com/gpu": 1}), container("log-shipper", envFrom=_env_from()))
+    result, _ = mutated(obj, opted, labels=TEAM)
+    decision = validated(result, opted, labels=TEAM)
+    assert decision.allowed, decision.message
 
 
 def test_env_from_in_pods_without_gpus_or_nvidia_gpus_and_the_policy_exception_are_allowed():
@@ -180,7 +212,7 @@ def test_env_from_in_pods_without_gpus_or_nvidia_gpus_and_the_policy_exception_a
     assert validated(mutated(gpu, allowing, labels=TEAM)[0], allowing, labels=TEAM).allowed
 
 
-def test_env_from_in_a_debug_container_of_a_gpu_pod_is_settled_by_its_void():
+def test_env_from_in_a_debug_container_of_a_gpu_pod_is_refused_despite_its_void():
     created, _ = mutated(gpu_pod(1), standard(), labels=TEAM)
     debugged = {
         **created,
@@ -190,19 +222,23 @@ def test_env_from_in_a_debug_container_of_a_gpu_pod_is_settled_by_its_void():
         },
     }
     result, _ = _debug(debugged, created, standard())
+    assert VOID in _env(result, "ephemeralContainers", 0)
     verdict = validated(
         result, standard(), labels=TEAM, operation="UPDATE", old=created, sub_resource="ephemeralcontainers"
     )
-    assert verdict.allowed, verdict.message
+    assert not verdict.allowed
+    assert 'spec.ephemeralContainers[0].envFrom[0]: ephemeral container "dbg": takes every key' in verdict.message
+    assert "NVIDIA_IMEX_CHANNELS" in verdict.message
 
 
-def test_a_workload_sidecar_with_env_from_is_settled_by_the_void_its_pods_will_get():
-    """Templates are checked as written (not mutated by default): the sidecar has no void yet, but every pod made
-    from it gets one at /mutate; the GPU container's envFrom is refused all the same."""
+def test_a_workload_sidecar_with_env_from_is_refused_for_the_variables_its_void_will_not_cover():
+    """Templates are checked as written (not mutated by default): the sidecar has no void yet, every pod made from
+    it gets one at /mutate, which settles NVIDIA_VISIBLE_DEVICES but not the toolkit's other device variables."""
     spec = pod(
         container("trainer", limits={"nvidia.com/gpu": 1}, envFrom=_env_from()),
         container("log-shipper", envFrom=_env_from()),
     )["spec"]
     decision = validated(deployment(spec), standard(), labels=TEAM)
     assert 'spec.template.spec.containers[0].envFrom[0]: container "trainer"' in decision.message
-    assert 'container "log-shipper": takes' not in decision.message
+    sidecar = decision.message.split('container "log-shipper": takes', 1)
+    assert len(sidecar) == 2 and "NVIDIA_VISIBLE_DEVICES=void does not cover them" in sidecar[1]

@@ -96,3 +96,15 @@ def test_a_broken_edit_is_a_note_and_counted_once(tmp_path: Path) -> None:
     assert "p.yaml: is not valid YAML (line 1" in notes[0] and "\n" not in notes[0]
     assert metrics.POLICY_RELOAD_ERRORS._value.get() == errors + 1
     assert metrics.POLICY_VALID._value.get() == 0
+
+
+def test_readiness_says_which_admission_tier_is_in_force_with_the_native_sync(tmp_path: Path) -> None:
+    store = PolicyStore(REPO / "policies")
+
+    class Sync:
+        mode = "webhook only: the cluster does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"
+
+    problems, notes = Status(store, native=Sync()).readiness()
+    assert problems == []
+    assert f"admission tier: {Sync.mode}" in notes
+    assert not any(n.startswith("admission tier") for n in Status(store).readiness()[1])

@@ -2,15 +2,19 @@
 leaves behind) do not hold gunicorn's threads: a real `gpugate serve` with one worker of one thread still
 answers on other connections, and answers the idle ones when they do send. And they are bounded: past
 --max-parked-connections, the connections that have waited longest are closed, the newest still answer, and
-a fresh connection is answered meanwhile."""
+a fresh connection is answered meanwhile. Clients that send their request a few bytes at a time hold no
+thread either: the request is gathered in the poller, a review sent meanwhile is answered before theirs, and
+one that never completes is closed at its --request-timeout."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +108,19 @@ def one_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
 def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("bounded")
     with serving(root, "--threads", "2", f"--max-parked-connections={MAX_PARKED}", "--log-level=debug") as served:
+        yield served
+
+
+# The server that the slow senders run against: fewer threads than slow senders, and a short request timeout
+# for the bodies that never complete.
+SLOW_THREADS = 2
+SLOW_REQUEST_TIMEOUT = 4.0
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    options = ("--threads", str(SLOW_THREADS), f"--request-timeout={SLOW_REQUEST_TIMEOUT}", "--idle-timeout=2")
+    with serving(tmp_path_factory.mktemp("slow"), *options) as served:
         yield served
 
 
@@ -282,4 +299,203 @@ def test_slow_tls_handshakes_hold_no_thread_and_are_cut_off(one_thread: tuple[in
             assert closed_by_server(sock), f"stalled handshake {number} is still open"
     finally:
         for sock in stalled:
+            sock.close()
+
+
+def review_request(uid: str) -> bytes:
+    """A POST /mutate of a GPU pod's review that closes after its answer, as bytes on the wire."""
+    body = json.dumps(review(gpu_pod(1), uid=uid)).encode()
+    return (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    )
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+@dataclass
+class SlowSender:
+    """A client that sends a review in ``pieces`` pieces, ``pause`` seconds apart, in a thread of its own; it
+    records when it started sending its last piece (before that, no server can have the whole request) and what
+    came back."""
+
+    sock: ssl.SSLSocket
+    uid: str
+    part: str  # "head" or "body": the part that trickles (the other goes at once)
+    pieces: int = 12
+    pause: float = 0.2
+    started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    finished_at: float | None = None
+    answer: bytes = b""
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        data = review_request(self.uid)
+        head_end = data.index(b"\r\n\r\n") + 4
+        at_once, trickle = (
+            (data[head_end:], data[:head_end]) if self.part == "head" else (data[:head_end], data[head_end:])
+        )
+        size = -(-len(trickle) // self.pieces)
+        try:
+            for number in range(self.pieces):
+                if number == self.pieces - 1:  # from here on the server may have the whole request
+                    self.finished_at = time.monotonic()
+                self.sock.sendall(trickle[number * size : (number + 1) * size])
+                self.started.set()
+                time.sleep(self.pause)
+            if self.part == "head":
+                self.sock.sendall(at_once)
+            self.answer = read_answer(self.sock)
+        except BaseException as err:  # reported by the test
+            self.error = err
+            self.started.set()
+
+    def start(self) -> threading.Thread:
+        if self.part == "body":
+            head_end = review_request(self.uid).index(b"\r\n\r\n") + 4
+            self.sock.sendall(review_request(self.uid)[:head_end])
+        thread = threading.Thread(target=self.run, daemon=True)
+        thread.start()
+        return thread
+
+
+@pytest.mark.parametrize("part", ["head", "body"])
+def test_slow_senders_hold_no_thread_and_a_review_sent_meanwhile_is_answered_first(slow: Served, part: str) -> None:
+    """Three times as many clients as the worker has threads (2) send their review's head or body a piece at
+    a time (12 pieces, 0.2 s apart, within the 4 s --request-timeout). gunicorn's gthread reads a request in a pool thread, blocking: the slow
+    senders took both threads and a review sent meanwhile waited until two of them had finished. Here their
+    requests are gathered in the poller, so the review sent meanwhile is answered while every slow sender is
+    still sending, and each slow sender's review is answered once it is complete."""
+    senders = [SlowSender(handshaken(slow.port, slow.certs), f"slow-{n}", part) for n in range(3 * SLOW_THREADS)]
+    threads = [sender.start() for sender in senders]
+    try:
+        for sender in senders:
+            assert sender.started.wait(ANSWER_TIMEOUT) and sender.error is None, sender.error
+        with handshaken(slow.port, slow.certs) as fresh:
+            fresh.sendall(review_request("meanwhile"))
+            answer = read_answer(fresh)
+            answered_at = time.monotonic()
+        assert answered(answer, "meanwhile"), answer[:300]
+        for thread in threads:
+            thread.join(ANSWER_TIMEOUT + 12 * 0.2)
+        for sender in senders:
+            assert sender.error is None, sender.error
+            assert answered(sender.answer, sender.uid), sender.answer[:300]
+            assert sender.finished_at is not None and answered_at < sender.finished_at, (
+                f"the review sent meanwhile was answered only after {sender.uid} had sent its whole {part}"
+            )
+    finally:
+        for sender in senders:
+            sender.sock.close()
+
+
+def test_bodies_that_never_complete_hold_no_thread_and_are_closed_at_the_request_timeout(slow: Served) -> None:
+    """Three times as many clients as threads send a head that announces 5,000 bytes of body, then a byte every
+    0.3 s, never the whole body (a byte often enough that --idle-timeout, 2 s, never cuts them). A review sent
+    meanwhile is answered while all of them are still open (with gthread, each held a thread until it was
+    cut), and each is closed by the server once --request-timeout (4 s) has passed since its first byte."""
+    head = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
+    stop_sending = threading.Event()
+    closed: dict[int, float] = {}
+
+    def trickle(number: int, sock: ssl.SSLSocket) -> None:
+        try:
+            while not stop_sending.wait(0.3):
+                sock.sendall(b" ")
+        except OSError:  # the server closed it
+            closed[number] = time.monotonic()
+
+    senders = [handshaken(slow.port, slow.certs) for _ in range(3 * SLOW_THREADS)]
+    try:
+        for sock in senders:
+            sock.sendall(head)
+        threads = [threading.Thread(target=trickle, args=(n, sock), daemon=True) for n, sock in enumerate(senders)]
+        for thread in threads:
+            thread.start()
+        with handshaken(slow.port, slow.certs) as fresh:
+            fresh.sendall(review_request("meanwhile"))
+            answer = read_answer(fresh)
+        assert answered(answer, "meanwhile"), answer[:300]
+        assert not closed, "a never-ending body was closed before the review sent meanwhile was answered"
+        for number, sock in enumerate(senders):
+            assert closed_by_server(sock), f"the server kept never-ending body {number} open"
+        stop_sending.set()
+        for thread in threads:
+            thread.join(ANSWER_TIMEOUT)
+        cut = [line for line in slow.log.read_text(errors="replace").splitlines() if "did not arrive in time" in line]
+        assert len(cut) >= len(senders), cut
+    finally:
+        stop_sending.set()
+        for sock in senders:
+            sock.close()
+
+
+def test_requests_sent_together_on_one_connection_are_each_answered(slow: Served) -> None:
+    """Two reviews in one write, and a third split across the end of the second: the bytes read past a request
+    wait for the next one, each gets its answer in order."""
+    first, second = (review_request(uid).replace(b"Connection: close\r\n", b"") for uid in "ab")
+    third = review_request("c")  # closes after its answer
+    with handshaken(slow.port, slow.certs) as sock:
+        sock.sendall(first + second + third[:50])
+        time.sleep(0.2)
+        sock.sendall(third[50:])
+        answer = read_answer(sock)
+    assert [uid for uid in "abc" if f'"uid":"{uid}"'.encode() in answer.replace(b" ", b"")] == list("abc")
+    assert answer.count(b"HTTP/1.1 200") == 3
+
+
+def test_a_client_that_expects_100_continue_gets_it_and_its_answer(slow: Served) -> None:
+    """curl sends `Expect: 100-continue` with a large body and waits for the server's 100 before sending it
+    (a second 100 from gunicorn is allowed, RFC 9110 section 15.2); an oversized one gets its 413 at once."""
+    data = review_request("expecting")
+    head_end = data.index(b"\r\n\r\n") + 2
+    with handshaken(slow.port, slow.certs) as sock:
+        sock.sendall(data[:head_end] + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(data[head_end + 2 :])
+        answer = read_answer(sock)
+    assert answered(answer[answer.index(b"HTTP/1.1 200") :], "expecting"), answer[:300]
+    with handshaken(slow.port, slow.certs) as sock:
+        sock.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"Content-Length: 99999999\r\n\r\n"
+        )
+        answer = read_answer(sock)
+    final = answer.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b"")
+    assert final.startswith(b"HTTP/1.1 413") and b'"code":413' in final.replace(b" ", b""), answer[:300]
+
+
+def test_large_bodies_past_the_worker_s_slots_wait_unread_and_are_each_answered(slow: Served) -> None:
+    """Four clients on one worker send most of a 400 KiB review (over the app's LARGE_BODY) and hold the rest back.
+    The worker gathers two large requests at a time (LARGE_SLOTS: memory stays bounded however many send them), the
+    others wait unread; a review sent meanwhile is answered at once, and
+    once the four complete, each is answered, the waiting ones when a slot frees. (With gthread the four held both
+    threads until --idle-timeout cut them off, each with a 400.)"""
+    big = [review(gpu_pod(1), uid=f"large-{n}") for n in range(4)]
+    for body in big:
+        body["request"]["object"]["metadata"]["annotations"] = {"filler": "y" * (400 * 1024)}
+    wire = [
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n" % len(data) + data
+        for data in (json.dumps(body).encode() for body in big)
+    ]
+    senders = [handshaken(slow.port, slow.certs) for _ in big]
+    try:
+        for sock, data in zip(senders, wire, strict=True):
+            sock.sendall(data[:-100])
+        with handshaken(slow.port, slow.certs) as fresh:
+            fresh.sendall(review_request("meanwhile"))
+            assert answered(read_answer(fresh), "meanwhile")
+        for sock, data in zip(senders, wire, strict=True):
+            sock.sendall(data[-100:])
+        for number, sock in enumerate(senders):
+            answer = read_answer(sock)
+            assert answered(answer, f"large-{number}"), answer[:300]
+    finally:
+        for sock in senders:
             sock.close()

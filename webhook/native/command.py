@@ -12,7 +12,7 @@ from ..policy.command import validate_directory
 from ..policy.files import load_policies
 from ..policy.loader import PolicyError
 from ..terminal import EXIT_FOUND, EXIT_OK
-from .compiler import Compiled, compile_policies
+from .compiler import Compiled, compile_policies, webhook_patch
 
 
 def add_policy_compile(policy_sub: Any) -> None:
@@ -24,6 +24,11 @@ def add_policy_compile(policy_sub: Any) -> None:
     compile_cmd.add_argument("directory")
     compile_cmd.add_argument(
         "--explain", action="store_true", help="say per policy and rule what compiles and what stays in the webhook"
+    )
+    compile_cmd.add_argument(
+        "--webhook-patch",
+        action="store_true",
+        help="print the JSON patch that narrows gpugate's webhook configurations to what the objects leave them",
     )
     compile_cmd.set_defaults(run=compile_directory)
     validate = policy_sub.choices["validate"]
@@ -53,6 +58,8 @@ def compile_directory(args: argparse.Namespace) -> int:
     compiled = compile_policies(policies)
     if args.explain:
         print(explanation(compiled))
+    elif getattr(args, "webhook_patch", False):
+        sys.stdout.write(yaml.safe_dump(webhook_patch(compiled), sort_keys=True, default_flow_style=False, width=100))
     else:
         sys.stdout.write(render(compiled))
     return EXIT_OK

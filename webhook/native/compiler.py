@@ -32,7 +32,7 @@ from ..policy.keys import (
     WORKLOAD_NAME_LABEL,
 )
 from ..policy.model import BUILTIN, Device, Policy, PolicySet
-from ..policy.vendors import IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import HAMI_UUID_ANNOTATIONS, IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
 from .cel import any_glob, literal, look_alike_pattern, selector, string
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -371,7 +371,8 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         ]
         shared[name] = sorted(p.shared_gpu_containers)
         holders[name] = sorted(
-            {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION}
+            # HAMi's GPU pinning by UUID takes no model constraint in the webhook: not plain.
+            {*p.holders.annotations, KAI_SHARED_CONFIGMAP_ANNOTATION, *HAMI_UUID_ANNOTATIONS.values()}
             | {a for d in p.devices.values() for a in d.choice_annotations}
         )
         owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
@@ -847,7 +848,7 @@ def compile_policies(policies: PolicySet) -> Compiled:
         f"{PREFIX}-always", digest, common, _always_validations(ordered), ordered, ["Deny"], env=True
     )
     _constant_patterns(objects, ordered)
-    return Compiled(tuple(objects), tuple(explain(policies)))
+    return narrow(Compiled(tuple(objects), tuple(explain(policies))), policies)
 
 
 def _validating(
@@ -910,7 +911,9 @@ def explain(policies: PolicySet) -> list[Outcome]:
             "*",
             "feasibility against the live inventory",
             False,
-            "needs the cluster's nodes, RuntimeClasses and DeviceClasses (not compiled yet)",
+            "needs the cluster's nodes, pools, RuntimeClasses and DeviceClasses; `gpugate serve --native-sync` "
+            "writes their digest (gpugate-pools) for the plain pods of enforce-mode policies, the rest is the "
+            "webhook's",
         ),
         Outcome(
             "*",
@@ -1003,3 +1006,210 @@ def explain(policies: PolicySet) -> list[Outcome]:
                 )
             )
     return out
+
+
+# ------------------------------------------------------------------------------- the narrowed webhook
+
+#: The webhooks' matchCondition that leaves them the pods the native tier decided (its expression is
+#: :func:`decided_natively` negated), and the annotation of ``gpugate-always`` that carries it, so whoever
+#: installs the objects (the chart, ``gpugate serve``) narrows the webhooks with the condition of the same
+#: compilation.
+NARROWING = "not-decided-natively"
+NARROWING_ANNOTATION = f"{GROUP}/webhook-match-condition"
+BOOKKEEPING = (MUTATED_ANNOTATION, POLICY_ANNOTATION, WORKLOAD_ANNOTATION)
+
+
+def decided_natively(policies: tuple[Policy, ...]) -> str:
+    """A CEL condition, true for a Pod CREATE that carries what ``gpugate-mutate`` writes into a *plain* pod and
+    is formed as it forms one under the policy its ``gpugate.io/policy`` annotation names.
+
+    It reads only ``object`` and ``request``: a webhook's matchConditions have no ``namespaceObject`` and no
+    variables (k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go builds the input from
+    the request alone), so it cannot tell the governing policy and trusts the annotation, which the pod's author
+    can write too. What it cannot check (that policy is the governing one, the labels taken from the namespace,
+    the tolerations and ``void``) ``gpugate-always`` checks on the same object (:func:`_claim_validation`), and
+    refuses a pod that claims to be formed and is not (:func:`_claim_validations`): no pod skips the webhooks
+    without being judged.
+    """
+    t = _plain_tables(policies)
+    holders = sorted({a for hs in t["holders"].values() for a in hs})
+    owned = any_glob(
+        [g for p in (*policies, BUILTIN) for d in p.devices.values() for g in (*d.resources, *d.auxiliary_resources)]
+        + [IMPLICIT_DRA_PREFIX + "*"]
+    )
+    spec, meta = "object.spec", "object.metadata"
+    everyone = f"({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : []))"
+    maps = (
+        f"({everyone}.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {{}}) + "
+        f"{everyone}.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {{}}))"
+    )
+
+    def at(table: str, key: str, fallback: Any) -> str:
+        return f"({key} in {literal(t[table])} ? {literal(t[table])}[{key}] : {literal(fallback)})"
+
+    affinity = f"{spec}.affinity.nodeAffinity"
+    required = f"{affinity}.requiredDuringSchedulingIgnoredDuringExecution"
+    term = (
+        f"{required}.nodeSelectorTerms.size() == 1 && !has({required}.nodeSelectorTerms[0].matchFields) && "
+        f"has({required}.nodeSelectorTerms[0].matchExpressions) && "
+        f"[{required}.nodeSelectorTerms[0].matchExpressions].all(es, size(es) == 1 && es[0].key == aff[0] && "
+        "es[0].operator == 'In' && has(es[0].values) && es[0].values == aff.filter(v, v != aff[0]))"
+    )
+    entry = " && ".join(
+        [
+            f"[{at('rc', 'key', '')}].all(rc, rc == '' || (has({spec}.runtimeClassName) && "
+            f"{spec}.runtimeClassName == rc))",
+            f"[{at('selector', 'key', {})}].all(sel, sel.all(k, has({spec}.nodeSelector) && k in {spec}.nodeSelector "
+            f"&& {spec}.nodeSelector[k] == sel[k]) && [{at('choice', 'key', [])}].all(choice, "
+            f"!has({spec}.nodeSelector) || {spec}.nodeSelector.all(k, !(k in choice) || k in sel)))",
+            f"[{at('affinity', 'key', [])}].all(aff, size(aff) == 0 ? (!has({spec}.affinity) || "
+            f"!has({affinity}) || !has({required})) : (has({spec}.affinity) && has({affinity}) && "
+            f"!has({affinity}.preferredDuringSchedulingIgnoredDuringExecution) && has({required}) && {term}))",
+        ]
+    )
+    # Every container without the GPU has its void (a sidecar another mutating webhook added after
+    # gpugate-mutate has not: the webhooks are then called, and /mutate adds it on reinvocation).
+    holds = (
+        "has(c.resources) && ((has(c.resources.limits) && present[0] in c.resources.limits) || "
+        "(has(c.resources.requests) && present[0] in c.resources.requests))"
+    )
+    voided = (
+        f"(!(key in {literal(t['void'])}) || {everyone}.all(c, ({holds}) || c.name in {at('shared', 'p', [])} || "
+        f"(has(c.env) && c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))))"
+    )
+    resource = (
+        f"[{at('candidates', 'p', [])}.filter(r, {maps}.exists(m, r in m))].all(present, size(present) == 1 && "
+        f"{maps}.all(m, m.all(r, !r.matches({string(owned)}) || r == present[0])) && "
+        f"{spec}.containers.exists(c, has(c.resources) && has(c.resources.limits) && present[0] in "
+        f"c.resources.limits) && [p + '|' + present[0]].all(key, {entry} && {voided}))"
+    )
+    policy = f"{meta}.annotations[{string(POLICY_ANNOTATION)}]"
+    return " && ".join(
+        [
+            "request.operation == 'CREATE'",
+            "request.resource.resource == 'pods'",
+            "(!has(request.subResource) || request.subResource == '')",
+            f"has({meta}.annotations)",
+            f"{string(POLICY_ANNOTATION)} in {meta}.annotations",
+            f"{string(MUTATED_ANNOTATION)} in {meta}.annotations",
+            f"{meta}.annotations.all(k, (!k.startsWith({string(GROUP + '/')}) || k in {literal(list(BOOKKEEPING))}) "
+            f"&& !({CDI}) && !(k in {literal(holders)}))",
+            f"(!has({meta}.labels) || !({string(MODEL_LABEL)} in {meta}.labels))",
+            f"!has({spec}.nodeName)",
+            f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
+            f"size({spec}.containers) <= {MAX_CONTAINERS}",
+            f"(!has({spec}.initContainers) || size({spec}.initContainers) <= {MAX_CONTAINERS})",
+            f"{everyone}.all(c, (!has(c.envFrom) || size(c.envFrom) == 0) && (!has(c.env) || c.env.all(e, "
+            f"e.name != {string(VISIBLE_DEVICES)} || (!has(e.valueFrom) && has(e.value) && e.value == 'void'))))",
+            f"[{at('profiles', policy, '')}].all(p, p != '' && {resource})",
+        ]
+    )
+
+
+def narrowing_condition(policies: tuple[Policy, ...]) -> dict[str, str]:
+    """The matchCondition that narrows a gpugate webhook to the pods the native tier does not decide."""
+    return {"name": NARROWING, "expression": f"!({decided_natively(policies)})"}
+
+
+def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
+    """``gpugate-always``'s checks of a pod the narrowed webhooks skip (``variables.claimsFormed``, which is
+    :func:`decided_natively`): the policy it names governs it, its attribution labels are the ones that policy
+    gives it in this namespace with no look-alike beside them, and it holds the workload annotation, tolerations
+    and ``void`` ``gpugate-mutate`` gives a plain pod. Their variables are ``gpugate-mutate``'s, evaluated on the
+    final object (nothing here changes resources)."""
+    t = _plain_tables(policies)
+    look_alike = _chain(
+        "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
+    )
+    workload = string(WORKLOAD_ANNOTATION)
+    claimed = f"variables.annotations[{string(POLICY_ANNOTATION)}]"
+    gpu = (
+        "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? "
+        "c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) && "
+        "quantity(string(m[r])).isGreaterThan(quantity('0'))))"
+    )
+    wrong_label = "variables.labelPairs.filter(x, !(x[0] in variables.labels) || variables.labels[x[0]] != x[1])"
+    stray = f"variables.labels.filter(k, {look_alike} && !variables.labelPairs.exists(x, x[0] == k))"
+    formed = " && ".join(
+        [
+            "!variables.addRuntimeClass",
+            "size(variables.missingTolerations) == 0",
+            "size(variables.voidContainers) == 0 && size(variables.voidInit) == 0",
+            f"variables.all.all(c, !has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}) || "
+            f"(variables.voids && !(c.name in variables.shared) && !({gpu})))",
+            f"size(variables.labelPairs) > 0 ? ({workload} in variables.annotations && "
+            f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName) : "
+            f"!({workload} in variables.annotations)",
+        ]
+    )
+    fix = "remove the gpugate.io annotations and let gpugate form it (gpugate)"
+    return [
+        {
+            "expression": f"!variables.claimsFormed || variables.policy == {claimed}",
+            "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" as if gpugate had formed "
+            f"it, but policy \"' + variables.policy + '\" governs it here; {fix}'",
+            "message": "gpugate: a pod names a policy in gpugate.io/policy that does not govern it",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || size({wrong_label}) == 0",
+            "messageExpression": f"'pod: carries gpugate.io/policy as if gpugate had formed it, but its label ' + "
+            f"{wrong_label}[0][0] + ' is not ' + {wrong_label}[0][1] + ', what policy \"' + variables.policy + "
+            f"'\" gives it in this namespace; {fix}'",
+            "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || size({stray}) == 0",
+            "messageExpression": f"'pod: label ' + {stray}[0] + ' looks like an attribution label of policy \"' + "
+            "variables.policy + '\" (kube-state-metrics would export both under one name); remove it, and the "
+            f"gpugate.io annotations, and let gpugate form it (gpugate)'",
+            "message": "gpugate: a pod carries a look-alike of an attribution label",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || ({formed})",
+            "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" and gpugate.io/mutated as if "
+            "gpugate had formed it, but it is not formed as policy \"' + variables.policy + '\" forms it here "
+            f"(tolerations, runtime class, {VISIBLE_DEVICES}=void or the gpugate.io/workload annotation "
+            f"differ); {fix}'",
+            "message": "gpugate: a pod claims to be formed by gpugate and is not",
+            "reason": "Forbidden",
+        },
+    ]
+
+
+def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
+    """``compiled`` with ``gpugate-always`` checking the pods the narrowed webhooks skip, and carrying their
+    matchCondition in its annotation (:data:`NARROWING_ANNOTATION`)."""
+    ordered = policies.policies
+    mutating = next(o for o in compiled.objects if o["kind"] == "MutatingAdmissionPolicy")
+    known = {v["name"] for v in mutating["spec"]["variables"]}
+    objects = []
+    for obj in compiled.objects:
+        if obj["kind"] == "ValidatingAdmissionPolicy" and obj["metadata"]["name"] == f"{PREFIX}-always":
+            obj = {**obj, "metadata": {**obj["metadata"]}, "spec": {**obj["spec"]}}
+            have = {v["name"] for v in obj["spec"]["variables"]}
+            missing = [v for v in mutating["spec"]["variables"] if v["name"] in known - have]
+            holder: dict[str, Any] = {"spec": {"validations": _claim_validations(ordered)}}
+            _constant_patterns([holder], ordered)
+            claim = holder["spec"]["validations"]
+            claims = {"name": "claimsFormed", "expression": decided_natively(ordered)}
+            obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
+            obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
+            obj["metadata"]["annotations"] = {
+                **obj["metadata"]["annotations"],
+                NARROWING_ANNOTATION: narrowing_condition(ordered)["expression"],
+            }
+        objects.append(obj)
+    return Compiled(tuple(objects), compiled.outcomes)
+
+
+def webhook_patch(compiled: Compiled) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902) for a gpugate webhook configuration: append the narrowing matchCondition of this
+    compilation to its first webhook (the pod webhook; deploy/components/native-tier applies it to both)."""
+    always = next(
+        o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
+    )
+    condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
+    return [{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": condition}]

@@ -21,10 +21,16 @@ ValidatePodEphemeralContainersUpdate).
 
 An ``envFrom`` source without a prefix, or with one that can begin a name with ``NVIDIA_``, can set the
 variable unseen (from a ConfigMap or Secret key only the kubelet reads), and it wins over the device plugin's
-value. In a GPU pod (unless its GPUs are all another vendor's) that is refused for every container that
-sees GPUs: one without an ``env`` entry of the variable (an ``env`` entry wins over ``envFrom``), i.e. one that
-holds GPUs or that ``sharedGPUContainers`` names. ``spec.security.visibleDevicesEnvFrom: allow`` makes an
-exception.
+value. It can set the toolkit's other device variables just as well (``NVIDIA_IMEX_CHANNELS``, ``NVIDIA_GDS``,
+..., ``webhook.rules.device_variables``). In a GPU pod (unless its GPUs are all another vendor's), which runs
+under the NVIDIA runtime as a whole, that is refused for every container that sees GPUs: one without an
+``env`` entry of ``NVIDIA_VISIBLE_DEVICES`` (an ``env`` entry wins over ``envFrom``), i.e. one that holds GPUs or
+that ``sharedGPUContainers`` names. And for every container that gets ``void`` (one without GPUs), unless its
+``env`` names each of the other device variables: the ``void`` settles ``NVIDIA_VISIBLE_DEVICES`` only, and the
+toolkit reads ``NVIDIA_IMEX_CHANNELS`` whatever ``NVIDIA_VISIBLE_DEVICES`` says (NVIDIA/nvidia-container-toolkit
+internal/config/image/cuda_image.go, ``ImexChannelRequests``, which asks nothing of the visible devices).
+Variables the policy's ``spec.security.deviceVariables`` allows are not counted;
+``spec.security.visibleDevicesEnvFrom: allow`` makes an exception for all of them.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from ..pods.fields import CLAIM_REFERENCES, ENV, POD_RESOURCE_CLAIMS, RESOURCES,
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
 from ..policy.model import BUILTIN
-from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION
+from ..policy.vendors import KAI_SHARED_CONFIGMAP_ANNOTATION, NVIDIA_DEVICE_VARIABLES
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
 from .registry import rule
 
@@ -208,16 +214,22 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
         return []  # AMD's and Intel's runtimes read no NVIDIA_* variable
     # A workload's template is checked as written: its pods get the void at /mutate, if a policy governs them.
     voided: bool | None = None  # worked out at the first container with an envFrom (most pods have none)
+    doors = [VARIABLE, *(v for v in NVIDIA_DEVICE_VARIABLES if v not in ctx.policy.device_variables)]
     violations = []
     for fld, index, container in containers(pod.spec):
         sources = container.get("envFrom")
         if not sources:
             continue
-        if any(isinstance(e, Mapping) and e.get("name") == VARIABLE for e in container.get("env") or []):
-            continue
+        named = {e.get("name") for e in container.get("env") or [] if isinstance(e, Mapping)}
         if voided is None:
             voided = ctx.policy is not BUILTIN and _voids_containers(ctx)
-        if voided and _hidden(container, ctx, pod.spec):
+        hidden = bool(voided) and _hidden(container, ctx, pod.spec)
+        if VARIABLE in named and not hidden:
+            continue  # its own entry wins (KAI's fraction from its ConfigMap, or a value the check above judges)
+        if hidden:
+            named.add(VARIABLE)  # it gets the void at /mutate, which covers that variable only
+        open_ = [name for name in doors if name not in named]
+        if not open_:
             continue
         for e, source in enumerate(sources):
             if not isinstance(source, Mapping):
@@ -228,14 +240,23 @@ def forbid_env_from_that_can_set_nvidia_variables(pod: PodView, ctx: PodContext)
                 continue
             name = source[ref].get("name", "?")
             how = f'prefix "{prefix}"' if prefix else "no prefix"
+            if hidden:  # a container without GPUs, given NVIDIA_VISIBLE_DEVICES=void
+                what = (
+                    f"so a key can set {', '.join(open_[:3])}{' or another' if len(open_) > 3 else ''} device "
+                    "variable of the NVIDIA toolkit, which this pod's NVIDIA runtime reads to hand the container "
+                    f"devices of the node (its {VARIABLE}=void does not cover them)"
+                )
+            else:
+                what = (
+                    f"so a key can set {VARIABLE} (or any NVIDIA_* variable) in a container that sees GPUs: it "
+                    "overrides the device plugin's value and exposes GPUs the pod did not request"
+                )
             violations.append(
                 Violation(
                     RULE,
                     ctx.spec_field(f"{fld}[{index}].envFrom[{e}]"),
                     container_label(fld, container),
-                    f'takes every key of {ref} "{name}" as a variable ({how}), so a key can set {VARIABLE} (or '
-                    "any NVIDIA_* variable) in a container that sees GPUs: it overrides the device plugin's value "
-                    "and exposes GPUs the pod did not request",
+                    f'takes every key of {ref} "{name}" as a variable ({how}), {what}',
                     'give it a prefix that cannot start with NVIDIA_ (e.g. "APP_"), or list the keys it needs '
                     "under env instead; for a trusted namespace, spec.security.visibleDevicesEnvFrom: allow, "
                     "together with accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA "

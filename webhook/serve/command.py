@@ -33,6 +33,8 @@ from .tls import (
 from .worker import DEFAULT_MAX_PARKED
 
 APP_FACTORY = "webhook.serve.wiring:build_app"
+#: How `--native-sync` reaches the workers (they are forked with the master's environment).
+NATIVE_SYNC_VARIABLE = "GPUGATE_NATIVE_SYNC"
 DEFAULT_BIND = "0.0.0.0:8443"
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 4
@@ -88,6 +90,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="connections per worker that may wait without a request (holding no thread); one more closes "
         f"the one that has waited longest (default {DEFAULT_MAX_PARKED}: four apiservers' idle pools)",
+    )
+    parser.add_argument(
+        "--native-sync",
+        metavar="WEBHOOK_CONFIGURATION",
+        nargs="?",
+        const="gpugate",
+        default=None,
+        help="keep the native tier (Kubernetes 1.36+) in step with the policies: apply what `gpugate policy "
+        "compile` prints by server-side apply, one replica at a time (a Lease), and narrow the webhooks of "
+        "WEBHOOK_CONFIGURATION (default gpugate); needs deploy/components/native-sync's RBAC. Off by default",
     )
     # The same stack with another WSGI app: how the benchmark measures a no-op endpoint.
     parser.add_argument(
@@ -241,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
             f"({describe(certificate.certificate())}); /readyz reports not ready",
             file=sys.stderr,
         )
+    if args.native_sync:
+        os.environ[NATIVE_SYNC_VARIABLE] = args.native_sync  # read by every worker (wiring.build_app)
     options = gunicorn_options(args, certificate=certificate, metrics_dir=metrics_dir)
     server = Server(
         options, factory=factory, policies=args.policies, kubeconfig=args.kubeconfig, certificate=certificate

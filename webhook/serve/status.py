@@ -32,9 +32,11 @@ class Status:
         namespace_cache: Any = None,
         fleet: Any = None,
         tls_ready: Callable[[], bool] | None = None,
+        native: Any = None,
         claims: Callable[[], Any] | None = None,
     ) -> None:
         self.policies = policies
+        self.native = native  # serve/native.NativeSync with --native-sync, else None
         self.namespace_cache = namespace_cache
         self.fleet = fleet
         self.tls_ready = tls_ready
@@ -109,6 +111,8 @@ class Status:
         if drifted:
             more = f" and {len(drifted) - 3} more" if len(drifted) > 3 else ""
             notes.append("policies and fleet disagree: " + "; ".join(drifted[:3]) + more)
+        if self.native is not None:
+            notes.append(f"admission tier: {self.native.mode}")
         deprecated = len(current.notes)
         if deprecated:
             notes.append(

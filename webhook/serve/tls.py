@@ -35,8 +35,9 @@ CHECK_INTERVAL = 1.0
 # IDLE_TIMEOUT of silence within either. kube-apiserver sends a review in one go right after connecting
 # (or on a kept-alive connection, which waits in gunicorn's poller, not in a thread) and gives up on it
 # after the webhook's timeoutSeconds (at most 30 s, 5 s in deploy/). gpugate's worker (webhook/serve/worker.py)
-# performs the handshake without blocking, waiting for the client's bytes in the poller, so for the handshake
-# only HANDSHAKE_TIMEOUT counts there.
+# performs the handshake and gathers each request without blocking, waiting for the client's bytes in the
+# poller: there the handshake gets HANDSHAKE_TIMEOUT, a request REQUEST_READ_TIMEOUT from its first byte and
+# IDLE_TIMEOUT between bytes, and a thread reads only requests that have arrived whole.
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_READ_TIMEOUT = 10.0
 IDLE_TIMEOUT = 3.0
@@ -97,6 +98,11 @@ class DeadlineSocket(ssl.SSLSocket):
 
     timeouts: ClassVar[Timeouts] = Timeouts()
     _deadline: float | None = None
+    # Set by gpugate's worker once the handshake is done: each request is gathered in the poller before a thread
+    # reads it (webhook/serve/worker.py), so a thread's read never waits for the client. What it reads past the
+    # gathered bytes (the rest of a body over the limit, which the poller already dropped) is not there: such a
+    # read fails at once, as a reset, instead of holding the thread until the timeouts.
+    from_buffer: bool = False
 
     def setblocking(self, flag: bool) -> None:
         super().setblocking(flag)
@@ -113,6 +119,14 @@ class DeadlineSocket(ssl.SSLSocket):
             raise self._too_slow("the TLS handshake") from None
 
     def read(self, len: int = 1024, buffer: Any = None) -> Any:  # ssl.SSLSocket.read's own names
+        if self.from_buffer and self.gettimeout() != 0.0:  # a pool thread's read: never wait
+            self.settimeout(0.0)
+            try:
+                return super().read(len, buffer)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise ConnectionResetError(errno.ECONNRESET, "nothing more of the request has arrived") from None
+            finally:  # writing the answer gets the whole timeout
+                self.settimeout(self.timeouts.request)
         armed = self._deadline is not None and self.gettimeout() != 0.0
         if armed:
             self._arm()

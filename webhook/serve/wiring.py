@@ -46,12 +46,14 @@ def build_app(
             "empty, so namespaceSelector policies do not match and attribution uses defaults"
         )
     fleet = _fleet_watcher(kubeconfig)
+    native = _native_sync(kubeconfig, store, fleet)
     status = Status(
         store,
         namespace_cache=cache,
         fleet=fleet,
         tls_ready=tls_ready,
         claims=_allocations(fleet) if fleet is not None else None,
+        native=native,
     )
     app = create_app(policies=store, namespace_labels=labels_of, tls_ready=tls_ready, fleet=fleet, status=status)
     saved = [""]
@@ -91,6 +93,34 @@ def _fleet_watcher(kubeconfig: str | None) -> Any:
         return None
     watcher.start()
     return watcher
+
+
+def _native_sync(kubeconfig: str | None, store: PolicyStore, fleet: Any) -> Any:
+    """The native sync of ``gpugate serve --native-sync`` (webhook/serve/native.py), stepping in a thread of
+    this worker; None when the option is off or there is no cluster to write to."""
+    from .command import NATIVE_SYNC_VARIABLE
+
+    configuration = os.environ.get(NATIVE_SYNC_VARIABLE)
+    if not configuration:
+        return None
+    from ..kube import cluster
+    from . import native
+
+    try:
+        client = cluster.api_client(kubeconfig)
+    except cluster.ClusterError as err:
+        log.error("native sync off: %s", err)
+        return None
+    sync = native.NativeSync(
+        client,
+        store.current,
+        namespace=native.in_cluster_namespace(),
+        webhook_configuration=configuration,
+        inventory=fleet.inventory if fleet is not None else None,
+    )
+    threading.Thread(target=sync.step, name="gpugate-native-sync-first", daemon=True).start()
+    _every(native.INTERVAL, sync.step, name="gpugate-native-sync")
+    return sync
 
 
 def _allocations(fleet: Any) -> Callable[[], Any]:

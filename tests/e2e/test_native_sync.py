@@ -1,0 +1,254 @@
+"""``gpugate serve --native-sync`` through the real apiserver (v1.36.3), the server running under exactly the
+RBAC of deploy/components/native-sync (a token of the gpugate service account, not the admin's certificate):
+it applies the compiled objects and narrows the webhooks, a plain GPU pod then makes no webhook call, a policy
+edit is applied again, an edit that does not load changes nothing, the role grants its own objects only, and
+/readyz and `gpugate fleet` say which tier is in force."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.controlplane import ControlPlane, find_binaries
+from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, gpugate_executable, point_at, render_deploy
+from tests.harness.polling import eventually
+from tests.harness.processes import https_get
+from tests.support import REPO
+
+pytestmark = pytest.mark.e2e
+
+SHIPPED = REPO / "policies"
+SERVICE_ACCOUNT = "system:serviceaccount:gpugate:gpugate"
+
+
+@dataclass
+class Synced:
+    cluster: ControlPlane
+    gate: GPUGate
+    policy_dir: Any
+
+
+def _token_kubeconfig(cp: ControlPlane, path: Any) -> None:
+    token = cp.kubectl("create", "token", "gpugate", "-n", "gpugate", "--duration=2h").stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "e2e",
+                "cluster": {
+                    "server": cp.server,
+                    "certificate-authority-data": base64.b64encode(cp.ca.cert_path.read_bytes()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "gpugate", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "gpugate"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synced]:
+    cp = ControlPlane(find_binaries(), tmp_path_factory.mktemp("cluster-native-sync"))
+    gate: GPUGate | None = None
+    try:
+        cp.start()
+        for runtime_class in ("nvidia", "nvidia-cdi", "nvidia-legacy"):
+            cp.ensure_runtime_class(runtime_class)
+        work = tmp_path_factory.mktemp("gpugate-native-sync")
+        policy_dir = work / "policies"
+        policy_dir.mkdir()
+        for shipped in sorted(SHIPPED.glob("*.yaml")):
+            shutil.copy(shipped, policy_dir / shipped.name)
+        kubeconfig = work / "service-account.kubeconfig"
+        gate = GPUGate(work, policy_dir, kubeconfig=kubeconfig, extra_args=("--native-sync",))
+        objects = point_at(render_deploy(cp, "native-sync"), gate)
+        # The service account and its roles first (the token needs the account), the webhooks once gpugate runs.
+        first = sorted(
+            (o for o in objects if o["kind"] not in WEBHOOK_KINDS), key=lambda o: 0 if o["kind"] == "Namespace" else 1
+        )
+        for obj in first:
+            cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
+        _token_kubeconfig(cp, kubeconfig)
+        gate.start()
+        # Not register(): its wait for the validating webhook sends a pod gpugate-always refuses first once the
+        # sync has applied it; the tests wait for the sync instead, and see the webhooks answer.
+        for obj in (o for o in objects if o["kind"] in WEBHOOK_KINDS):
+            cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
+        yield Synced(cp, gate, policy_dir)
+    finally:
+        if gate is not None:
+            gate.stop()
+        cp.stop()
+
+
+def _readyz(s: Synced) -> str:
+    status, body = https_get(f"{s.gate.url}/readyz", ca=s.gate.ca)
+    assert status == 200, body
+    return body
+
+
+def _get(s: Synced, kind: str, name: str) -> dict[str, Any] | None:
+    got = s.cluster.kubectl("get", kind, name, "-o", "json", "--show-managed-fields", check=False)
+    return json.loads(got.stdout) if got.ok else None
+
+
+def _in_sync(s: Synced) -> bool:
+    always = _get(s, "validatingadmissionpolicy", "gpugate-always")
+    hooks = [_get(s, k, "gpugate") for k in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")]
+    return (
+        "kept by this replica" in _readyz(s)
+        and always is not None
+        and all(
+            h is not None and h["webhooks"][0]["matchConditions"][-1]["name"] == "not-decided-natively" for h in hooks
+        )
+    )
+
+
+def _plain(s: Synced) -> dict[str, Any]:
+    ns = s.cluster.create_namespace("sync", {"team": "probe"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+
+
+def test_the_server_applies_the_native_tier_and_a_plain_pod_then_makes_no_webhook_call(synced: Synced) -> None:
+    assert eventually(lambda: _in_sync(synced), timeout=90), _readyz(synced)
+    assert "admission tier: native + webhook: the native objects of policies " in _readyz(synced)
+    for kind, name in (
+        ("mutatingadmissionpolicy", "gpugate-mutate"),
+        ("validatingadmissionpolicybinding", "gpugate-always"),
+    ):
+        obj = _get(synced, kind, name)
+        assert obj is not None, name
+        assert [m["manager"] for m in obj["metadata"]["managedFields"]] == ["gpugate-serve"]
+    before = synced.gate.admission_requests()
+    done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=_plain(synced))
+    stored = json.loads(done.stdout)
+    assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
+    assert stored["metadata"]["labels"]["gpugate.io/team"] == "probe"
+    assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"
+    chosen = _plain(synced)
+    chosen["metadata"]["labels"] = {"gpugate.io/model": "h100"}
+
+    def webhook_forms_it() -> bool:
+        done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=chosen, check=False)
+        selector = json.loads(done.stdout)["spec"].get("nodeSelector") or {} if done.ok else {}
+        return selector.get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3"
+
+    assert eventually(webhook_forms_it, timeout=60), "a pod that chose its model was not formed by the webhook"
+    assert synced.gate.admission_requests() > before
+    fleet = subprocess.run(
+        [str(gpugate_executable()), "fleet", "--kubeconfig", str(synced.cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "admission tier: native + webhook: the native objects of policies " in fleet.stdout, fleet.stderr
+    assert "applied by gpugate-serve" in fleet.stdout
+
+
+def test_the_role_grants_gpugate_s_own_admission_objects_only(synced: Synced) -> None:
+    def can(*args: str) -> str:
+        return synced.cluster.kubectl("auth", "can-i", *args, f"--as={SERVICE_ACCOUNT}", check=False).stdout.strip()
+
+    assert can("patch", "validatingadmissionpolicies/gpugate-always") == "yes"
+    assert can("create", "mutatingadmissionpolicies/gpugate-mutate") == "yes"
+    assert can("patch", "validatingadmissionpolicies/someone-elses") == "no"
+    assert can("create", "validatingadmissionpolicies") == "no"
+    assert can("delete", "mutatingwebhookconfigurations/gpugate") == "no"
+    assert can("patch", "validatingwebhookconfigurations/another-webhook") == "no"
+    assert can("patch", "clusterroles/gpugate-native-sync") == "no"
+
+
+def _per_container(enforce: dict[str, Any]) -> int | None:
+    """Policy "serving"'s maxPerContainer as the compiled table in gpugate-enforce holds it."""
+    for v in enforce["spec"]["variables"]:
+        if v["name"] == "maxPerContainer":
+            table = v["expression"].split("[?", 1)[0]
+            return int(json.loads(table)["serving"])
+    return None
+
+
+def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(synced: Synced) -> None:
+    assert eventually(lambda: _in_sync(synced), timeout=90), _readyz(synced)
+
+    def digest() -> str:
+        always = _get(synced, "validatingadmissionpolicy", "gpugate-always")
+        return always["metadata"]["annotations"]["gpugate.io/policy-digest"] if always else ""
+
+    first = digest()
+    serving = synced.policy_dir / "10-serving.yaml"
+    original = serving.read_text()
+    assert "maxPerContainer: 4" in original
+    serving.write_text(original.replace("maxPerContainer: 4", "maxPerContainer: 2"))
+
+    def enforced() -> bool:
+        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-enforce")
+        return enforce is not None and _per_container(enforce) == 2 and digest() != first
+
+    assert eventually(enforced, timeout=90), "the edited policy was not applied"
+    second = digest()
+    serving.write_text("apiVersion: gpugate.io/v1\nkind: GPUPolicy\nspec: [\n")
+    try:
+        assert eventually(lambda: "policy edit ignored" in _readyz(synced), timeout=60), _readyz(synced)
+        assert "admission tier: native + webhook" in _readyz(synced)
+        assert digest() == second
+        enforce = _get(synced, "validatingadmissionpolicy", "gpugate-enforce")
+        assert enforce is not None and _per_container(enforce) == 2
+    finally:
+        serving.write_text(original)
+
+
+def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) -> None:
+    """Last in this module: it adds a GPU node, which the others do not expect."""
+    assert eventually(lambda: _in_sync(synced), timeout=90), _readyz(synced)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-2", "labels": {"kubernetes.io/hostname": "gpu-2"}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
+            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
+        },
+    }
+    synced.cluster.kubectl("create", "-f", "-", stdin=node)
+
+    def largest() -> Any:
+        pools = _get(synced, "validatingadmissionpolicy", "gpugate-pools")
+        if pools is None:
+            return None
+        table = next(v["expression"] for v in pools["spec"]["variables"] if v["name"] == "largest")
+        return json.loads(table.split("[?", 1)[0]).get("nvidia.com/gpu")
+
+    assert eventually(lambda: largest() == 2, timeout=90), _readyz(synced)
+    # /readyz is answered by any worker; the Lease holder's says the digest.
+    assert eventually(lambda: "; pool digest " in _readyz(synced), timeout=60), _readyz(synced)
+    pod = _plain(synced)
+    before = synced.gate.admission_requests()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    refused = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
+    assert not refused.ok
+    assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr
+    assert "requests 3 × nvidia.com/gpu, more than the 2 one node of the cluster" in refused.stderr
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    admitted = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
+    assert admitted.ok, admitted.stderr
+    assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"

@@ -1,0 +1,208 @@
+"""``gpugate serve --native-sync``: the native tier kept in step with the policies the server loads.
+
+Off by default. When on, every worker runs :meth:`NativeSync.step` on a timer; one writer at a time, by a
+coordination.k8s.io Lease (``gpugate-native-sync`` in gpugate's namespace), applies the objects ``gpugate policy
+compile`` would print for the policies in force, by server-side apply under the field manager ``gpugate-serve``,
+then narrows the webhook configurations with the condition of the same compilation (it owns that one
+matchCondition entry and nothing else of them). Why a Lease and not only an idempotent apply: the apply is
+deterministic (same policies, same bytes), so writers that agree never conflict, but during a ConfigMap
+rollout replicas hold different policies for up to the kubelet's sync period, and two writers with two
+versions would each put theirs back at every step. The Lease makes the replica that holds it the only
+writer; when it stops renewing, another takes over after ``LEASE_SECONDS``.
+
+What it never does: remove or change the objects in force because of a policy edit that does not load (the
+store keeps the last good policies, and only those are compiled), write anything on a cluster whose discovery
+does not list ``admissionregistration.k8s.io/v1`` MutatingAdmissionPolicy (the webhook then does everything,
+and :attr:`NativeSync.mode` says so in /readyz and the logs), or touch objects other than its own by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..inventory.model import Inventory
+from ..kube import native as kube
+from ..native import pools
+from ..native.compiler import NARROWING, NARROWING_ANNOTATION, PREFIX, Compiled, compile_policies
+from ..policy.model import PolicySet
+
+log = logging.getLogger("gpugate")
+
+LEASE_NAME = "gpugate-native-sync"
+LEASE_SECONDS = 30
+#: Seconds between steps; a step that finds nothing changed makes two GETs (discovery, the Lease).
+INTERVAL = 5.0
+#: The objects are applied again this often even when the policies did not change (a hand edit or a deletion
+#: is repaired within it).
+RESYNC_SECONDS = 60.0
+#: Every name the compiler can emit, each a policy and its binding: what RBAC grants, and what is removed when
+#: a compilation no longer has it (no policy left in that mode).
+NAMES = tuple(f"{PREFIX}-{n}" for n in ("mutate", "enforce", "warn", "audit", "always"))
+WEBHOOKS = {
+    "MutatingWebhookConfiguration": "mutate.gpugate.io",
+    "ValidatingWebhookConfiguration": "validate.gpugate.io",
+}
+_ORDER = {
+    # The checks first (gpugate-always judges what the narrowed webhooks skip), the webhooks' narrowing last.
+    "ValidatingAdmissionPolicy": 0,
+    "ValidatingAdmissionPolicyBinding": 1,
+    "MutatingAdmissionPolicy": 2,
+    "MutatingAdmissionPolicyBinding": 3,
+}
+
+NO_API = (
+    "webhook only: the cluster does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy "
+    "(Kubernetes 1.36+), so gpugate's webhook decides every GPU pod"
+)
+
+
+def in_cluster_namespace() -> str:
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip() or "gpugate"
+    except OSError:
+        return os.environ.get("POD_NAMESPACE", "gpugate")
+
+
+def webhook_narrowing(compiled: Compiled, configuration: str) -> list[dict[str, Any]]:
+    """Apply configurations that give each gpugate webhook the compilation's narrowing matchCondition: only that
+    entry (matchConditions is a map keyed by name, webhooks one keyed by name), so the install's manager keeps
+    every other field."""
+    always = next(
+        o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
+    )
+    condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": configuration},
+            "webhooks": [{"name": hook, "matchConditions": [condition]}],
+        }
+        for kind, hook in WEBHOOKS.items()
+    ]
+
+
+class NativeSync:
+    """One worker's part in keeping the native tier in force; :meth:`step` is called on a timer."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        policies: Callable[[], PolicySet],
+        *,
+        namespace: str,
+        identity: str | None = None,
+        webhook_configuration: str = "gpugate",
+        inventory: Callable[[], Inventory | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api_client = api_client
+        self.policies = policies
+        self.namespace = namespace
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.webhook_configuration = webhook_configuration
+        self.inventory = inventory  # the fleet watcher's; None: no pool digest
+        self.pools_applied = ""  # the policy digest and pool fingerprint of the gpugate-pools applied last
+        self.clock = clock
+        self.mode = "starting: the native sync has not run yet"
+        self.applied = ""  # the policy digest this worker last applied
+        self.applied_at = 0.0
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+
+    def step(self) -> str:
+        """Discover, hold the Lease, apply when the policies changed (or at the resync): the mode after it."""
+        with self._lock:
+            try:
+                mode = self._step()
+                self.last_error = None
+            except kube.NativeError as err:
+                # The objects in force stay as they are; the next step tries again.
+                self.last_error = str(err)
+                mode = f"native sync failing, the objects in force stay: {err}"
+            except Exception as err:  # a compiler bug: the same, and the traceback in the log
+                log.exception("native sync: step failed")
+                self.last_error = f"{type(err).__name__}: {err}"
+                mode = f"native sync failing, the objects in force stay: {self.last_error}"
+            if mode != self.mode:
+                (log.warning if mode.startswith(("webhook only", "native sync failing")) else log.info)(
+                    "admission tier: %s", mode
+                )
+            self.mode = mode
+            return mode
+
+    def _step(self) -> str:
+        if not kube.serves_mutating_policies(self.api_client):
+            self.applied = ""
+            return NO_API
+        current = self.policies()
+        digest = current.digest[:16] if current.digest else ""
+        if not kube.hold_lease(
+            self.api_client, namespace=self.namespace, name=LEASE_NAME, identity=self.identity, duration=LEASE_SECONDS
+        ):
+            self.applied = ""
+            return self._in_force(digest, writer="another gpugate worker (the Lease holder)")
+        now = self.clock()
+        resync = now - self.applied_at >= RESYNC_SECONDS
+        compiled: Compiled | None = None
+        if digest != self.applied or resync:
+            compiled = compile_policies(current)
+            self._apply(compiled)
+            self.applied, self.applied_at = digest, now
+        pool_note = self._pools(current, digest, compiled, resync=resync)
+        return (
+            f"native + webhook: the native objects of policies {digest} are in force, kept by this replica{pool_note}"
+        )
+
+    def _pools(self, current: PolicySet, digest: str, compiled: Compiled | None, *, resync: bool) -> str:
+        """Apply gpugate-pools when the pools (or the policies) changed since the last apply; a note for the
+        mode. Until the inventory has synced nothing is written, and the gpugate-pools in force stays."""
+        inventory = self.inventory() if self.inventory is not None else None
+        if inventory is None:
+            return "" if self.inventory is None else "; pool digest: waiting for the GPU inventory"
+        found = pools.digest_of(inventory, current)
+        key = f"{digest}/{pools.fingerprint(found)}"
+        if key != self.pools_applied or resync:
+            for obj in pools.compile_pools(compiled or compile_policies(current), current, found):
+                kube.apply(self.api_client, obj)
+            self.pools_applied = key
+            log.info("native sync: applied the pool digest %s (%s)", pools.fingerprint(found), found["largest"])
+        return f"; pool digest {pools.fingerprint(found)}"
+
+    def _in_force(self, digest: str, *, writer: str) -> str:
+        always = kube.get(self.api_client, "ValidatingAdmissionPolicy", f"{PREFIX}-always")
+        if always is None:
+            return f"webhook only for now: no native objects applied yet ({writer} holds the native sync Lease)"
+        theirs = ((always.get("metadata") or {}).get("annotations") or {}).get("gpugate.io/policy-digest", "")
+        if theirs == digest:
+            return f"native + webhook: the native objects of policies {digest} are in force, kept by {writer}"
+        return f"native + webhook: the native objects in force are of policies {theirs}, this replica has {digest}"
+
+    def _apply(self, compiled: Compiled) -> None:
+        objects = sorted(compiled.objects, key=lambda o: _ORDER.get(o["kind"], 9))
+        for obj in objects:
+            kube.apply(self.api_client, obj)
+        emitted = {o["metadata"]["name"] for o in objects}
+        for name in NAMES:
+            if name in emitted:
+                continue
+            # No policy is left in that mode: the binding goes first, so the policy is never bound half-removed.
+            kind = "MutatingAdmissionPolicy" if name.endswith("-mutate") else "ValidatingAdmissionPolicy"
+            for k in (f"{kind}Binding", kind):
+                if kube.get(self.api_client, k, name) is not None:
+                    kube.delete(self.api_client, k, name)
+        for narrowing in webhook_narrowing(compiled, self.webhook_configuration):
+            kube.apply(self.api_client, narrowing)
+        log.info(
+            "native sync: applied %d objects of policies %s and narrowed the webhooks of %s",
+            len(objects),
+            compiled.objects[0]["metadata"]["annotations"].get("gpugate.io/policy-digest", ""),
+            self.webhook_configuration,
+        )
