@@ -26,7 +26,6 @@ UNMIRRORED = frozenset(
         "native/cel.py",
         "native/command.py",
         "pods/affinity.py",
-        "pods/claims.py",
         "pods/fields.py",
         "pods/gpus.py",
         "pods/objects.py",

@@ -286,6 +286,14 @@ def test_validating_webhook(base: list[dict[str, Any]]) -> None:
             "scope": "Namespaced",
         },
         *WORKLOAD_RULES,
+        # claims are judged on their own (webhook/admission/claims.py), so their order of creation does not matter
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "scope": "Namespaced",
+        },
     ]
 
 
@@ -800,6 +808,28 @@ def test_match_condition_sends_status_updates_only_when_they_change_metadata(
     assert evaluate(match_condition, object=new, oldObject=old, request=STATUS) is sent
     ordinary = {"operation": "UPDATE", "resource": POD_RESOURCE}  # the pod itself: as before
     assert evaluate(match_condition, object=old, oldObject=old, request=ordinary) is ("nvidia.com/gpu" in str(old))
+
+
+CLAIMS = {"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"}
+GPU_REQUESTS = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+# (case, object, sent): a claim or claim template with device requests is sent, whatever its DeviceClass (only
+# the inventory says which classes serve GPUs); one without requests (config only, or nothing) is not.
+CLAIM_CASES = [
+    ("a ResourceClaim with a request", {"kind": "ResourceClaim", "spec": GPU_REQUESTS}, True),
+    ("a ResourceClaimTemplate with a request", {"kind": "ResourceClaimTemplate", "spec": {"spec": GPU_REQUESTS}}, True),
+    ("a claim of no devices", {"kind": "ResourceClaim", "spec": {"devices": {"requests": []}}}, False),
+    ("a claim of config only", {"kind": "ResourceClaim", "spec": {"devices": {"config": []}}}, False),
+    ("a template of an empty claim", {"kind": "ResourceClaimTemplate", "spec": {"spec": {}}}, False),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "sent"), CLAIM_CASES, ids=[c[0] for c in CLAIM_CASES])
+def test_match_condition_sends_claims_with_requests(match_condition: Any, case: str, obj: dict[str, Any], sent: bool):
+    for operation, old in (("CREATE", None), ("UPDATE", obj)):
+        request = {"operation": operation, "resource": CLAIMS}
+        assert evaluate(match_condition, object=obj, oldObject=old, request=request) is sent
+    # a pod is judged as before: a claim-shaped spec in a pod request is no GPU
+    assert evaluate(match_condition, object=obj, request={"operation": "CREATE", "resource": POD_RESOURCE}) is False
 
 
 def binding(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:

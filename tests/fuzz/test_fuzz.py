@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import REPO, container, gpu_pod, pod, review
+from webhook.inventory.model import claim_of
+from webhook.inventory.snapshot import load_snapshot
 from webhook.policy.files import load_policies
 from webhook.policy.loader import PolicyError
 from webhook.serve.app import create_app
@@ -157,6 +159,164 @@ def test_every_generated_review_gets_a_2xx_or_4xx_within_the_cpu_budget(client: 
 
     answer()
     _healthy(client)
+
+
+# ---- DRA claims: generated ResourceClaims and templates, and pods naming claims a fleet knows ---------------
+
+CLASSES = st.sampled_from(["gpu.nvidia.com", "dra.cpu", "missing.example.com"]) | st.text(max_size=12)
+COUNTS = st.integers(min_value=-(2**64), max_value=2**64) | st.sampled_from([0, 1, 8, 16, 10**30]) | VALUES
+ALTERNATIVE = st.fixed_dictionaries(
+    {"deviceClassName": CLASSES | VALUES},
+    optional={
+        "name": st.text(max_size=8) | VALUES,
+        "count": COUNTS,
+        "allocationMode": st.sampled_from(["All", "ExactCount", "x"]) | VALUES,
+        "adminAccess": st.booleans() | VALUES,
+    },
+)
+REQUEST = st.fixed_dictionaries(
+    {"name": st.text(max_size=8) | VALUES},
+    optional={
+        "exactly": ALTERNATIVE | VALUES,
+        "firstAvailable": st.lists(ALTERNATIVE, max_size=8) | VALUES,
+        # v1beta1 kept the fields on the request itself
+        "deviceClassName": CLASSES,
+        "count": COUNTS,
+        "allocationMode": st.sampled_from(["All", "ExactCount"]),
+    },
+)
+CLAIM_PATHS: list[tuple[Any, ...]] = [
+    ("metadata",),
+    ("spec",),
+    ("spec", "devices"),
+    ("spec", "devices", "requests"),
+    ("spec", "devices", "requests", 0),
+    ("spec", "devices", "requests", 0, "exactly"),
+    ("spec", "devices", "requests", 0, "exactly", "count"),
+    ("spec", "devices", "requests", 0, "firstAvailable"),
+    ("spec", "spec"),
+    ("spec", "spec", "devices", "requests"),
+    ("spec", "spec", "devices", "requests", 0),
+]
+KNOWN_CLAIMS = {
+    "sixteen": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 16}}],
+    "all": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}],
+    "pick": [
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {"name": "a", "deviceClassName": "gpu.nvidia.com", "count": 2},
+                {"name": "b", "deviceClassName": "dra.cpu", "count": 64},
+            ],
+        }
+    ],
+    "cpu": [{"name": "cpu", "exactly": {"deviceClassName": "dra.cpu", "count": 4}}],
+}
+
+
+def _claim_object(kind: str, name: str, requests: Any) -> dict[str, Any]:
+    devices = {"devices": {"requests": requests}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": devices} if kind == "ResourceClaimTemplate" else devices,
+    }
+
+
+class ClaimsFleet:
+    """The fleet snapshot's inventory, and the KNOWN_CLAIMS as both claims and templates."""
+
+    def __init__(self) -> None:
+        self.snapshot = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+
+    def inventory(self) -> Any:
+        return self.snapshot
+
+    def claim(self, kind: str, namespace: str, name: str) -> Any:
+        requests = KNOWN_CLAIMS.get(name)
+        return claim_of(_claim_object(kind, name, requests)) if requests is not None else None
+
+    cached_claim = claim
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def synced(self) -> bool:
+        return True
+
+
+@st.composite
+def claim_reviews(draw: Any) -> bytes:
+    kind = draw(st.sampled_from(["ResourceClaim", "ResourceClaimTemplate"]))
+    base = _claim_object(kind, "c", [draw(REQUEST)])
+    body = review(base, operation=draw(st.sampled_from(["CREATE", "UPDATE"])), old=copy.deepcopy(base))
+    for _ in range(draw(st.integers(0, 3))):
+        path = draw(st.sampled_from(CLAIM_PATHS))
+        value = draw(
+            {"requests": st.lists(REQUEST, max_size=6), "count": COUNTS}.get(path[-1], REQUEST)
+            if isinstance(path[-1], int) or path[-1] in ("requests", "count")
+            else VALUES
+        )
+        _set(body["request"]["object"], path, value)
+    return json.dumps(body, allow_nan=True).encode()
+
+
+@st.composite
+def claiming_pods(draw: Any) -> bytes:
+    names = st.sampled_from([*KNOWN_CLAIMS, "unknown"])
+    entries = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["a", "b", "c"])},
+                optional={"resourceClaimTemplateName": names, "resourceClaimName": names},
+            ),
+            max_size=5,
+        )
+    )
+    refs = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["a", "b", "x"])}, optional={"request": st.text(max_size=4)}
+            ),
+            max_size=3,
+        )
+        | VALUES
+    )
+    base = gpu_pod(draw(st.sampled_from([0, 1, 8])), resourceClaims=entries)
+    base["spec"]["containers"][0]["resources"]["claims"] = refs
+    return json.dumps(review(base, operation="CREATE"), allow_nan=True).encode()
+
+
+@pytest.fixture(scope="module")
+def claims_client(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    directory = tmp_path_factory.mktemp("policies")
+    (directory / "default.yaml").write_text(POLICY)
+    app = create_app(policies=PolicyStore(directory, interval=0), fleet=ClaimsFleet())
+    return app.test_client()
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+def test_every_generated_claim_and_claiming_pod_gets_a_2xx_or_4xx_within_the_cpu_budget(
+    claims_client: Any, endpoint: str
+) -> None:
+    @settings(FUZZ, max_examples=300)
+    @given(body=claim_reviews() | claiming_pods())
+    def answer(body: bytes) -> None:
+        started = time.process_time()
+        resp = claims_client.post(endpoint, data=body, content_type="application/json")
+        spent = time.process_time() - started
+        assert resp.status_code < 500, resp.get_data()[:500]
+        assert spent < CPU_BUDGET, f"{spent:.2f} s of CPU for one review"
+        if resp.status_code == 200:
+            status = resp.get_json()["response"].get("status") or {}
+            assert status.get("code", 200) < 500 and "failed to evaluate" not in status.get("message", ""), status
+
+    answer()
+    _healthy(claims_client)
+    sixteen = _claim_object("ResourceClaimTemplate", "sixteen", KNOWN_CLAIMS["sixteen"])
+    out = claims_client.post("/validate", data=json.dumps(review(sixteen)), content_type="application/json")
+    assert out.get_json()["response"]["allowed"] is False  # still judged after the run
 
 
 YAML_VALUES = st.one_of(

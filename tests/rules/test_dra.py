@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import REPO, apply, container, pod, request
+from tests.support import REPO, apply, container, pod, request, standard
 from webhook.admission import Environment, mutate, validate
-from webhook.inventory.model import ClaimRequest, ClaimSpec, Inventory
+from webhook.inventory.model import ClaimOption, ClaimRequest, ClaimSpec, Inventory
 from webhook.inventory.snapshot import load_snapshot
 from webhook.pods.gpus import gpu_use
 from webhook.policy.files import load_policies
@@ -202,3 +202,109 @@ def test_a_sidecar_of_a_dra_extended_resource_pod_sees_no_gpu():
     assert verdict.allowed, verdict.message
     assert "env" not in result["spec"]["containers"][0]
     assert result["spec"]["containers"][1]["env"] == [VOID]
+
+
+# ---- DRA devices count toward the limits (the default policy: maxPerPod 8, maxPerContainer 8) ------------
+
+
+def exactly(count: int, device_class: str = "gpu.nvidia.com", name: str = "gpu") -> ClaimRequest:
+    return ClaimRequest((device_class,), count, name=name, options=(ClaimOption(device_class, count),))
+
+
+def all_of(device_class: str = "gpu.nvidia.com", name: str = "gpu") -> ClaimRequest:
+    return ClaimRequest((device_class,), None, name=name, options=(ClaimOption(device_class, None),))
+
+
+def first_available(*options: tuple[str, int | None], name: str = "gpu") -> ClaimRequest:
+    kept = tuple(ClaimOption(c, n, name=f"alt{i}") for i, (c, n) in enumerate(options))
+    counts = [n for _, n in options]
+    worst = None if None in counts else max(n for n in counts if n is not None)
+    return ClaimRequest(tuple(c for c, _ in options), worst, name=name, options=kept)
+
+
+def test_a_claim_of_sixteen_gpus_is_over_a_limit_of_eight_per_pod():
+    _, verdict = decide(claiming("sixteen"), lookup=claims(sixteen=exactly(16)))
+    assert not verdict.allowed
+    assert (
+        "spec.resourceClaims: pod: requests 16 GPUs in all (0 in its containers' resources, 16 through claims: "
+        'spec.resourceClaims[0] claim "c" (ResourceClaimTemplate "sixteen") request "gpu": 16 of DeviceClass '
+        '"gpu.nvidia.com"), more than the 8 per pod that policy "default" allows; request at most 8 GPUs per pod '
+        "(containers' resources and claims' devices together)"
+    ) in verdict.message, verdict.message
+    assert 'Pod "p" in namespace "default" violates GPU policy "default"' in verdict.message
+    assert decide(claiming("eight"), lookup=claims(eight=exactly(8)))[1].allowed
+
+
+def test_claims_add_to_the_containers_gpus_and_each_claim_counts_once():
+    obj = claiming("four", containers=[container("a", limits={"nvidia.com/gpu": "4"})])
+    obj["spec"]["resourceClaims"].append({"name": "d", "resourceClaimTemplateName": "four"})
+    _, verdict = decide(obj, lookup=claims(four=exactly(4)))
+    assert not verdict.allowed and "requests 12 GPUs in all" in verdict.message, verdict.message
+    shared = pod(
+        container(),
+        resourceClaims=[{"name": "c", "resourceClaimName": "shared"}, {"name": "d", "resourceClaimName": "shared"}],
+    )
+    known = {"shared": ClaimSpec("ResourceClaim", "default", "shared", (exactly(6),))}
+    lookup = lambda kind, namespace, name: known.get(name) if kind == "ResourceClaim" else None
+    assert decide(shared, lookup=lookup)[1].allowed  # one claim named twice: 6 devices, not 12
+
+
+def test_all_counts_as_the_largest_node_of_its_device_class():
+    """The fleet snapshot's h200 nodes publish 8 gpu.nvidia.com devices each: All is 8, within 8 per pod, and
+    with one more GPU in a container it is over."""
+    assert decide(claiming("all"), lookup=claims(all=all_of()))[1].allowed
+    obj = claiming("all", containers=[container("a", limits={"nvidia.com/gpu": "1"})])
+    _, verdict = decide(obj, lookup=claims(all=all_of()))
+    assert not verdict.allowed
+    assert 'request "gpu": all of DeviceClass "gpu.nvidia.com" (8 on its largest node)' in verdict.message
+
+
+def test_all_is_refused_where_no_one_can_say_how_many_it_takes():
+    _, verdict = decide(claiming("all"), fleet=None, lookup=claims(all=all_of()))
+    assert not verdict.allowed
+    assert (
+        'spec.resourceClaims[0]: pod: spec.resourceClaims[0] claim "c" (ResourceClaimTemplate "all") request "gpu": '
+        'all of DeviceClass "gpu.nvidia.com" (how many one node has is unknown), so the GPUs it takes cannot be '
+        'counted against the 8 per pod that policy "default" allows; claim a number of devices: exactly.count '
+        "(allocationMode ExactCount) of at most 8"
+    ) in verdict.message, verdict.message
+
+
+def test_first_available_counts_its_worst_alternative_and_only_gpu_classes():
+    lookup = claims(alts=first_available(("gpu.nvidia.com", 2), ("gpu.nvidia.com", 12)))
+    _, verdict = decide(claiming("alts"), lookup=lookup)
+    assert not verdict.allowed
+    assert (
+        'request "gpu": the most of firstAvailable: 2 of DeviceClass "gpu.nvidia.com", 12 of DeviceClass '
+        '"gpu.nvidia.com"'
+    ) in verdict.message
+    # a CPU alternative of 64 devices holds no GPU; nor does a CPU claim of 64
+    assert decide(claiming("mixed"), lookup=claims(mixed=first_available(("gpu.nvidia.com", 2), ("dra.cpu", 64))))[
+        1
+    ].allowed
+    cpu_and_gpu = ClaimSpec(TEMPLATE, "default", "both", (exactly(64, "dra.cpu", "cpu"), exactly(2)))
+    assert decide(claiming("both"), lookup=lambda *key: cpu_and_gpu)[1].allowed
+
+
+def test_admin_access_requests_take_no_gpu():
+    monitor = ClaimRequest(
+        ("gpu.nvidia.com",), None, admin_access=True, name="m", options=(ClaimOption("gpu.nvidia.com", None, True),)
+    )
+    obj = claiming("dcgm", tolerations=[NVIDIA_TOLERATION])
+    assert decide(obj, fleet=None, lookup=claims(dcgm=monitor))[1].allowed
+
+
+def test_a_container_counts_the_claims_it_names():
+    """maxPerContainer of 4: a container naming a 6-GPU claim is over; one naming only its 2-GPU request is not."""
+    limited = standard(limits={"maxPerContainer": 4})
+    spec_claim = ClaimSpec(TEMPLATE, "default", "t", (exactly(6), exactly(2, name="small")))
+    obj = pod(
+        container("whole", resources={"claims": [{"name": "c"}]}),
+        container("part", resources={"claims": [{"name": "c", "request": "small"}]}),
+        resourceClaims=[{"name": "c", "resourceClaimTemplateName": "t"}],
+    )
+    env = Environment(policies=limited, fleet=lambda: SNAPSHOT, claims=lambda *key: spec_claim)
+    verdict = validate(request(obj), env)
+    assert not verdict.allowed
+    assert 'spec.containers[0].resources.claims: container "whole": requests 8 GPUs' in verdict.message
+    assert 'container "part"' not in verdict.message, verdict.message

@@ -20,6 +20,7 @@ from tests.harness.polling import eventually
 from tests.harness.scheduling import FleetCluster
 from tests.scheduling import placements
 from webhook.admission import Environment, mutate, validate
+from webhook.kube.claims import Allocation, ClaimsCache, allocations
 from webhook.kube.cluster import api_client
 from webhook.kube.inventory import FleetWatcher
 from webhook.policy.files import load_policies
@@ -162,6 +163,25 @@ def test_a_dra_claim_is_allocated_by_the_scheduler_from_the_resource_slices(
     [claim] = claims
     results = claim["status"]["allocation"]["devices"]["results"]
     assert len(results) == 2 and {r["driver"] for r in results} == {"gpu.nvidia.com"}
+
+    # The watch-fed claims cache of gpugate serve (webhook/kube/claims.py) over the same cluster: the allocated
+    # devices with the pod the claim is reserved for, as the report's metric reads them.
+    cache = ClaimsCache(api_client(str(cluster.cp.kubeconfig)))
+    cache.start()
+    try:
+
+        def listed() -> list[Allocation]:
+            return [a for a in allocations(cache) if a.namespace == ns]
+
+        assert eventually(lambda: len(listed()) == 2, timeout=30), listed()
+        found = listed()
+        assert {(a.claim, a.request, a.device_class, a.driver, a.pods) for a in found} == {
+            (claim["metadata"]["name"], results[0]["request"], "gpu.nvidia.com", "gpu.nvidia.com", ("claims-two",))
+        }
+        assert sorted(a.device for a in found) == sorted(r["device"] for r in results)
+        assert cache.get("ResourceClaim", ns, claim["metadata"]["name"]) is not None
+    finally:
+        cache.stop()
 
 
 def test_a_cpu_claim_tolerating_the_gpu_taint_is_refused(fleet: tuple[FleetCluster, GPUGate]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
-from ..inventory.model import ScalablePool, declared_pool
+from ..inventory.model import Inventory, ScalablePool, declared_pool
 from ..pods.gpus import gpu_use
 from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of, workload_kinds
 from ..pods.operated import operated_pods, operator_scheduler, runtime_note
@@ -16,6 +16,7 @@ from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.choice import resolve
 from ..rules.registry import REGISTRY, Check, mutations, validate_pod, validations
+from .claims import is_claim, validate_claim
 from .decision import Decision, Environment, Subject, allowed, denied, fit, labels_unavailable, pack, verdict
 from .patch import make_patch
 
@@ -26,6 +27,15 @@ def _declared(pool: NodePoolDecl) -> ScalablePool:
     return declared_pool(
         pool.name, labels=pool.labels, taints=pool.taints, allocatable=pool.allocatable, max_nodes=pool.max_nodes
     )
+
+
+def _fleet(env: Environment) -> Inventory | None:
+    """The inventory with the pools the policy directory declares, None while it is unknown."""
+    fleet = env.fleet()
+    if fleet is not None and env.policies.pools:
+        pools = env.policies.pools
+        fleet = fleet.with_pools(pools, lambda: [_declared(p) for p in pools])
+    return fleet
 
 
 def _subjects(
@@ -42,10 +52,7 @@ def _subjects(
         return None
     namespace = str(request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
     cache: list[Mapping[str, str] | None] = []
-    fleet = env.fleet()
-    if fleet is not None and env.policies.pools:
-        pools = env.policies.pools
-        fleet = fleet.with_pools(pools, lambda: [_declared(p) for p in pools])
+    fleet = _fleet(env)
     defaulted = group_of(str(obj.get("apiVersion") or "")) in DEFAULTED_GROUPS
     set_by_operator = operator_scheduler(obj)
 
@@ -241,6 +248,8 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     obj = request.get("object")
     if _is_binding(request):
         return _binding(obj, request, env)
+    if is_claim(request):  # a claim is judged on its own too: created after its pod, it is still judged
+        return validate_claim(request, env, _fleet(env))
     old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
         subjects = _subjects(obj, request, env, old=old_obj if isinstance(old_obj, Mapping) else None)

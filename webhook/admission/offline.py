@@ -12,6 +12,7 @@ import jsonpatch
 from ..inventory.model import Inventory
 from ..pods.objects import group_of, shapes_of, workload_kinds
 from ..policy.model import PolicySet
+from .claims import CLAIM_KINDS, GROUP
 from .decision import Decision, Environment
 from .engine import mutate, validate
 from .patch import Operation
@@ -149,6 +150,11 @@ def check_objects(
     results = []
     for index, raw in enumerate(objects):
         obj = default_pod(raw)
+        if obj.get("kind") in CLAIM_KINDS and group_of(str(obj.get("apiVersion") or "")) == GROUP:
+            # Judged on its own, as the server judges it when it is created (validate only: /mutate skips it).
+            judged = validate(request(obj, namespace=namespace, uid=f"check-{index}"), env)
+            results.append(Result(obj, obj, [], Decision(allowed=True), judged, list(judged.warnings)))
+            continue
         if shapes_of(obj, workloads=kinds) is None:
             nothing = Decision(allowed=True)
             results.append(Result(obj, obj, [], nothing, None, skipped=True))

@@ -273,14 +273,15 @@ def _count_of(option: Mapping[str, Any]) -> int | None:
 def _request_of(raw: Mapping[str, Any]) -> ClaimRequest | None:
     """resource.k8s.io/v1 ``exactly`` / ``firstAvailable``; v1beta1 kept the fields on the request itself."""
     exactly = raw.get("exactly") if isinstance(raw.get("exactly"), Mapping) else None
-    alternatives = [a for a in raw.get("firstAvailable") or [] if isinstance(a, Mapping)]
+    listed = raw.get("firstAvailable")
+    alternatives = [a for a in (listed if isinstance(listed, list) else []) if isinstance(a, Mapping)]
     options = [exactly] if exactly is not None else alternatives or [raw]
     kept = tuple(
         ClaimOption(
             _intern(o["deviceClassName"]),
             _count_of(o),
             o.get("adminAccess") is True,
-            _intern(o.get("name") or "") if o is not exactly and o is not raw else "",
+            _intern(o["name"]) if isinstance(o.get("name"), str) and o is not exactly and o is not raw else "",
         )
         for o in options
         if isinstance(o.get("deviceClassName"), str) and o.get("deviceClassName")
@@ -299,14 +300,19 @@ def _request_of(raw: Mapping[str, Any]) -> ClaimRequest | None:
     )
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def claim_of(obj: Mapping[str, Any]) -> ClaimSpec:
-    meta = obj.get("metadata") or {}
+    """Any object (a tenant's, possibly malformed: fields of the wrong type are read as absent)."""
+    meta = _mapping(obj.get("metadata"))
     kind = str(obj.get("kind") or "ResourceClaim")
-    spec = obj.get("spec") or {}
+    spec = _mapping(obj.get("spec"))
     if kind == "ResourceClaimTemplate":
-        spec = spec.get("spec") or {}
-    devices = spec.get("devices") or {} if isinstance(spec, Mapping) else {}
-    requests = [_request_of(r) for r in devices.get("requests") or [] if isinstance(r, Mapping)]
+        spec = _mapping(spec.get("spec"))
+    raw = _mapping(spec.get("devices")).get("requests")
+    requests = [_request_of(r) for r in (raw if isinstance(raw, list) else []) if isinstance(r, Mapping)]
     return ClaimSpec(
         kind=kind,
         namespace=str(meta.get("namespace") or ""),

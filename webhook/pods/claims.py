@@ -11,11 +11,12 @@ back to the policy's ``gpuHolders.resourceClaims``: gpugate never refuses on mis
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..inventory.model import ClaimSpec, Inventory
+from ..inventory.model import ClaimRequest, ClaimSpec, Inventory
 from ..policy.model import Device, Policy
 from ..policy.vendors import IMPLICIT_DRA_PREFIX
 
@@ -59,6 +60,125 @@ def dra_resource_vendor(resource: str, policy: Policy, inventory: Inventory | No
     return None
 
 
+@dataclass(frozen=True)
+class RequestGPUs:
+    """The GPUs one request of a claim takes: its name and, per alternative that a GPU DeviceClass serves,
+    (DeviceClass, devices; None for ``allocationMode: All``). Admin-access alternatives hold no GPU and are left
+    out; a ``firstAvailable`` request takes the most of its alternatives (the scheduler may pick any)."""
+
+    request: str
+    options: tuple[tuple[str, int | None], ...]
+
+
+@dataclass(frozen=True)
+class ClaimGPUs:
+    """The GPU requests of one resolved claim, and how messages name it (``ResourceClaimTemplate "eight"``)."""
+
+    label: str
+    requests: tuple[RequestGPUs, ...]
+
+
+def _alternatives(request: ClaimRequest) -> tuple[tuple[str, int | None, bool], ...]:
+    """(DeviceClass, devices, admin access) of each alternative; a ClaimRequest built by hand may list only
+    its classes, which then share its count."""
+    if request.options:
+        return tuple((o.device_class, o.count, o.admin_access) for o in request.options)
+    return tuple((c, request.count, request.admin_access) for c in request.device_classes)
+
+
+def _class_count(claim: ClaimSpec, device_class: str) -> int | None:
+    """Devices the first request naming ``device_class`` asks of it (None: All), counting only that class's
+    alternatives (a ``firstAvailable`` list may also name a CPU class with another count)."""
+    for request in claim.requests:
+        counts = [count for name, count, _ in _alternatives(request) if name == device_class]
+        if counts:
+            return None if None in counts else max(c for c in counts if c is not None)
+    return 1
+
+
+def gpu_requests(claim: ClaimSpec, policy: Policy, inventory: Inventory | None) -> ClaimGPUs:
+    """The requests of ``claim`` that take GPUs (a GPU DeviceClass, not admin access), with their counts."""
+    requests = []
+    for request in claim.requests:
+        options = tuple(
+            (name, count)
+            for name, count, admin in _alternatives(request)
+            if not admin and vendor_of_class(name, policy, inventory).device is not None
+        )
+        if options:
+            requests.append(RequestGPUs(request.name, options))
+    return ClaimGPUs(f'{claim.kind} "{claim.name}"', tuple(requests))
+
+
+def class_largest_node(inventory: Inventory | None, device_class: str, policy: Policy) -> int | None:
+    """The most devices of a DeviceClass one node offers: the node publishing most devices of the class's
+    drivers (ResourceSlices; slices not local to one node added to it), or a node a pool that scales could add
+    (its GPUs of the class's extended resource, or of a resource the class's vendor profile counts). None when
+    gpugate cannot know it: no inventory, a class it lacks or that names no driver, no node publishing any, or a
+    pool that may add a node with any number."""
+    if inventory is None:
+        return None
+    found = inventory.device_classes.get(device_class)
+    if found is None or not found.drivers:
+        return None
+    vendor = vendor_of_class(device_class, policy, inventory).device
+    counts: Callable[[str], bool] = vendor.counts if vendor is not None else (lambda _resource: False)
+
+    drivers = found.drivers
+
+    def published() -> int:
+        # Per node, the devices its slices of these drivers publish; a slice not local to one node (allNodes,
+        # or a nodeSelector: network-attached devices) may serve any node, so it adds to the largest.
+        per_node: Counter[str] = Counter()
+        anywhere = 0
+        for piece in inventory.slices:
+            if piece.driver in drivers:
+                if piece.node and not piece.all_nodes:
+                    per_node[piece.node] += piece.devices
+                else:
+                    anywhere += piece.devices
+        return max(per_node.values(), default=0) + anywhere
+
+    most: int = inventory.memo(("class-largest-node", device_class), published)
+    served = {found.extended_resource_name, f"{IMPLICIT_DRA_PREFIX}{found.name}"} - {None}
+    for pool in inventory.pools:
+        for resource, amount in pool.gpus.items():
+            if resource in served or counts(resource):
+                if amount is None:
+                    return None
+                most = max(most, amount)
+    return most or None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The GPUs a request takes at worst: ``devices`` (None: unknowable) and how that was worked out."""
+
+    devices: int | None
+    how: str
+
+
+def request_devices(request: RequestGPUs, inventory: Inventory | None, policy: Policy) -> Counted:
+    """A request at its worst case: ``exactly.count``; ``allocationMode: All`` as the largest node of its
+    DeviceClass; a ``firstAvailable`` list as the most of its alternatives."""
+    worst: int | None = 0
+    parts = []
+    for device_class, count in request.options:
+        if count is not None:
+            parts.append(f'{count} of DeviceClass "{device_class}"')
+            worst = None if worst is None else max(worst, count)
+            continue
+        largest = class_largest_node(inventory, device_class, policy)
+        if largest is None:
+            parts.append(f'all of DeviceClass "{device_class}" (how many one node has is unknown)')
+            worst = None
+        else:
+            parts.append(f'all of DeviceClass "{device_class}" ({largest} on its largest node)')
+            worst = None if worst is None else max(worst, largest)
+    how = parts[0] if len(parts) == 1 else "the most of firstAvailable: " + ", ".join(parts)
+    return Counted(worst, how)
+
+
 @dataclass
 class ClaimUse:
     """What a pod's ``spec.resourceClaims`` hold, by entry (its field path)."""
@@ -75,6 +195,8 @@ class ClaimUse:
     missing: list[tuple[str, str]] = field(default_factory=list)
     #: path -> (DeviceClass, devices per request; None for All) of the GPU requests, for feasibility.
     wants: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    #: path -> the GPU requests of each GPU claim with their counts, for the limits.
+    gpu_claims: dict[str, ClaimGPUs] = field(default_factory=dict)
 
 
 def _classify(claim: ClaimSpec, policy: Policy, inventory: Inventory | None) -> tuple[str, Device | None, str]:
@@ -131,8 +253,9 @@ def claims_of(
             ]
         if verdict == "gpu" and device is not None:
             use.gpus[path] = (device, device_class)
-            count = next((r.count for r in claim.requests if device_class in r.device_classes), 1)
+            count = _class_count(claim, device_class)
             use.wants[path] = (device_class, count)
+            use.gpu_claims[path] = gpu_requests(claim, policy, inventory)
         elif verdict == "observer":
             use.observers.append(path)
         elif verdict == "other":

@@ -37,6 +37,10 @@ NODE_SELECTOR_TERM = {"matchExpressions": [SELECTOR_REQUIREMENT], "matchFields":
 ENV = [{"name": str, "value": str, "valueFrom": {"configMapKeyRef": {"name": str, "key": str}}}]
 TOLERATION = {"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}
 
+#: A container's ``resources.claims`` and a pod's ``spec.resourceClaims`` (one declaration: rules share them).
+CLAIM_REFERENCES = [{"name": str, "request": str}]
+POD_RESOURCE_CLAIMS = [{"name": str, "resourceClaimName": str, "resourceClaimTemplateName": str}]
+
 #: The container lists of a pod spec; a ``container.<field>`` read applies to each container of each.
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 

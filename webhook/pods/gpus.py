@@ -11,7 +11,7 @@ from typing import Any
 from ..inventory.model import Inventory
 from ..policy.model import BUILTIN, Device, Policy
 from ..policy.vendors import DEFAULT_SCHEDULER, IMPLICIT_DRA_PREFIX
-from .claims import ClaimLookup, claims_of, dra_resource_vendor
+from .claims import ClaimGPUs, ClaimLookup, claims_of, dra_resource_vendor
 from .objects import containers, is_sidecar
 from .quantity import QuantityError, parse_quantity
 
@@ -59,6 +59,8 @@ class DRAUse:
     claim_wants: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
     #: (claim path, DeviceClass) of requests naming a class a synced inventory lacks.
     missing_classes: tuple[tuple[str, str], ...] = ()
+    #: Claim path -> the GPU requests of the claim, with their counts (the limits count them).
+    gpu_claims: Mapping[str, ClaimGPUs] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class GPUUse:
     @property
     def claim_wants(self) -> Mapping[str, tuple[str, int | None]]:
         return self.dra.claim_wants if self.dra is not None else {}
+
+    @property
+    def gpu_claims(self) -> Mapping[str, ClaimGPUs]:
+        return self.dra.gpu_claims if self.dra is not None else {}
 
     @property
     def missing_classes(self) -> tuple[tuple[str, str], ...]:
@@ -213,6 +219,7 @@ def gpu_use(
             observer,
             use.wants if use is not None else {},
             tuple(use.missing) if use is not None else (),
+            use.gpu_claims if use is not None else {},
         )
     return GPUUse(
         frozenset(counted),

@@ -326,6 +326,26 @@ class PolicySet:
                 return policy
         return BUILTIN
 
+    def possible(
+        self, *, namespace: str, namespace_labels: Callable[[], Mapping[str, str] | None]
+    ) -> tuple[Policy, ...]:
+        """Every policy that may govern some pod of ``namespace``, whatever its labels, in order: those whose
+        namespace selectors admit it, up to the first that selects no pod labels (it takes every pod the ones
+        before leave), else with :data:`BUILTIN` last. What judges an object that pods of any labels may use (a
+        ResourceClaim). Raises :class:`NamespaceLabelsUnavailable` when a selector needs labels not known now."""
+        candidates, selects_by_labels = self._for_namespace(namespace)
+        if selects_by_labels:
+            labels = namespace_labels()
+            if labels is None:
+                raise NamespaceLabelsUnavailable(namespace)
+            candidates = self._for_labels(namespace, candidates, labels)
+        out: list[Policy] = []
+        for policy in candidates:
+            out.append(policy)
+            if policy.match.pod_selector is None:
+                return tuple(out)
+        return (*out, BUILTIN)
+
     def _for_namespace(self, namespace: str) -> tuple[tuple[Policy, ...], bool]:
         found = self._by_namespace.get(namespace)
         if found is None:

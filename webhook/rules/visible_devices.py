@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..pods.fields import ENV, RESOURCES, STRINGS
+from ..pods.fields import CLAIM_REFERENCES, ENV, POD_RESOURCE_CLAIMS, RESOURCES, STRINGS
 from ..pods.gpus import gpu_amounts
 from ..pods.objects import container_label, containers
 from ..policy.model import BUILTIN
@@ -88,8 +88,8 @@ record = rule(
     reads={
         "container.env": ENV,
         "container.envFrom": [{"prefix": str, "configMapRef": {"name": str}, "secretRef": {"name": str}}],
-        "container.resources": {**RESOURCES, "claims": [{"name": str}]},
-        "spec.resourceClaims": [{"name": str}],
+        "container.resources": {**RESOURCES, "claims": CLAIM_REFERENCES},
+        "spec.resourceClaims": POD_RESOURCE_CLAIMS,
         "spec.schedulerName": str,
         "metadata.annotations": STRINGS,
     },
