@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,49 @@ def test_compile_prints_the_webhook_patch() -> None:
     assert done.returncode == 0, done.stderr
     (op,) = yaml.safe_load(done.stdout)
     assert op["op"] == "add" and op["value"]["name"] == "not-decided-natively"
+
+
+def _returning(value: dict[str, str]) -> Callable[[], dict[str, str]]:
+    return lambda: value
+
+
+@pytest.mark.parametrize("count", [3, 1000])
+def test_the_governing_policy_of_a_thousand_team_policies_nests_no_deeper_than_of_three(
+    tmp_path: Path, count: int
+) -> None:
+    """The apiserver refuses an object whose expression nests past CEL's recursion limit (cel-go: 250; this
+    evaluator: 32), and a chain of one ternary per policy nested 1,000 deep: ``gpugate-mutate`` of bench/scale.py's
+    1,000 team policies was refused when written. The governing policy is found in a flat list instead, and it
+    is the policy the webhook's engine picks."""
+    from bench.scale import write_policies
+
+    write_policies(tmp_path, count)
+    policies = load_policies(tmp_path)
+    env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("request", "variables")})
+    cases = [
+        ("team-0003-a", {}, {}),
+        ("project-0001", {}, {}),
+        ("elsewhere", {"team": "team-0002"}, {}),
+        ("team-0000-a", {}, {"app": "app-0000"}),
+        ("team-0000-a", {}, {}),
+        ("default", {}, {}),
+    ]
+    for obj in compile_policies(policies).objects:
+        variables = {v["name"]: v["expression"] for v in obj["spec"].get("variables", [])}
+        if "policy" not in variables:
+            continue
+        for namespace, ns_labels, labels in cases:
+            data: dict[str, Any] = {
+                "request": {"namespace": namespace},
+                "variables": {"nsLabels": ns_labels, "labels": labels},
+            }
+            if "policyMatches" in variables:
+                matches = env.compile(variables["policyMatches"]).eval(data=data)
+                assert matches.type() != cel.Type.ERROR, matches.value()
+                data["variables"]["policyMatches"] = matches.plain_value()
+            result = env.compile(variables["policy"]).eval(data=data)
+            assert result.type() != cel.Type.ERROR, result.value()
+            expected = policies.governing(
+                namespace=namespace, pod_labels=labels, namespace_labels=_returning(ns_labels)
+            )
+            assert result.plain_value() == expected.name, (obj["metadata"]["name"], namespace, labels)

@@ -170,11 +170,19 @@ def _counted(policy: Policy) -> str:
 # ------------------------------------------------------------------------------------------------ CEL
 
 
-def _governing(policies: tuple[Policy, ...]) -> str:
-    """The governing policy's name, or "" (built-in checks only): the first, highest priority first, whose
-    every selector matches (``PolicySet.governing``)."""
-    out = "''"
-    for p in reversed(policies):
+# Past this many policies the governing policy is found in a flat list rather than a chain of ternaries: CEL
+# parsers bound an expression's nesting (cel-go's default recursion limit is 250, and every ternary nests one
+# level deeper), so a chain of 1,000 team policies is refused by the apiserver when the object is written.
+FLAT_GOVERNING_BEYOND = 16
+
+
+def _governing(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
+    """The ``policy`` variable, the governing policy's name or "" (built-in checks only): the first, highest
+    priority first, whose every selector matches (``PolicySet.governing``). Up to ``FLAT_GOVERNING_BEYOND``
+    policies as a chain of ternaries; beyond, as ``policyMatches``, one flat list of every policy's condition
+    (evaluated once), and the name at the first true index, so the nesting stays the same for any count."""
+    cases: list[tuple[str, str]] = []
+    for p in policies:
         terms = []
         if p.match.namespaces:
             terms.append(f"request.namespace.matches({string(any_glob(p.match.namespaces))})")
@@ -182,9 +190,23 @@ def _governing(policies: tuple[Policy, ...]) -> str:
             terms.append(selector(p.match.namespace_selector, "variables.nsLabels"))
         if p.match.pod_selector is not None:
             terms.append(selector(p.match.pod_selector, "variables.labels"))
-        condition = " && ".join(f"({t})" for t in terms) or "true"
-        out = f"({condition}) ? {string(p.name)} : {out}" if terms else string(p.name)
-    return out
+        if not terms:
+            cases.append(("true", p.name))
+            break
+        cases.append((" && ".join(f"({t})" for t in terms), p.name))
+    else:
+        cases.append(("true", ""))
+    if len(cases) <= FLAT_GOVERNING_BEYOND:
+        out = string(cases[-1][1])
+        for condition, name in reversed(cases[:-1]):
+            out = f"({condition}) ? {string(name)} : {out}"
+        return [{"name": "policy", "expression": out}]
+    matches = "[" + ", ".join(f"({condition})" for condition, _ in cases) + "]"
+    names, indices = literal([name for _, name in cases]), literal(list(range(len(cases))))
+    return [
+        {"name": "policyMatches", "expression": matches},
+        {"name": "policy", "expression": f"{names}[{indices}.filter(i, variables.policyMatches[i])[0]]"},
+    ]
 
 
 def _device_profiles(policies: tuple[Policy, ...]) -> tuple[dict[str, str], dict[str, list[Any]]]:
@@ -228,7 +250,7 @@ def _common_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             "expression": "variables.all.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}) "
             "+ variables.all.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {})",
         },
-        {"name": "policy", "expression": _governing(policies)},
+        *_governing(policies),
         {"name": "devices", "expression": f"{literal(ids)}[?variables.policy].orValue('')"},
         {"name": "owned", "expression": by_devices(owned, "a^")},
         {"name": "counted", "expression": by_devices(counted, "a^")},
