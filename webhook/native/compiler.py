@@ -856,22 +856,34 @@ def _match_conditions(policies: tuple[Policy, ...], *, env: bool) -> list[dict[s
 #: nothing. What it would catch is a later mutating webhook turning a pod into a plain GPU pod; gpugate's own
 #: webhook (``reinvocationPolicy: IfNeeded``) forms such a pod, and without it ``gpugate-always`` refuses it
 #: unformed.
-_PLAIN_SHAPE = {
-    "name": "plain-shape",
-    "expression": " && ".join(
-        [
-            "!has(object.spec.nodeName)",
-            "(!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0)",
-            f"size(object.spec.containers) <= {MAX_CONTAINERS}",
-            f"(!has(object.spec.initContainers) || size(object.spec.initContainers) <= {MAX_CONTAINERS})",
-            "(!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, "
-            f"k.startsWith({string(GROUP + '/')}) || {CDI}))",
-            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])).all(c, "
-            f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && "
-            "(!has(c.envFrom) || size(c.envFrom) == 0))",
-        ]
-    ),
-}
+_PLAIN_SHAPE = " && ".join(
+    [
+        "!has(object.spec.nodeName)",
+        "(!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0)",
+        f"size(object.spec.containers) <= {MAX_CONTAINERS}",
+        f"(!has(object.spec.initContainers) || size(object.spec.initContainers) <= {MAX_CONTAINERS})",
+        "(!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, "
+        f"k.startsWith({string(GROUP + '/')}) || {CDI}))",
+        "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])).all(c, "
+        f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && "
+        "(!has(c.envFrom) || size(c.envFrom) == 0))",
+    ]
+)
+
+#: Not yet formed (implied by ``_PLAIN_SHAPE``, which refuses every ``gpugate.io/`` annotation): checked first, so the
+#: reinvocation pass, which finds the pod formed, stops at one lookup.
+_UNFORMED = f"(!has(object.metadata.annotations) || !({string(POLICY_ANNOTATION)} in object.metadata.annotations))"
+
+
+def _one_condition(name: str, parts: list[str]) -> list[dict[str, str]]:
+    """Several match conditions as one, cheapest and most selective first.
+
+    The apiserver evaluates every match condition of an object before it looks at any result (k8s.io/apiserver
+    v0.36.3 pkg/admission/plugin/webhook/matchconditions/matcher.go ``Match`` calls ``ForInput``, which evaluates
+    them all, then returns no match at the first false); joined by ``&&``, CEL stops at the first false. The
+    outcome is the same: false when any part is false (CEL's ``&&`` is false beside an error, as the matcher lets a
+    false condition win over another's error), an error only when no part is false, true when all are."""
+    return [{"name": name, "expression": " && ".join(f"({p})" for p in parts)}]
 
 
 def _meta(name: str, digest: str) -> dict[str, Any]:
@@ -895,7 +907,9 @@ def compile_policies(policies: PolicySet) -> Compiled:
                 # Never (see _PLAIN_SHAPE): a second run could only find the pod formed and add nothing.
                 "reinvocationPolicy": "Never",
                 "matchConstraints": _match_constraints(),
-                "matchConditions": [*_match_conditions(ordered, env=False), _PLAIN_SHAPE],
+                "matchConditions": _one_condition(
+                    "plain-gpu-pod", [_UNFORMED, _match_conditions(ordered, env=False)[0]["expression"], _PLAIN_SHAPE]
+                ),
                 "variables": [*common, *_mutating_variables(ordered)],
                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _patches()}}],
             },
@@ -944,19 +958,16 @@ def _namespaces_of(members: list[Policy]) -> str | None:
     return any_glob([g for p in members for g in p.match.namespaces])
 
 
-def _message_on_failure(validation: dict[str, Any]) -> dict[str, Any]:
-    """The validation with its messageExpression evaluated only when the validation fails.
-
-    A ValidatingAdmissionPolicy evaluates every messageExpression of every request, also when every validation
-    passed (k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy/validating/validator.go ``Validate`` calls
-    ``messageFilter.ForInput`` unconditionally, and cel/condition.go ``ForInput`` evaluates each expression), in
-    an activation of its own whose variables are evaluated again. A message that names the first container over
-    a limit recomputes what the validation computed, and more; guarded by the validation, an admitted pod pays
-    the validation once more at most, and a refused one gets the same message."""
-    if "messageExpression" not in validation:
-        return validation
-    guarded = f"({validation['expression']}) ? '' : ({validation['messageExpression']})"
-    return {**validation, "messageExpression": guarded}
+#: Every messageExpression is worked out on its own, not behind its validation. A ValidatingAdmissionPolicy
+#: evaluates every messageExpression of every request it matches, also when every validation passed (k8s.io/apiserver
+#: v0.36.3 pkg/admission/plugin/policy/validating/validator.go ``Validate`` calls ``messageFilter.ForInput``
+#: unconditionally; cel/condition.go ``ForInput`` evaluates each expression), in an activation of its own where every
+#: variable is evaluated afresh (cel/composition.go ``Variables``). Guarded by its validation (``valid ? '' : message``),
+#: a message paid the whole validation again there: for a pod the native tier formed, every check of its claim
+#: (labels, tolerations, workload) a second time. Unguarded, an admitted pod pays what the message alone costs until it
+#: stops: a message names the first item over a limit (``filter(...)[0]``), which an admitted pod does not have, so it
+#: fails at once, and ``Validate`` reads ``messageResults[i]`` only for a validation that failed (an error there falls
+#: back to ``message``). A refused pod gets the same message as before.
 
 
 def _validating(
@@ -974,8 +985,12 @@ def _validating(
     if namespaces is not None:
         # A warn or audit object decides only for its policies: where none of them can govern (the names they
         # match), it is not evaluated at all. Only names: match conditions see no namespace object (the matcher is
-        # given none: k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go ``Match``).
-        conditions.append({"name": "mode-namespaces", "expression": f"request.namespace.matches({string(namespaces)})"})
+        # given none: k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go ``Match``). The
+        # namespace first: one match of the name, and a pod elsewhere stops there.
+        conditions = _one_condition(
+            "involves-gpus-in-mode-namespaces",
+            [f"request.namespace.matches({string(namespaces)})", conditions[0]["expression"]],
+        )
     return [
         {
             "apiVersion": API_VERSION,
@@ -986,7 +1001,7 @@ def _validating(
                 "matchConstraints": _match_constraints(),
                 "matchConditions": conditions,
                 "variables": variables,
-                "validations": [_message_on_failure(v) for v in validations],
+                "validations": validations,
             },
         },
         {
@@ -1317,7 +1332,7 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
             claim = holder["spec"]["validations"]
             claims = {"name": "claimsFormed", "expression": decided_natively(ordered)}
             obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
-            obj["spec"]["validations"] = [*obj["spec"]["validations"], *(_message_on_failure(v) for v in claim)]
+            obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
             obj["metadata"]["annotations"] = {
                 **obj["metadata"]["annotations"],
                 NARROWING_ANNOTATION: narrowing_condition(ordered)["expression"],
