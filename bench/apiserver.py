@@ -64,7 +64,9 @@ from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binar
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
-NATIVE = ("native", "native + webhook")  # measured on request: --registrations
+NATIVE = ("native", "native + webhook", "native (before)")  # measured on request: --registrations
+# "native (before)": the objects of --native-before (another compilation, e.g. main's), measured in the same run as
+# "native" so that the two compare under the same load.
 PODS = ("GPU", "CPU")
 CLIENTS = (1, 8)
 CEL_FILE = REPO / "bench" / "cel-equivalent.yaml"
@@ -367,6 +369,7 @@ class Registrar:
     cel: list[dict[str, Any]]
     gate: GPUGate
     native: list[dict[str, Any]] = field(default_factory=list)  # gpugate policy compile policies
+    before: list[dict[str, Any]] = field(default_factory=list)  # --native-before
     current: str | None = None
     switches: list[float] = field(default_factory=list)
 
@@ -410,6 +413,7 @@ class Registrar:
         # The native tier's pod carries gpugate's annotations: what tells it from the webhook is /validate.
         "native": {"gpugate-mutate", "native-validate"},
         "native + webhook": {"gpugate-mutate", "gpugate-validate", "native-validate"},
+        "native (before)": {"gpugate-mutate", "native-validate"},
     }
 
     def _apply(self, objects: list[dict[str, Any]]) -> None:
@@ -429,9 +433,15 @@ class Registrar:
         elif current in self.webhooks:
             self._delete(self.webhooks[current])
         if target in NATIVE:
-            self._apply(self.native)
+            # The same names in both compilations: applying one replaces the other (objects only one has go).
+            objects = self.before if target == "native (before)" else self.native
+            if self.current in NATIVE:
+                names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+                previous = self.native if objects is self.before else self.before
+                self._delete([o for o in previous if (o["kind"], o["metadata"]["name"]) not in names])
+            self._apply(objects)
         elif self.current in NATIVE:
-            self._delete(self.native)
+            self._delete(self.before if self.current == "native (before)" else self.native)
         if target == "CEL":
             self._apply(self.cel)
         elif self.current == "CEL":
@@ -602,7 +612,12 @@ def measure(args: argparse.Namespace) -> Run:
             )
             run.extra["native_bytes"] = len(compiled.encode())
             native = [d for d in yaml.safe_load_all(compiled) if d]
-            registrar = Registrar(cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native)
+            before = (
+                [d for d in yaml.safe_load_all(Path(args.native_before).read_text()) if d] if args.native_before else []
+            )
+            registrar = Registrar(
+                cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native, before
+            )
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
             assert noop.process.proc is not None and gate.process.proc is not None
             pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}
@@ -879,6 +894,9 @@ def native_report(run: Run) -> str:
         for other in (o for o in ("gpugate", "CEL", "nothing") if o in measured):
             ratio = run.median(native, "GPU", 8, "rate") / run.median(other, "GPU", 8, "rate")
             lines.append(f"- {native} GPU pods/s ÷ {other}'s: {ratio:.2f}×")
+    if "native" in measured and "native (before)" in measured:
+        ratio = run.median("native", "GPU", 8, "rate") / run.median("native (before)", "GPU", 8, "rate")
+        lines.append(f"- native GPU pods/s ÷ native (before)'s: {ratio:.2f}×")
     return "\n".join(lines)
 
 
@@ -1068,6 +1086,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "checkout (to compare two versions of the compiler in the same way)",
     )
     parser.add_argument(
+        "--native-before",
+        metavar="FILE",
+        help='native objects measured as the registration "native (before)" in the same run (e.g. main\'s compile)',
+    )
+    parser.add_argument(
         "--native-policies",
         type=int,
         metavar="N",
@@ -1098,6 +1121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds, args.requests = 1, 20
     args.registrations = tuple(args.registrations.split(","))
     args.pods = tuple(args.pods.split(","))
+    if "native (before)" in args.registrations and not args.native_before:
+        parser.error('--registrations: "native (before)" needs --native-before FILE')
     unknown = set(args.registrations) - set(REGISTRATIONS) - set(NATIVE)
     if unknown:
         parser.error(
