@@ -116,7 +116,7 @@ def test_the_mutating_policy_runs_once_and_only_on_pods_that_could_be_plain(comp
     # One condition: the apiserver evaluates every match condition before it reads any, CEL's && stops at the first
     # false part, and the reinvocation pass (the pod carries gpugate.io/policy) stops at the first.
     assert [c["name"] for c in conditions] == ["plain-gpu-pod"]
-    assert conditions[0]["expression"].startswith("((!has(object.metadata.annotations) || !(\"gpugate.io/policy\" in ")
+    assert conditions[0]["expression"].startswith('((!has(object.metadata.annotations) || !("gpugate.io/policy" in ')
     assert _matches(conditions, _gpu_pod())
     assert _matches(conditions, _gpu_pod(annotations={"example.com/x": "y"}, labels={"app": "a"}))
     formed = _gpu_pod(annotations={"gpugate.io/policy": "default"})  # what a reinvocation or the webhook sees

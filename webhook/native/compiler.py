@@ -959,15 +959,15 @@ def _namespaces_of(members: list[Policy]) -> str | None:
 
 
 #: Every messageExpression is worked out on its own, not behind its validation. A ValidatingAdmissionPolicy
-#: evaluates every messageExpression of every request it matches, also when every validation passed (k8s.io/apiserver
-#: v0.36.3 pkg/admission/plugin/policy/validating/validator.go ``Validate`` calls ``messageFilter.ForInput``
-#: unconditionally; cel/condition.go ``ForInput`` evaluates each expression), in an activation of its own where every
-#: variable is evaluated afresh (cel/composition.go ``Variables``). Guarded by its validation (``valid ? '' : message``),
-#: a message paid the whole validation again there: for a pod the native tier formed, every check of its claim
-#: (labels, tolerations, workload) a second time. Unguarded, an admitted pod pays what the message alone costs until it
-#: stops: a message names the first item over a limit (``filter(...)[0]``), which an admitted pod does not have, so it
-#: fails at once, and ``Validate`` reads ``messageResults[i]`` only for a validation that failed (an error there falls
-#: back to ``message``). A refused pod gets the same message as before.
+#: evaluates every messageExpression of every request it matches, also when every validation passed
+#: (k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy/validating/validator.go ``Validate`` calls
+#: ``messageFilter.ForInput`` unconditionally; cel/condition.go ``ForInput`` evaluates each expression), in an
+#: activation of its own where every variable is evaluated afresh (cel/composition.go ``Variables``). Guarded by its
+#: validation (``valid ? '' : message``), a message paid the whole validation again there: for a pod the native tier
+#: formed, every check of its claim (labels, tolerations, workload) a second time. Unguarded, an admitted pod pays
+#: what the message alone costs until it stops: a message names the first item over a limit (``filter(...)[0]``),
+#: which an admitted pod does not have, so it fails at once, and ``Validate`` reads ``messageResults[i]`` only for a
+#: validation that failed (an error there falls back to ``message``). A refused pod gets the same message as before.
 
 
 def _validating(
