@@ -12,10 +12,12 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
   CEL       bench/cel-equivalent.yaml: a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy inside
             the apiserver, what a user could write instead of running a webhook.
 
-Two more on request (--registrations), not in the default run and its report: "native", the objects
+Three more on request (--registrations), not in the default run and its report: "native", the objects
 `gpugate policy compile policies` prints (the native tier) with no webhook, and "native + webhook", those
-objects beside the two webhook configurations pointed at `gpugate serve`. A run that measures them prints their
-ratios against gpugate and CEL.
+objects beside the two webhook configurations pointed at `gpugate serve`; and "native (before)", the objects of
+`--native-before FILE` (another compilation, e.g. main's) measured in the same run as "native", so that a change
+of the compiler is compared under the same load. A run that measures them prints their ratios against gpugate and
+CEL (and native's against native (before)).
 
 For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
 `POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
