@@ -112,7 +112,9 @@ class Integrator(Totals):
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
         self.replicas.update(inputs.replicas)
-        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series or chunk.allocated_series)
+        self.sharing = bool(
+            chunk.hami_series or chunk.kai_series or chunk.kai_multi_series or chunk.dra_series or chunk.allocated_series
+        )
         self.advertising = bool(chunk.capacity_series or chunk.published_series)
         for name, present in (
             ("kube_node_status_capacity", chunk.capacity_series),
@@ -252,7 +254,15 @@ class Integrator(Totals):
                 fraction=fraction,
             )
             self._bill_share(
-                unit, claim.pod, key, accumulator, workload, index=index, t=t, measured=(utilisation, source)
+                unit,
+                claim.pod,
+                key,
+                accumulator,
+                workload,
+                index=index,
+                t=t,
+                measured=(utilisation, source),
+                part=claim.shared,
             )
         rest = max(0.0, 1.0 - total)
         if rest > 1e-9:
@@ -277,10 +287,13 @@ class Integrator(Totals):
         index: int,
         t: float,
         measured: tuple[float | None, str],
+        part: bool = False,
     ) -> None:
-        """One pod's share of a shared device in one step, judged by the device's utilisation."""
+        """One pod's share of a shared device in one step, judged by the device's utilisation. ``part``: a DRA
+        claim's share of a device other claims share too, counted in the peak as the fraction it is."""
         utilisation, source = measured
-        held: Hashable = (pod, key, unit.share) if unit.kind == "fraction" else key
+        fraction = unit.kind == "fraction" or part
+        held: Hashable = (pod, key, unit.share) if fraction else key
         self._account(
             unit,
             accumulator,
@@ -291,6 +304,7 @@ class Integrator(Totals):
             utilisation=utilisation,
             source=source,
             missing=utilisation is None,
+            peak="fraction" if fraction else None,
         )
         if utilisation is not None:
             workload.samples += 1
@@ -540,11 +554,12 @@ class Integrator(Totals):
         utilisation: float | None,
         source: str = SOURCE_DEV,
         missing: bool = False,
+        peak: str | None = None,
     ) -> None:
         hours = unit.share * self.step_hours
         cost = None if unit.price is None else unit.price * self.step_hours * unit.price_share
         # What was held at once: a device counts once however many pods the step saw on it.
-        accumulator.counts[unit.kind].add(held)
+        accumulator.counts[peak or unit.kind].add(held)
         idle = accumulator.add(
             index=index,
             hours=hours,
