@@ -284,7 +284,9 @@ def values(text: str) -> dict[tuple[str, str, str], float]:
 
 
 def test_a_claims_share_of_a_device_several_claims_hold_is_the_series_value() -> None:
-    shared = Fleet(Inventory(nodes=(), runtime_classes=frozenset(), device_classes={}, slices=(slice_of(shared_slice()),)))
+    shared = Fleet(
+        Inventory(nodes=(), runtime_classes=frozenset(), device_classes={}, slices=(slice_of(shared_slice()),))
+    )
     claims = (
         # gpu-0, four shares: one share and no memory (1/4); one share and 40,779.5 MiB, half the memory (the
         # larger: 1/2); two shares split between the claim's two pods (2/4, each pod's series carries the claim's)

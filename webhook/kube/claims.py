@@ -6,8 +6,9 @@ is read by the bounded GETs of ``webhook.serve.lookups`` as before; the cache ne
 
 What is kept of one object: its requests (``webhook.inventory.model.ClaimSpec``, the DeviceClasses, counts
 and admin access of each alternative) and, for a ResourceClaim, the devices allocated to it (with the share and
-consumed capacity of a device several claims hold) and the pods it is reserved for. A claim's and a template's spec are immutable once created (kubernetes/api resource/v1/types.go:
-ResourceClaim ``Spec`` "The spec is immutable", ResourceClaimTemplate ``Spec`` "This field is immutable"), so a
+consumed capacity of a device several claims hold) and the pods it is reserved for. A claim's and a template's
+spec are immutable once created (kubernetes/api resource/v1/types.go: ResourceClaim ``Spec`` "The spec is
+immutable", ResourceClaimTemplate ``Spec`` "This field is immutable"), so a
 held spec is never stale; only a claim's status moves, and the watch brings it.
 
 The allocated devices, for others to read (a metric of what DRA devices are held, by whom)::

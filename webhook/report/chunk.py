@@ -34,12 +34,19 @@ def _device_series(labels: Labels) -> DeviceSeries:
         key=key,
         profile=labels.get("GPU_I_PROFILE", ""),
         model=labels.get("modelName", ""),
-        host=labels.get("Hostname", ""),
+        host=host_of(labels),
         pod=pod,
         vgpu=labels.get("vgpu", ""),
         attribution=_attribution(labels, dcgm_label),
         dra=bool(labels.get("dra_claim_name")),
     )
+
+
+def host_of(labels: Labels) -> str:
+    """The node of a dcgm-exporter series: ``Hostname``, which dcgm-exporter renders as ``hostname`` since
+    NVIDIA/dcgm-exporter#655 (commit d5e5f510a1b6, release 4.5.3-4.8.2;
+    internal/pkg/rendermetrics/render_metrics.go)."""
+    return labels.get("Hostname") or labels.get("hostname") or ""
 
 
 def _attribution(labels: Labels, name: object) -> dict[str, str] | None:
@@ -355,7 +362,9 @@ class Chunk:
             telemetry = {uuid for uuid, *_ in known}  # a MIG instance's series name its parent GPU
             mine = devices[namespace, claim]
             known += [
-                (d.uuid or d.name, "", d.profile, d.model, d.node) for _, d in sorted(mine.items()) if d.gpu not in telemetry
+                (d.uuid or d.name, "", d.profile, d.model, d.node)
+                for _, d in sorted(mine.items())
+                if d.gpu not in telemetry
             ]
             share: dict[str, float] = defaultdict(float)
             for (name, _share_id), value in parts[namespace, claim].items():

@@ -113,7 +113,11 @@ class Integrator(Totals):
         self.mig_nodes.update(inputs.mig_nodes)
         self.replicas.update(inputs.replicas)
         self.sharing = bool(
-            chunk.hami_series or chunk.kai_series or chunk.kai_multi_series or chunk.dra_series or chunk.allocated_series
+            chunk.hami_series
+            or chunk.kai_series
+            or chunk.kai_multi_series
+            or chunk.dra_series
+            or chunk.allocated_series
         )
         self.advertising = bool(chunk.capacity_series or chunk.published_series)
         for name, present in (

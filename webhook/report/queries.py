@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from .chunk import host_of
 from .compute import ATTRIBUTION_KEYS, Inputs, Prices, dcgm_label, ksm_label
 from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, TooManySamples
 from .series import Series
@@ -73,7 +74,8 @@ class ReportError(Exception):
 def _device_labels() -> str:
     pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
     return (
-        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, dra_claim_name, {pod_labels}"
+        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, hostname, namespace, pod, vgpu, dra_claim_name, "
+        f"{pod_labels}"
     )
 
 
@@ -375,7 +377,7 @@ def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tupl
     for labels in prometheus.series(
         f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}|{FB_USED}", GPU_I_PROFILE!=""}}', start=start, end=end
     ):
-        host = labels.get("Hostname", "")
+        host = host_of(labels)
         if host and host not in found:
             found[host] = (labels.get("modelName", ""), labels.get("GPU_I_PROFILE", ""))
     return found
@@ -396,7 +398,7 @@ def dra_devices(
             labels.get("GPU_I_ID", ""),
             labels.get("GPU_I_PROFILE", ""),
             labels.get("modelName", ""),
-            labels.get("Hostname", ""),
+            host_of(labels),
         )
         if device[0]:
             found.setdefault(claim, set()).add(device)
