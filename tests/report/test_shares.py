@@ -354,6 +354,11 @@ def test_each_sharing_mode_is_billed_its_share(by_team: dict[str, Any]) -> None:
         assert got == pytest.approx((allocated, busy, idle, missing), abs=1e-6), name
 
 
+def test_claims_time_slicing_a_dra_device_are_shares_not_an_overcommitted_gpu(by_team: dict[str, Any]) -> None:
+    # ts-x's and ts-y's claims hold half of node-c's gpu-1 each (gpugate's series), not the whole GPU twice
+    assert not [note for note in by_team["notes"] if "more than the GPU" in note], by_team["notes"]
+
+
 def test_the_peaks_say_what_was_held(by_team: dict[str, Any]) -> None:
     rows = {row["group"]: row for row in by_team["groups"]}
     assert rows["vision"]["fraction_gpus_peak"] == pytest.approx(0.5)
@@ -470,4 +475,5 @@ def test_the_dashboards_dra_panel_gives_the_reports_claims(shares: RunningPromet
     # along, gpu-2 after hold-0, and what node-c's shares leave of its gpu-0
     held = {"training": 6.0, "infra": 6.0, "batch": 4.0, "genai": 3.0, "eval": 0.75, "labs": 3.0, "lab-two": 3.0}
     assert got["held"] == pytest.approx(held, abs=step)
-    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0 + 0.75 + 1.5}, abs=step)
+    # within a step per device: the subquery also samples the range's start (gpu-3 whole, a quarter of node-c's)
+    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0 + 0.75 + 1.5}, abs=2 * step)
