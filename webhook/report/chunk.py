@@ -184,6 +184,7 @@ class Chunk:
 
     @classmethod
     def of(cls, inputs: Inputs) -> Chunk:
+        # long: one field per series kind, each decoded in place
         steps = list(inputs.steps)
         where = {t: i for i, t in enumerate(steps)}
         return cls(

@@ -244,11 +244,7 @@ class Integrator(Totals):
         for claim, share in zip(mine, shares, strict=True):
             accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
             self.last_group[claim.pod] = (accumulator.row.group, workload.key)
-            units = requested.get(claim.pod)
-            for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
-                if units and resource in units:
-                    units.remove(resource)
-                    break
+            _use_unit(requested.get(claim.pod))
             unit = Unit(
                 kind=kind,
                 share=fraction * share * scale,
@@ -257,16 +253,9 @@ class Integrator(Totals):
                 model=model,
                 fraction=fraction,
             )
+            measured = (utilisation, source)
             self._bill_share(
-                unit,
-                claim.pod,
-                key,
-                accumulator,
-                workload,
-                index=index,
-                t=t,
-                measured=(utilisation, source),
-                part=claim.shared,
+                unit, claim.pod, key, accumulator, workload, index=index, t=t, measured=measured, part=claim.shared
             )
         rest = max(0.0, 1.0 - total)
         if rest > 1e-9:
@@ -595,6 +584,14 @@ class Integrator(Totals):
 
     def _bucket_start(self, t: float) -> int | None:
         return int((t - self.step) // self.bucket * self.bucket) if self.bucket else None
+
+
+def _use_unit(units: list[str] | None) -> None:
+    """A share uses up the pod's nvidia.com/gpu unit for that device (HAMi's pods ask one per device)."""
+    for resource in (WHOLE, SHARED):
+        if units and resource in units:
+            units.remove(resource)
+            return
 
 
 def compute_report(

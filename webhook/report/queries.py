@@ -446,6 +446,18 @@ def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, cl
     return plan
 
 
+def _plan(step: int, sharing: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The five range queries every report runs, then those of shared GPUs (the labels of KAI's pods with them)."""
+    return [
+        ("requests", requests_query(step)),
+        ("labels", labels_query(step, kai=any(name == "kai" for name, _ in sharing))),
+        ("exporter pods", non_gpu_pods_query(step)),
+        ("engine", device_query(ENGINE_ACTIVE, step)),
+        ("util", device_query(GPU_UTIL, step)),
+        *sharing,
+    ]
+
+
 def stream_inputs(
     prometheus: Prometheus,
     *,
@@ -465,15 +477,7 @@ def stream_inputs(
     nodes = mig_nodes(prometheus, start=start, end=end)
     replicas = node_replicas(prometheus, start=start, end=end)
     claims = dra_devices(prometheus, start=start, end=end)
-    sharing = _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims))
-    plan = [
-        ("requests", requests_query(step)),
-        ("labels", labels_query(step, kai=any(name == "kai" for name, _ in sharing))),
-        ("exporter pods", non_gpu_pods_query(step)),
-        ("engine", device_query(ENGINE_ACTIVE, step)),
-        ("util", device_query(GPU_UTIL, step)),
-        *sharing,
-    ]
+    plan = _plan(step, _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims)))
     size, done = min(len(steps), max(1, 3600 // step), CHUNK_POINTS), 0
     while done < len(steps):
         chunk = steps[done : done + size]
