@@ -5,7 +5,9 @@ publishes a GPU: ``type``, ``uuid``, ``productName``) reaches ``gpugate serve``'
 the series. A slice of a CPU driver beside it publishes nothing. A ResourceClaim whose status is written as the
 scheduler writes it (``status.allocation.devices.results``, ``status.reservedFor``; the status subresource)
 becomes ``gpugate_dra_gpu_allocated`` per pod it is reserved for, with the device's labels, through the claims
-cache's watch; deallocated, the series goes."""
+cache's watch; deallocated, the series goes. A device published with ``allowMultipleAllocations`` and claims
+whose results carry ``shareID`` and ``consumedCapacity`` (KEP-5075, as the scheduler writes them) give each
+claim's share as the value, through the same watches."""
 
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def test_an_allocated_claim_is_a_series_per_pod_it_is_reserved_for(stack: Stack,
             "-p",
             json.dumps(status),
         )
-        held = {"claim_namespace": namespace, "claim_name": "train-gpu", "request": "gpu", **PUBLISHED}
+        held = {"claim_namespace": namespace, "claim_name": "train-gpu", "request": "gpu", "share_id": "", **PUBLISHED}
         wait_for(
             stack,
             [held | {"claim_pod": "train-0"}, held | {"claim_pod": "train-1"}],
@@ -144,5 +146,98 @@ def test_an_allocated_claim_is_a_series_per_pod_it_is_reserved_for(stack: Stack,
             json.dumps(released),
         )
         wait_for(stack, [], name="gpugate_dra_gpu_allocated")
+    finally:
+        stack.kubectl("delete", "resourceslice", "e2e-h200-0-gpu.nvidia.com", check=False)
+
+
+SHARED_GPU = {
+    "name": "gpu-0",
+    "attributes": {
+        "type": {"string": "gpu"},
+        "uuid": {"string": "GPU-e2e00000-0000-0000-0000-000000000000"},
+        "productName": {"string": "NVIDIA H200"},
+    },
+    # kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/consumable_shares.go, --consumable-shares=memory
+    "allowMultipleAllocations": True,
+    "capacity": {
+        "memory": {
+            "value": "143771Mi",
+            "requestPolicy": {"default": "143771Mi", "validRange": {"min": "1Mi", "max": "143771Mi", "step": "1Mi"}},
+        }
+    },
+}
+
+
+def shares(stack: Stack) -> dict[tuple[str, str], float]:
+    found = {}
+    for family in text_string_to_metric_families(stack.gpugate.metrics()):
+        for sample in family.samples:
+            if sample.name == "gpugate_dra_gpu_allocated" and sample.labels.get("pool") == "e2e-h200-0":
+                found[sample.labels["claim_name"], sample.labels["share_id"]] = sample.value
+    return found
+
+
+def test_claims_sharing_a_device_by_consumed_capacity_export_their_shares(stack: Stack, namespace: str) -> None:
+    gpu = _slice("e2e-h200-0-gpu.nvidia.com", "gpu.nvidia.com", [SHARED_GPU])
+    claims = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu.nvidia.com",
+                                "capacity": {"requests": {"memory": memory}},
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+        for name, memory in (("half", "71885Mi"), ("quarter", "35942Mi"))
+    ]
+    stack.kubectl("apply", "-f", "-", stdin=[gpu, *claims])
+    try:
+        for n, (name, memory) in enumerate((("half", "71885Mi"), ("quarter", "35942Mi"))):
+            result = {
+                "request": "gpu",
+                "driver": "gpu.nvidia.com",
+                "pool": "e2e-h200-0",
+                "device": "gpu-0",
+                "shareID": f"7d3a9c1e-0000-4000-8000-00000000000{n}",
+                "consumedCapacity": {"memory": memory},
+            }
+            status = {
+                "status": {
+                    "allocation": {"devices": {"results": [result]}},
+                    "reservedFor": [
+                        {"resource": "pods", "name": f"{name}-0", "uid": f"00000000-0000-0000-0000-00000000e2f{n}"}
+                    ],
+                }
+            }
+            stack.kubectl(
+                "patch",
+                "resourceclaim",
+                name,
+                "-n",
+                namespace,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(status),
+            )
+        expected = {
+            ("half", "7d3a9c1e-0000-4000-8000-000000000000"): 71885 / 143771,
+            ("quarter", "7d3a9c1e-0000-4000-8000-000000000001"): 35942 / 143771,
+        }
+        deadline = time.monotonic() + 30.0
+        while shares(stack) != pytest.approx(expected) or shares(stack) != pytest.approx(expected):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gpugate_dra_gpu_allocated: {shares(stack)}, expected {expected}")
+            time.sleep(0.2)
     finally:
         stack.kubectl("delete", "resourceslice", "e2e-h200-0-gpu.nvidia.com", check=False)

@@ -281,14 +281,14 @@ def _returning(value: dict[str, str]) -> Callable[[], dict[str, str]]:
     return lambda: value
 
 
-@pytest.mark.parametrize("count", [3, 1000])
-def test_the_governing_policy_of_a_thousand_team_policies_nests_no_deeper_than_of_three(
-    tmp_path: Path, count: int
-) -> None:
+@pytest.mark.parametrize("count", [3, 200])
+def test_the_governing_policy_of_many_team_policies_nests_no_deeper_than_of_three(tmp_path: Path, count: int) -> None:
     """The apiserver refuses an object whose expression nests past CEL's recursion limit (cel-go: 250; this
     evaluator: 32), and a chain of one ternary per policy nested 1,000 deep: ``gpugate-mutate`` of bench/scale.py's
     1,000 team policies was refused when written. The governing policy is found in a flat list instead, and it
-    is the policy the webhook's engine picks."""
+    is the policy the webhook's engine picks. 200 policies nest past this evaluator's limit as 1,000 do past
+    cel-go's (the 1,000 themselves go through the apiserver in bench/apiserver.py --native-policies 1000); they
+    keep the test's time small."""
     from bench.scale import write_policies
 
     write_policies(tmp_path, count)
@@ -306,16 +306,19 @@ def test_the_governing_policy_of_a_thousand_team_policies_nests_no_deeper_than_o
         variables = {v["name"]: v["expression"] for v in obj["spec"].get("variables", [])}
         if "policy" not in variables:
             continue
+        # Compiled once per object (compiling the 1,000-policy list per case took most of this test's time).
+        matching = env.compile(variables["policyMatches"]) if "policyMatches" in variables else None
+        governing = env.compile(variables["policy"])
         for namespace, ns_labels, labels in cases:
             data: dict[str, Any] = {
                 "request": {"namespace": namespace},
                 "variables": {"nsLabels": ns_labels, "labels": labels},
             }
-            if "policyMatches" in variables:
-                matches = env.compile(variables["policyMatches"]).eval(data=data)
+            if matching is not None:
+                matches = matching.eval(data=data)
                 assert matches.type() != cel.Type.ERROR, matches.value()
                 data["variables"]["policyMatches"] = matches.plain_value()
-            result = env.compile(variables["policy"]).eval(data=data)
+            result = governing.eval(data=data)
             assert result.type() != cel.Type.ERROR, result.value()
             expected = policies.governing(
                 namespace=namespace, pod_labels=labels, namespace_labels=_returning(ns_labels)

@@ -31,6 +31,7 @@ from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
 from .test_report import ROOT, gpugate
 
 H200 = "NVIDIA H200"
+H100 = "NVIDIA H100 80GB HBM3"
 LENGTH = 6 * HOUR
 INTERVAL = 300
 END_ISO = "2026-11-02T06:00:00Z"
@@ -208,10 +209,95 @@ def shared_fleet() -> Fleet:
         end=4 * HOUR,
     )
 
+    # node-k2, KAI multi-GPU fractions: multi-0 asks gpu-fraction 0.5 with gpu-fraction-num-devices 2, so KAI's
+    # binder reserves a GPU per group for it and labels it runai-gpu-group/<group> per group, never
+    # runai-gpu-group (NVIDIA/KAI-Scheduler pkg/binder/binding/resourcereservation/resource_reservation.go
+    # updatePodGPUGroup; pkg/common/resources/gpu_sharing.go GetMultiFractionGpuGroupLabel). kube-state-metrics
+    # (allowlist runai-gpu-group/*) writes each as label_runai_gpu_group_<group, sanitized>. Its first GPU is 60%
+    # busy; its second 5% for 2 h, then 50%.
+    multi_groups = {}
+    for n, group in enumerate(("5f0c2b7e-1a2b-4c3d-9e8f-000000000002", "5f0c2b7e-1a2b-4c3d-9e8f-000000000003")):
+        holder = f"gpu-reservation-node-k2-{n}q9zt"
+        uuid = f"GPU-k2-{n}"
+        fleet.pod(
+            RESERVATION_NS,
+            holder,
+            node="node-k2",
+            resources={"nvidia.com/gpu": 1},
+            attribution=None,
+            pod_labels={"label_runai_gpu_group": group},
+            interval=INTERVAL,
+            end=LENGTH,
+        )
+        annotations(RESERVATION_NS, holder, {"annotation_run_ai_reserve_for_gpu_index": uuid})
+        labels = dcgm_labels(gpu=n, uuid=uuid, model=A100, host="node-k2", pod=(RESERVATION_NS, holder))
+        if n == 0:
+            gpu(labels, 60.0)
+        else:  # the sample at 2 h still 5%: the step ending there is idle, the next one busy
+            fleet.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, lambda t: 0.05 if t <= 2 * HOUR else 0.5, **every)
+            fleet.add("DCGM_FI_DEV_GPU_UTIL", labels, lambda t: 5.0 if t <= 2 * HOUR else 50.0, **every)
+        multi_groups["label_runai_gpu_group_" + group.replace("-", "_")] = group
+    fleet.pod(
+        "kai",
+        "multi-0",
+        node="node-k2",
+        resources={"cpu": 1},
+        attribution=team("multi", "m"),
+        pod_labels=multi_groups,
+        interval=INTERVAL,
+        end=LENGTH,
+    )
+    annotations("kai", "multi-0", {"annotation_gpu_fraction": "0.5", "annotation_gpu_fraction_num_devices": "2"})
+
+    # node-c, DRA consumable capacity (KEP-5075): its ResourceSlice publishes two H100 with
+    # allowMultipleAllocations. gpu-0 is shared by memory (NVIDIA's --consumable-shares=memory): share-a's claim
+    # consumed 40Gi of 80Gi (gpugate's series: 0.5) all six hours, share-b's 20Gi (0.25) the first 3 h;
+    # dcgm-exporter (--kubernetes-enable-dra) copies the 50%-busy device to both pods, each with its claim.
+    # gpu-1 is time-sliced between two claims that consumed nothing (--consumable-shares=unlimited): gpugate
+    # serve splits it, 0.5 each, and dcgm-exporter never reports it.
+    for pod, claim_name, who, share, until in (
+        ("share-a", "share-a-gpu", "genai", 0.5, LENGTH),
+        ("share-b", "share-b-gpu", "eval", 0.25, 3 * HOUR),
+        ("ts-x", "ts-x-gpu", "labs", 0.5, LENGTH),
+        ("ts-y", "ts-y-gpu", "lab-two", 0.5, LENGTH),
+    ):
+        fleet.pod(
+            "cc", pod, node="node-c", resources={"cpu": 1}, attribution=team(who, pod), interval=INTERVAL, end=until
+        )
+        n = 0 if pod.startswith("share") else 1
+        device = {"driver": "gpu.nvidia.com", "pool": "node-c", "device": f"gpu-{n}", "node": "node-c"}
+        published = device | {"uuid": f"GPU-c-{n}", "parent_uuid": "", "profile": "", "model": H100}
+        allocation = {
+            "claim_namespace": "cc",
+            "claim_name": claim_name,
+            "claim_pod": pod,
+            "request": "gpu",
+            "share_id": f"7d3a9c1e-0000-4000-8000-00000000{len(pod):04d}",
+        }
+        scrape = {"namespace": "gpugate", "pod": "gpugate-5d8f-abcde", "instance": "gpugate-5d8f-abcde:8443"}
+        fleet.add("gpugate_dra_gpu_allocated", scrape | published | allocation, share, interval=INTERVAL, end=until)
+        if n == 0:
+            claimed = {
+                "dra_claim_name": claim_name,
+                "dra_claim_namespace": "cc",
+                "dra_driver_name": "gpu.nvidia.com",
+                "dra_pool_name": "node-c",
+                "dra_device_name": "gpu-0",
+            }
+            labels = dcgm_labels(gpu=0, uuid="GPU-c-0", model=H100, host="node-c", pod=("cc", pod)) | claimed
+            # node-c runs dcgm-exporter 4.5.3-4.8.2, which spells Hostname "hostname" (NVIDIA/dcgm-exporter#655)
+            labels["hostname"] = labels.pop("Hostname")
+            gpu(labels, 50.0, end=until)
+    for n in range(2):
+        scrape = {"namespace": "gpugate", "pod": "gpugate-5d8f-abcde", "instance": "gpugate-5d8f-abcde:8443"}
+        device = {"driver": "gpu.nvidia.com", "pool": "node-c", "device": f"gpu-{n}", "node": "node-c"}
+        published = device | {"uuid": f"GPU-c-{n}", "parent_uuid": "", "profile": "", "model": H100}
+        fleet.add("gpugate_dra_gpu_device", scrape | published, 1.0, **every)
+
     # What the nodes advertise (kube-state-metrics kube_node_status_capacity): node-d says three GPUs, but its
     # ResourceSlices publish four, and those count; node-x has two GPUs and no dcgm-exporter at all. node-m's
     # four nvidia.com/gpu are one GPU's four replicas; node-h's ten are HAMi's device-plugin split of one T4.
-    for node, count in (("node-k", 1), ("node-m", 4), ("node-d", 3), ("node-x", 2), ("node-h", 10)):
+    for node, count in (("node-k", 1), ("node-m", 4), ("node-d", 3), ("node-x", 2), ("node-h", 10), ("node-k2", 2)):
         labels = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
         fleet.add("kube_node_status_capacity", labels, float(count), **every)
     return fleet
@@ -249,6 +335,13 @@ EXPECTED = {
     "training": (6.0, 3.0, 0.0, 3.0),  # a DRA claim's H200: 3 h at 80%, 3 h without telemetry
     "infra": (6.0, 0.0, 0.0, 6.0),  # a DRA-backed extended resource, never any telemetry
     "batch": (4.0, 0.0, 0.0, 4.0),  # a claim's H200 that dcgm-exporter never reports: gpugate's series, 4 h
+    # KAI gpu-fraction 0.5 x gpu-fraction-num-devices 2: half of each of two A100, one 60% busy, the other 5% for
+    # 2 h (idle) and 50% after
+    "multi": (0.5 * 6 + 0.5 * 6, 0.5 * 6 + 0.5 * 4, 0.5 * 2, 0.0),
+    "genai": (0.5 * 6, 0.5 * 6, 0.0, 0.0),  # DRA consumable capacity: 40Gi of an 80Gi H100, 50% busy
+    "eval": (0.25 * 3, 0.25 * 3, 0.0, 0.0),  # 20Gi of the same H100, 3 h
+    "labs": (0.5 * 6, 0.0, 0.0, 0.5 * 6),  # one of two claims time-slicing an H100 no telemetry reports
+    "lab-two": (0.5 * 6, 0.0, 0.0, 0.5 * 6),  # the other
 }
 
 
@@ -261,29 +354,43 @@ def test_each_sharing_mode_is_billed_its_share(by_team: dict[str, Any]) -> None:
         assert got == pytest.approx((allocated, busy, idle, missing), abs=1e-6), name
 
 
+def test_claims_time_slicing_a_dra_device_are_shares_not_an_overcommitted_gpu(by_team: dict[str, Any]) -> None:
+    # ts-x's and ts-y's claims hold half of node-c's gpu-1 each (gpugate's series), not the whole GPU twice
+    assert not [note for note in by_team["notes"] if "more than the GPU" in note], by_team["notes"]
+
+
 def test_the_peaks_say_what_was_held(by_team: dict[str, Any]) -> None:
     rows = {row["group"]: row for row in by_team["groups"]}
     assert rows["vision"]["fraction_gpus_peak"] == pytest.approx(0.5)
     assert rows["research"]["fraction_gpus_peak"] == pytest.approx(0.3)
     assert rows["ads"]["shared_peak"] == 2
     assert rows["training"]["whole_gpus_peak"] == 1
-    assert by_team["total"]["fraction_gpus_peak"] == pytest.approx(0.5 + 0.25 + 0.3 + 0.5)
+    assert rows["multi"]["fraction_gpus_peak"] == pytest.approx(1.0)  # 0.5 of each of two GPUs
+    assert rows["genai"]["fraction_gpus_peak"] == pytest.approx(0.5)  # a DRA share is a fraction, not a GPU
+    assert rows["genai"]["whole_gpus_peak"] == 0
+    # the first three hours: KAI 0.5 + 0.25 + 2 x 0.5, HAMi 0.3 + 0.5, DRA shares 0.5 + 0.25 + 0.5 + 0.5
+    assert by_team["total"]["fraction_gpus_peak"] == pytest.approx(1.75 + 0.8 + 1.75)
 
 
 def test_the_unclaimed_rest_of_a_shared_gpu_is_unallocated(by_team: dict[str, Any]) -> None:
     resources = {entry["resource"]: entry for entry in by_team["capacity"]["by_resource"]}
     # KAI A100: 0.25 x 3 h + 0.5 x 3 h unclaimed; HAMi T4: 0.2 x 6 h. Two GPUs x 6 h in all.
+    # KAI multi-GPU: half of each of two A100 claimed, the other halves unclaimed, 6 h.
     fraction = resources["fraction"]
-    assert fraction["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75 + 1.8 + 3.0, abs=1e-6)
-    assert fraction["unallocated_gpu_hours"] == pytest.approx(0.75 + 1.5 + 1.2, abs=1e-6)
-    assert fraction["capacity_gpu_hours"] == pytest.approx(12.0, abs=1e-6)
+    assert fraction["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75 + 1.8 + 3.0 + 6.0, abs=1e-6)
+    assert fraction["unallocated_gpu_hours"] == pytest.approx(0.75 + 1.5 + 1.2 + 6.0, abs=1e-6)
+    assert fraction["capacity_gpu_hours"] == pytest.approx(24.0, abs=1e-6)
     shared = resources["shared"]
     assert (shared["allocated_gpu_hours"], shared["unallocated_gpu_hours"]) == pytest.approx((4.5, 1.5), abs=1e-6)
-    # train-0's claim, ext-0's extended resource through the scheduler's claim, hold-0's claim for 4 h
-    assert resources["dra"]["allocated_gpu_hours"] == pytest.approx(6.0 + 6.0 + 4.0, abs=1e-6)
+    # train-0's claim, ext-0's extended resource through the scheduler's claim, hold-0's claim for 4 h; node-c's
+    # shares: 0.5 x 6 + 0.25 x 3 of gpu-0 (its rest, 0.25 x 3 + 0.5 x 3, unallocated), gpu-1 2 x 0.5 x 6
+    dra = resources["dra"]
+    assert dra["allocated_gpu_hours"] == pytest.approx(6.0 + 6.0 + 4.0 + 3.0 + 0.75 + 6.0, abs=1e-6)
+    assert dra["unallocated_gpu_hours"] == pytest.approx(0.75 + 1.5, abs=1e-6)
+    assert dra["capacity_gpu_hours"] == pytest.approx(16.0 + 12.0, abs=1e-6)
     # node-d's gpu-3 six hours and gpu-2 the two hours after hold-0; node-x's two GPUs six hours each
     assert resources["no-telemetry"]["unallocated_gpu_hours"] == pytest.approx(6.0 + 2.0 + 2 * 6.0, abs=1e-6)
-    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(9 * 6.0, abs=1e-6)
+    assert by_team["capacity"]["capacity_gpu_hours"] == pytest.approx(13 * 6.0, abs=1e-6)
     assert by_team["capacity"]["sources"] == ["dcgm-exporter", "gpugate_dra_gpu_device", "kube_node_status_capacity"]
 
 
@@ -291,15 +398,16 @@ def test_shares_and_unallocated_add_up_to_the_fleet_every_hour(by_team: dict[str
     fleet = by_team["buckets"]["fleet"]
     assert len(fleet) == 6
     for bucket in fleet:
-        # nine GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's four H200 as its ResourceSlice publishes
-        # them (train-0's, ext-0's, hold-0's, nobody's) and node-x's two
-        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(9.0, abs=1e-6), bucket
+        # thirteen GPUs: KAI's A100, HAMi's T4, the time-sliced T4, node-d's four H200 as its ResourceSlice
+        # publishes them (train-0's, ext-0's, hold-0's, nobody's), node-x's two, KAI multi-GPU's two A100 and
+        # node-c's two shared H100
+        assert bucket["allocated_gpu_hours"] + bucket["unallocated_gpu_hours"] == pytest.approx(13.0, abs=1e-6), bucket
 
 
 def test_by_namespace_the_fractional_pods_pay_and_the_reservation_pod_does_not(shares: RunningPrometheus) -> None:
     rows = {row["group"]: row for row in report(shares, "--group", "namespace")["groups"]}
     assert RESERVATION_NS not in rows
-    assert rows["kai"]["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75, abs=1e-6)
+    assert rows["kai"]["allocated_gpu_hours"] == pytest.approx(3.0 + 0.75 + 6.0, abs=1e-6)
     assert rows["hami"]["allocated_gpu_hours"] == pytest.approx(1.8 + 3.0, abs=1e-6)
 
 
@@ -363,6 +471,9 @@ def test_the_dashboards_dra_panel_gives_the_reports_claims(shares: RunningPromet
             s.labels.get("team", ""): next(iter(s.samples.values())) for s in client.query(expr, at=end)
         }
     step = INTERVAL / 3600
-    # the three claims' H200, as the report bills them (telemetry or not); gpu-3 all along and gpu-2 after hold-0
-    assert got["held"] == pytest.approx({"training": 6.0, "infra": 6.0, "batch": 4.0}, abs=step)
-    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0}, abs=step)
+    # the three claims' H200 and node-c's shares, as the report bills them (telemetry or not); unheld: gpu-3 all
+    # along, gpu-2 after hold-0, and what node-c's shares leave of its gpu-0
+    held = {"training": 6.0, "infra": 6.0, "batch": 4.0, "genai": 3.0, "eval": 0.75, "labs": 3.0, "lab-two": 3.0}
+    assert got["held"] == pytest.approx(held, abs=step)
+    # within a step per device: the subquery also samples the range's start (gpu-3 whole, a quarter of node-c's)
+    assert got["unheld"] == pytest.approx({"": 6.0 + 2.0 + 0.75 + 1.5}, abs=2 * step)

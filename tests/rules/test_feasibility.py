@@ -41,6 +41,21 @@ def test_an_eight_gpu_pod_naming_no_class_takes_the_first_default_that_holds_it(
     assert small["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
 
 
+def test_a_choice_several_classes_share_takes_the_first_default_that_holds_it():
+    # HAMi's vgpu-mode hami-core is listed on l4 and h100; 8 GPUs are past an L4 node's 4, so h100, as for a pod
+    # that chose nothing (it used to be the first default among them whatever its size: Pending for ever)
+    def hami_core(gpus):
+        obj = pod(container(limits={"nvidia.com/gpu": gpus}), tolerations=[NVIDIA_TOLERATION])
+        obj["metadata"]["annotations"] = {"nvidia.com/vgpu-mode": "hami-core"}
+        return obj
+
+    result, verdict = decide(hami_core(8))
+    assert verdict.allowed, verdict.message
+    assert result["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    small, _ = decide(hami_core(4))
+    assert small["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
+
+
 def test_no_default_holds_it_refused_naming_the_classes_whose_nodes_would(tmp_path):
     text = (REPO / "policies" / "00-default.yaml").read_text().replace("default: [l4, h100]", "default: l4")
     (tmp_path / "00-default.yaml").write_text(text)

@@ -370,3 +370,12 @@ def test_an_alias_value_of_several_classes_is_judged_by_the_one_that_serves():
     result, decision = mutated(obj, policy)  # the first class listing "mig" offers only slices: not a refusal
     assert decision.allowed and result["spec"]["nodeSelector"] == {LABEL: "NVIDIA-H100-80GB-HBM3"}
     assert validated(result, policy).violations == []
+
+
+def test_hami_core_mode_is_hamis_default_device_mode_so_the_pod_gets_the_default_class():
+    # hami-core is the mode of every GPU HAMi shares without MIG or MPS (Project-HAMi/HAMi pkg/device/nvidia
+    # device.go: checkType keeps a device whose Mode the annotation contains); the shipped classes l4 and h100
+    # list it, so the pod gets the default order's class like any other, not "left as chosen".
+    result, verdict = admit(hami({"nvidia.com/vgpu-mode": "hami-core"}))
+    assert result["spec"]["nodeSelector"] == {MODEL: "NVIDIA-L4"}
+    assert verdict.allowed and verdict.violations == [] and verdict.warnings == []

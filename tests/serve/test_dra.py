@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import REPO
@@ -120,6 +121,8 @@ class Allocation:
     pods: tuple[str, ...]
     admin_access: bool = False
     device_class: str = ""
+    share_id: str = ""
+    consumed: tuple[tuple[str, str], ...] = ()
 
 
 CLAIMS = (
@@ -218,3 +221,99 @@ def test_the_series_are_on_metrics_of_a_worker_with_a_fleet() -> None:
 def test_no_allocation_family_while_the_claims_cache_has_not_listed() -> None:
     body = metrics.render(DraSeries(fleet(), policies=PolicySet, claims=lambda: None))[0].decode()
     assert DEVICE in body and ALLOCATED not in body
+
+
+def shared_slice() -> dict[str, Any]:
+    """Two H100 as NVIDIA's kubelet plugin publishes them with ``--consumable-shares`` (KEP-5075;
+    kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/consumable_shares.go): gpu-0 with
+    ``--consumable-shares=4`` (``memory`` with a requestPolicy defaulting to 0, and ``shares: 4`` defaulting
+    to 1), gpu-1 with ``unlimited`` (memory only, default 0)."""
+
+    def gpu(n: int, capacity: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": f"gpu-{n}",
+            "attributes": {
+                "type": _string("gpu"),
+                "uuid": _string(f"GPU-c{n}000000-0000-0000-0000-000000000000"),
+                "productName": _string("NVIDIA H100 80GB HBM3"),
+            },
+            "allowMultipleAllocations": True,
+            "capacity": capacity,
+        }
+
+    memory = {
+        "value": "81559Mi",
+        "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": "81559Mi", "step": "1Mi"}},
+    }
+    shares = {"value": "4", "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "h100-0-gpu.nvidia.com-c7r2m"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "h100-0",
+            "pool": {"name": "h100-0", "generation": 1, "resourceSliceCount": 1},
+            "devices": [gpu(0, {"memory": memory, "shares": shares}), gpu(1, {"memory": memory})],
+        },
+    }
+
+
+def share(claim: str, device: str, consumed: dict[str, str], pods: tuple[str, ...]) -> Allocation:
+    return Allocation(
+        "ml",
+        claim,
+        "gpu",
+        "gpu.nvidia.com",
+        "h100-0",
+        device,
+        pods,
+        share_id=f"uid-{claim}",
+        consumed=tuple(sorted(consumed.items())),
+    )
+
+
+def values(text: str) -> dict[tuple[str, str, str], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == ALLOCATED:
+                labels = sample.labels
+                out[labels["claim_name"], labels["claim_pod"], labels["share_id"]] = sample.value
+    return out
+
+
+def test_a_claims_share_of_a_device_several_claims_hold_is_the_series_value() -> None:
+    shared = Fleet(
+        Inventory(nodes=(), runtime_classes=frozenset(), device_classes={}, slices=(slice_of(shared_slice()),))
+    )
+    claims = (
+        # gpu-0, four shares: one share and no memory (1/4); one share and 40,779.5 MiB, half the memory (the
+        # larger: 1/2); two shares split between the claim's two pods (2/4, each pod's series carries the claim's)
+        share("one", "gpu-0", {"memory": "0", "shares": "1"}, ("one-0",)),
+        share("half", "gpu-0", {"memory": "40779Mi", "shares": "1"}, ("half-0",)),
+        # gpu-1, unlimited: two claims that consumed nothing time-slice it, one consumed a quarter of its memory
+        share("ts-a", "gpu-1", {"memory": "0"}, ("ts-a-0",)),
+        share("ts-b", "gpu-1", {"memory": "0"}, ("ts-b-0",)),
+        share("quarter", "gpu-1", {"memory": "20878592Ki"}, ("q-0",)),
+        # not shared: the whole device
+        Allocation("ml", "whole", "gpu", "gpu.nvidia.com", "h100-0", "gpu-9", ("w-0",)),
+    )
+    found = values(metrics.render(DraSeries(shared, policies=PolicySet, claims=lambda: claims))[0].decode())
+    assert found == pytest.approx(
+        {
+            ("one", "one-0", "uid-one"): 0.25,
+            ("half", "half-0", "uid-half"): 40779 / 81559,
+            ("ts-a", "ts-a-0", "uid-ts-a"): (1 - 0.25) / 2,
+            ("ts-b", "ts-b-0", "uid-ts-b"): (1 - 0.25) / 2,
+            ("quarter", "q-0", "uid-quarter"): 0.25,
+            ("whole", "w-0", ""): 1.0,
+        },
+        abs=1e-4,
+    )
+
+
+def test_shares_on_a_device_no_slice_states_the_capacity_of_split_evenly() -> None:
+    claims = [share(name, "gpu-7", {"memory": "10Gi"}, (f"{name}-0",)) for name in ("a", "b", "c")]
+    found = values(metrics.render(DraSeries(fleet(), policies=PolicySet, claims=lambda: claims))[0].decode())
+    assert found == pytest.approx({(n, f"{n}-0", f"uid-{n}"): 1 / 3 for n in ("a", "b", "c")})

@@ -32,6 +32,8 @@ PRODUCT_LIMIT = 8
 #: GPU-like devices kept per ResourceSlice (a node of 8 GPUs with every MIG placement published stays below it;
 #: the DRA API allows 128 devices per slice in resource.k8s.io/v1, ResourceSliceMaxDevices).
 DEVICE_LIMIT = 256
+#: Capacity entries kept of one shared device (the API allows 32 attributes and capacities combined).
+CAPACITY_LIMIT = 32
 # A DeviceClass selector names its driver in CEL: device.driver == 'gpu.nvidia.com' (either quote).
 _DRIVER_CEL = re.compile(r"""device\.driver\s*==\s*['"]([^'"]+)['"]""")
 
@@ -149,6 +151,13 @@ class SliceDevice:
     profile: str = ""
     product: str = ""
     type: str = ""
+    #: KEP-5075 consumable capacity: the device may be allocated to several claims at once
+    #: (resource.k8s.io/v1 Device ``allowMultipleAllocations``), each consuming part of its ``capacity``.
+    shared: bool = False
+    #: Its ``capacity`` entries as published, (name, quantity text), in name order: what a claim's
+    #: ``consumedCapacity`` is a part of (NVIDIA's driver: ``memory``, and ``shares`` with
+    #: ``--consumable-shares=N``). Only on a shared device; at most CAPACITY_LIMIT entries.
+    capacity: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,17 @@ def _attribute(value: Any) -> str | None:
     return None
 
 
+def _capacities(capacity: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A device's ``capacity`` map as (name, value text) pairs: ``{memory: {value: 80Gi, requestPolicy: ...}}``."""
+    out = []
+    for name in sorted(capacity)[:CAPACITY_LIMIT]:
+        entry = capacity[name]
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and isinstance(value, (str, int)) and not isinstance(value, bool):
+            out.append((_intern(name), str(value)))
+    return tuple(out)
+
+
 def slice_of(obj: Mapping[str, Any]) -> Slice:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -199,6 +219,10 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
                 products.append(_intern(product))
                 break
         uuid = _attribute(attributes.get("uuid")) or ""
+        capacity = body.get("capacity") or {}
+        if not isinstance(capacity, Mapping):
+            capacity = {}
+        shared = body.get("allowMultipleAllocations") is True
         if (named or uuid) and len(gpus) < DEVICE_LIMIT:
             gpus.append(
                 SliceDevice(
@@ -208,10 +232,12 @@ def slice_of(obj: Mapping[str, Any]) -> Slice:
                     profile=_intern(_attribute(attributes.get("profile")) or ""),
                     product=_intern(named),
                     type=_intern(_attribute(attributes.get("type")) or ""),
+                    shared=shared,
+                    capacity=_capacities(capacity) if shared else (),
                 )
             )
-        capacity = body.get("capacity") or {}
-        raw = (capacity.get("memory") or {}).get("value") if isinstance(capacity, Mapping) else None
+        entry = capacity.get("memory")
+        raw = entry.get("value") if isinstance(entry, Mapping) else None
         if memory is None and isinstance(raw, (str, int)):
             memory = str(raw)
     pool = spec.get("pool") or {}

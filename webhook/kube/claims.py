@@ -5,9 +5,10 @@ apiserver. A claim the cache does not hold (not synced yet, created a moment ago
 is read by the bounded GETs of ``webhook.serve.lookups`` as before; the cache never makes a claim unknown.
 
 What is kept of one object: its requests (``webhook.inventory.model.ClaimSpec``, the DeviceClasses, counts
-and admin access of each alternative) and, for a ResourceClaim, the devices allocated to it and the pods it is
-reserved for. A claim's and a template's spec are immutable once created (kubernetes/api resource/v1/types.go:
-ResourceClaim ``Spec`` "The spec is immutable", ResourceClaimTemplate ``Spec`` "This field is immutable"), so a
+and admin access of each alternative) and, for a ResourceClaim, the devices allocated to it (with the share and
+consumed capacity of a device several claims hold) and the pods it is reserved for. A claim's and a template's
+spec are immutable once created (kubernetes/api resource/v1/types.go: ResourceClaim ``Spec`` "The spec is
+immutable", ResourceClaimTemplate ``Spec`` "This field is immutable"), so a
 held spec is never stale; only a claim's status moves, and the watch brings it.
 
 The allocated devices, for others to read (a metric of what DRA devices are held, by whom)::
@@ -19,6 +20,7 @@ The allocated devices, for others to read (a metric of what DRA devices are held
         device.driver, device.pool, device.device  # status.allocation.devices.results[*]
         device.admin_access             # an admin-access (monitoring) allocation: the device is not held
         device.pods                     # names of the pods in status.reservedFor (same namespace), sorted
+        device.share_id, device.consumed  # KEP-5075: shareID, consumedCapacity ((name, quantity), ...)
 
 One ``Allocation`` per allocated device of every allocated claim, claims in (namespace, name) order; a claim
 allocated but reserved for no pod yet has ``pods == ()``. A snapshot taken under the cache's lock: iterating
@@ -61,6 +63,10 @@ class Allocation:
     device: str
     admin_access: bool
     pods: tuple[str, ...]
+    #: KEP-5075 consumable capacity (resource.k8s.io/v1 DeviceRequestAllocationResult): ``shareID``, the share of a
+    #: device several claims hold at once, and ``consumedCapacity`` (name -> quantity text) of its capacity.
+    share_id: str = ""
+    consumed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class _Allocated:
     pool: str
     device: str
     admin_access: bool
+    share_id: str = ""
+    consumed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,17 @@ class ClaimRecord:
 
 def _text(value: Any) -> str:
     return sys.intern(value) if isinstance(value, str) else ""
+
+
+def _consumed(value: Any) -> tuple[tuple[str, str], ...]:
+    """A result's ``consumedCapacity`` (name -> quantity), as (name, quantity text) in name order."""
+    if not isinstance(value, Mapping):
+        return ()
+    return tuple(
+        (_text(name), str(quantity))
+        for name, quantity in sorted(value.items())[:32]
+        if isinstance(name, str) and isinstance(quantity, (str, int)) and not isinstance(quantity, bool)
+    )
 
 
 def _class_of_result(spec: ClaimSpec, request: str) -> str:
@@ -117,6 +136,8 @@ def record_of(kind: str, obj: Mapping[str, Any]) -> ClaimRecord:
             _text(r.get("pool")),
             _text(r.get("device")),
             r.get("adminAccess") is True,
+            _text(r.get("shareID")),
+            _consumed(r.get("consumedCapacity")),
         )
         for r in (results if isinstance(results, list) else [])
         if isinstance(r, Mapping)
@@ -239,4 +260,6 @@ def allocations(cache: ClaimsCache) -> Iterator[Allocation]:
                 device.device,
                 device.admin_access,
                 record.pods,
+                device.share_id,
+                device.consumed,
             )

@@ -34,12 +34,19 @@ def _device_series(labels: Labels) -> DeviceSeries:
         key=key,
         profile=labels.get("GPU_I_PROFILE", ""),
         model=labels.get("modelName", ""),
-        host=labels.get("Hostname", ""),
+        host=host_of(labels),
         pod=pod,
         vgpu=labels.get("vgpu", ""),
         attribution=_attribution(labels, dcgm_label),
         dra=bool(labels.get("dra_claim_name")),
     )
+
+
+def host_of(labels: Labels) -> str:
+    """The node of a dcgm-exporter series: ``Hostname``, which dcgm-exporter renders as ``hostname`` since
+    NVIDIA/dcgm-exporter#655 (commit d5e5f510a1b6, release 4.5.3-4.8.2;
+    internal/pkg/rendermetrics/render_metrics.go)."""
+    return labels.get("Hostname") or labels.get("hostname") or ""
 
 
 def _attribution(labels: Labels, name: object) -> dict[str, str] | None:
@@ -94,6 +101,7 @@ class Claim:
     instance: str = ""  # GPU_I_ID of a MIG instance (DRA)
     profile: str = ""
     model: str = ""
+    shared: bool = False  # a DRA device several claims hold at once (KEP-5075): its peak is a fraction
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,12 @@ def _dra_device(labels: Labels) -> DraDevice:
     )
 
 
+def _kai_groups(labels: Labels) -> tuple[str, ...]:
+    """The GPU groups of a multi-GPU KAI fractional pod: the values of its runai-gpu-group/<group> labels, which
+    kube-state-metrics exports as label_runai_gpu_group_<group> (the value is the group, as KAI sets it)."""
+    return tuple(sorted({v for k, v in labels.items() if k.startswith("label_runai_gpu_group_") and v}))
+
+
 def _positive(text: str) -> float | None:
     try:
         value = float(text)
@@ -153,6 +167,8 @@ class Chunk:
     hami_series: list[tuple[Pod, str, str, str]] = field(default_factory=list)  # pod, device UUID, node, dimension
     kai: list[list[tuple[int, float]]] = field(default_factory=list)
     kai_series: list[tuple[Pod, str, float | None, float | None]] = field(default_factory=list)  # group, frac, MiB
+    kai_multi: list[list[tuple[int, float]]] = field(default_factory=list)
+    kai_multi_series: list[tuple[Pod, tuple[str, ...], float | None, float | None]] = field(default_factory=list)
     reservations: list[list[tuple[int, float]]] = field(default_factory=list)
     reservation_series: list[tuple[Pod, str, str]] = field(default_factory=list)  # pod, GPU group, GPU UUID
     dra: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -162,12 +178,13 @@ class Chunk:
     capacity_series: list[tuple[str, str]] = field(default_factory=list)  # node, resource
     # gpugate serve's DRA series: a claim's device per pod it is reserved for, and the GPUs ResourceSlices publish
     allocated: list[list[tuple[int, float]]] = field(default_factory=list)
-    allocated_series: list[tuple[Pod, str, DraDevice]] = field(default_factory=list)  # pod, claim, device
+    allocated_series: list[tuple[Pod, str, DraDevice, str]] = field(default_factory=list)  # pod, claim, device, share
     published: list[list[tuple[int, float]]] = field(default_factory=list)
     published_series: list[DraDevice] = field(default_factory=list)
 
     @classmethod
     def of(cls, inputs: Inputs) -> Chunk:
+        # long: one field per series kind, each decoded in place
         steps = list(inputs.steps)
         where = {t: i for i, t in enumerate(steps)}
         return cls(
@@ -204,6 +221,16 @@ class Chunk:
                 )
                 for s in inputs.kai_pods
             ],
+            kai_multi=_index(inputs.kai_multi, where),
+            kai_multi_series=[
+                (
+                    pod_of(s.labels),
+                    _kai_groups(s.labels),
+                    _positive(s.labels.get("annotation_gpu_fraction", "")),
+                    _positive(s.labels.get("annotation_gpu_memory", "")),
+                )
+                for s in inputs.kai_multi
+            ],
             reservations=_index(inputs.kai_reservations, where),
             reservation_series=[
                 (
@@ -220,7 +247,8 @@ class Chunk:
             capacity_series=[(s.labels.get("node", ""), s.labels.get("resource", "")) for s in inputs.node_capacity],
             allocated=_index(inputs.dra_allocated, where),
             allocated_series=[
-                (pod_of(s.labels), s.labels.get("claim_name", ""), _dra_device(s.labels)) for s in inputs.dra_allocated
+                (pod_of(s.labels), s.labels.get("claim_name", ""), _dra_device(s.labels), s.labels.get("share_id", ""))
+                for s in inputs.dra_allocated
             ],
             published=_index(inputs.dra_capacity, where),
             published_series=[_dra_device(s.labels) for s in inputs.dra_capacity],
@@ -290,27 +318,42 @@ class Chunk:
             _pod, group, uuid = self.reservation_series[number]
             if group and uuid:
                 groups[group] = uuid
-        for number, _ in self.kai[i] if self.kai else ():
-            pod, group, fraction, memory = self.kai_series[number]
-            reserved = groups.get(group)
-            if reserved and (fraction is not None or memory is not None):
+        # A multi-GPU fractional pod (gpu-fraction-num-devices: N) holds its fraction of each of its N groups' GPUs
+        # (KAI-Scheduler pkg/scheduler/api/pod_info/pod_info.go NewGpuResourceRequirementWithMultiFraction).
+        fractional = [
+            (pod, (group,), fraction, memory)
+            for pod, group, fraction, memory in (self.kai_series[n] for n, _ in (self.kai[i] if self.kai else ()))
+        ] + [self.kai_multi_series[n] for n, _ in (self.kai_multi[i] if self.kai_multi else ())]
+        kai: set[tuple[Pod, str]] = set()  # a pod's label series per kube-state-metrics replica: one claim each
+        for pod, pod_groups, fraction, memory in fractional:
+            for group in pod_groups:
+                reserved = groups.get(group)
+                if not reserved or (fraction is None and memory is None) or (pod, reserved) in kai:
+                    continue
+                kai.add((pod, reserved))
                 share = None if fraction is None else min(1.0, fraction)
                 out.append(Claim(pod, reserved, "kai", share, memory_mib=None if share is not None else memory))
         out.extend(self._dra_claims(i, held))
         return out
 
     def _dra_claims(self, i: int, held: Mapping[DeviceKey, set[Pod]]) -> list[Claim]:
-        """A DRA claim's devices, billed to its pods wherever telemetry does not map them there. What the claim
-        holds and for whom: gpugate's own series of the allocation (the claim's status), else dcgm-exporter's
-        claim labels seen anywhere in the window with kube-state-metrics' pod -> claim link. The devices are
-        dcgm-exporter's where it named the claim (they carry the MIG instance telemetry is keyed by)."""
+        """A DRA claim's devices, billed to its pods wherever telemetry does not map them there, and wherever the
+        claim holds only a share of a device (several claims on one device, KEP-5075: gpugate's series say the
+        share; dcgm-exporter would copy the device to every pod of every claim). What the claim holds and for
+        whom: gpugate's own series of the allocation (the claim's status), else dcgm-exporter's claim labels seen
+        anywhere in the window with kube-state-metrics' pod -> claim link. The devices are dcgm-exporter's where
+        it named the claim (they carry the MIG instance telemetry is keyed by)."""
         out: list[Claim] = []
         sharing: dict[tuple[str, str], set[Pod]] = defaultdict(set)
         devices: dict[tuple[str, str], dict[str, DraDevice]] = defaultdict(dict)
-        for number, _ in self.allocated[i] if self.allocated else ():
-            pod, claim, device = self.allocated_series[number]
+        # The claim's share of each device: gpugate's series' value (1 unless several claims share the device,
+        # KEP-5075), summed over the device's shares the claim holds (share_id); the claim's pods repeat it.
+        parts: dict[tuple[str, str], dict[tuple[str, str], float]] = defaultdict(dict)
+        for number, value in self.allocated[i] if self.allocated else ():
+            pod, claim, device, share_id = self.allocated_series[number]
             sharing[pod[0], claim].add(pod)
             devices[pod[0], claim][device.uuid or device.name] = device
+            parts[pod[0], claim][device.uuid or device.name, share_id] = max(0.0, min(1.0, value))
         for number, _ in self.dra[i] if self.dra else ():
             pod, claim = self.dra_series[number]
             if (pod[0], claim) in self.dra_devices and (pod[0], claim) not in devices:
@@ -318,25 +361,34 @@ class Chunk:
         for (namespace, claim), pods in sorted(sharing.items()):
             known = list(self.dra_devices.get((namespace, claim), ()))
             telemetry = {uuid for uuid, *_ in known}  # a MIG instance's series name its parent GPU
+            mine = devices[namespace, claim]
             known += [
                 (d.uuid or d.name, "", d.profile, d.model, d.node)
-                for _, d in sorted(devices[namespace, claim].items())
+                for _, d in sorted(mine.items())
                 if d.gpu not in telemetry
             ]
+            share: dict[str, float] = defaultdict(float)
+            for (name, _share_id), value in parts[namespace, claim].items():
+                share[name] += value
+            for d in mine.values():  # dcgm-exporter names a MIG instance by its parent GPU
+                if d.parent and d.parent not in share:
+                    share[d.parent] = share.get(d.uuid or d.name, 1.0)
             for uuid, instance, profile, model, host in known:
-                if any(pod in held.get((uuid, instance), ()) for pod in pods):
-                    continue  # dcgm-exporter maps it: billed from telemetry
+                whole = min(1.0, share.get(uuid, 1.0))
+                if whole >= 1.0 - 1e-9 and any(pod in held.get((uuid, instance), ()) for pod in pods):
+                    continue  # dcgm-exporter maps it, and the claim holds all of it: billed from telemetry
                 for pod in sorted(pods):  # a claim shared by several pods: split evenly between them
                     out.append(
                         Claim(
                             pod,
                             uuid,
                             "dra",
-                            1.0 / len(pods),
+                            whole / len(pods),
                             node=host,
                             instance=instance,
                             profile=profile,
                             model=model,
+                            shared=whole < 1.0 - 1e-9,
                         )
                     )
         return out

@@ -112,7 +112,13 @@ class Integrator(Totals):
         self.owners.clear()
         self.mig_nodes.update(inputs.mig_nodes)
         self.replicas.update(inputs.replicas)
-        self.sharing = bool(chunk.hami_series or chunk.kai_series or chunk.dra_series or chunk.allocated_series)
+        self.sharing = bool(
+            chunk.hami_series
+            or chunk.kai_series
+            or chunk.kai_multi_series
+            or chunk.dra_series
+            or chunk.allocated_series
+        )
         self.advertising = bool(chunk.capacity_series or chunk.published_series)
         for name, present in (
             ("kube_node_status_capacity", chunk.capacity_series),
@@ -238,11 +244,7 @@ class Integrator(Totals):
         for claim, share in zip(mine, shares, strict=True):
             accumulator, workload = self._owner(claim.pod, ksm.get(claim.pod), devices.dcgm_attribution.get(claim.pod))
             self.last_group[claim.pod] = (accumulator.row.group, workload.key)
-            units = requested.get(claim.pod)
-            for resource in (WHOLE, SHARED):  # HAMi's pods ask nvidia.com/gpu per device; this is that unit
-                if units and resource in units:
-                    units.remove(resource)
-                    break
+            _use_unit(requested.get(claim.pod))
             unit = Unit(
                 kind=kind,
                 share=fraction * share * scale,
@@ -251,8 +253,9 @@ class Integrator(Totals):
                 model=model,
                 fraction=fraction,
             )
+            measured = (utilisation, source)
             self._bill_share(
-                unit, claim.pod, key, accumulator, workload, index=index, t=t, measured=(utilisation, source)
+                unit, claim.pod, key, accumulator, workload, index=index, t=t, measured=measured, part=claim.shared
             )
         rest = max(0.0, 1.0 - total)
         if rest > 1e-9:
@@ -277,10 +280,13 @@ class Integrator(Totals):
         index: int,
         t: float,
         measured: tuple[float | None, str],
+        part: bool = False,
     ) -> None:
-        """One pod's share of a shared device in one step, judged by the device's utilisation."""
+        """One pod's share of a shared device in one step, judged by the device's utilisation. ``part``: a DRA
+        claim's share of a device other claims share too, counted in the peak as the fraction it is."""
         utilisation, source = measured
-        held: Hashable = (pod, key, unit.share) if unit.kind == "fraction" else key
+        fraction = unit.kind == "fraction" or part
+        held: Hashable = (pod, key, unit.share) if fraction else key
         self._account(
             unit,
             accumulator,
@@ -291,6 +297,7 @@ class Integrator(Totals):
             utilisation=utilisation,
             source=source,
             missing=utilisation is None,
+            peak="fraction" if fraction else None,
         )
         if utilisation is not None:
             workload.samples += 1
@@ -540,11 +547,12 @@ class Integrator(Totals):
         utilisation: float | None,
         source: str = SOURCE_DEV,
         missing: bool = False,
+        peak: str | None = None,
     ) -> None:
         hours = unit.share * self.step_hours
         cost = None if unit.price is None else unit.price * self.step_hours * unit.price_share
         # What was held at once: a device counts once however many pods the step saw on it.
-        accumulator.counts[unit.kind].add(held)
+        accumulator.counts[peak or unit.kind].add(held)
         idle = accumulator.add(
             index=index,
             hours=hours,
@@ -576,6 +584,14 @@ class Integrator(Totals):
 
     def _bucket_start(self, t: float) -> int | None:
         return int((t - self.step) // self.bucket * self.bucket) if self.bucket else None
+
+
+def _use_unit(units: list[str] | None) -> None:
+    """A share uses up the pod's nvidia.com/gpu unit for that device (HAMi's pods ask one per device)."""
+    for resource in (WHOLE, SHARED):
+        if units and resource in units:
+            units.remove(resource)
+            return
 
 
 def compute_report(

@@ -49,6 +49,9 @@ class Inputs:
     hami_shares: Sequence[Series] = ()
     # KAI's fractional pods {namespace, pod, annotation_gpu_fraction, annotation_gpu_memory, label_runai_gpu_group}
     kai_pods: Sequence[Series] = ()
+    # KAI's multi-GPU fractional pods (gpu-fraction-num-devices > 1): their whole kube_pod_labels series, one
+    # label_runai_gpu_group_<group> per GPU group (label runai-gpu-group/<group>), and their annotations
+    kai_multi: Sequence[Series] = ()
     # KAI's reservation pods {namespace, pod, label_runai_gpu_group, annotation_run_ai_reserve_for_gpu_index}
     kai_reservations: Sequence[Series] = ()
     # kube_pod_resourceclaim_info of Pending/Running pods {namespace, pod, resourceclaim_name}

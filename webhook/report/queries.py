@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from .chunk import host_of
 from .compute import ATTRIBUTION_KEYS, Inputs, Prices, dcgm_label, ksm_label
 from .prometheus import MAX_POINTS_PER_SERIES, Prometheus, PrometheusError, TooManySamples
 from .series import Series
@@ -37,6 +38,10 @@ KAI_GROUP = "label_runai_gpu_group"
 KAI_FRACTION = "annotation_gpu_fraction"
 KAI_MEMORY = "annotation_gpu_memory"
 KAI_RESERVED = "annotation_run_ai_reserve_for_gpu_index"
+# A multi-GPU fractional pod (annotation gpu-fraction-num-devices > 1) has no runai-gpu-group label but one
+# runai-gpu-group/<group> label per GPU (pkg/common/resources/gpu_sharing.go GetMultiFractionGpuGroupLabel,
+# pkg/binder/binding/resourcereservation updatePodGPUGroup): kube-state-metrics names them label_runai_gpu_group_*.
+KAI_MULTI_GROUP_PREFIX = KAI_GROUP + "_"
 # kube-state-metrics' pod -> ResourceClaim link (internal/store/pod.go, alpha); dcgm-exporter's DRA labels
 # (--kubernetes-enable-dra, internal/pkg/transformation/const.go) name the claim of the device they map.
 POD_CLAIMS = "kube_pod_resourceclaim_info"
@@ -69,7 +74,8 @@ class ReportError(Exception):
 def _device_labels() -> str:
     pod_labels = ", ".join(dcgm_label(key) for key in ATTRIBUTION_KEYS)
     return (
-        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, namespace, pod, vgpu, dra_claim_name, {pod_labels}"
+        f"UUID, uuid, GPU_I_ID, GPU_I_PROFILE, modelName, Hostname, hostname, namespace, pod, vgpu, dra_claim_name, "
+        f"{pod_labels}"
     )
 
 
@@ -89,17 +95,25 @@ sum by (namespace, pod, resource, node) (
 """.strip()
 
 
-def labels_query(step: int) -> str:
+def labels_query(step: int, *, kai: bool = False) -> str:
     """gpugate's labels of every pod that requested a GPU in the step, or held one without a GPU request: a
-    KAI fractional pod (its GPU group label) or a pod with a DRA ResourceClaim (kube-state-metrics' link, or
-    gpugate's own series of the claim's allocation)."""
+    KAI fractional pod (its GPU group label; with ``kai``, its fraction annotation too, as a multi-GPU fractional
+    pod has no runai-gpu-group label) or a pod with a DRA ResourceClaim (kube-state-metrics' link, or gpugate's
+    own series of the claim's allocation)."""
     keys = ", ".join(ksm_label(key) for key in ATTRIBUTION_KEYS)
+    fractional = (
+        f"""
+  or max by (namespace, pod) (max_over_time({POD_ANNOTATIONS}{{{KAI_FRACTION}!=""}}[{step}s]))
+  or max by (namespace, pod) (max_over_time({POD_ANNOTATIONS}{{{KAI_MEMORY}!=""}}[{step}s]))"""
+        if kai
+        else ""
+    )
     return f"""
 max by (namespace, pod, {keys}) (max_over_time({POD_LABELS}[{step}s]))
 and on (namespace, pod)
 (
   max by (namespace, pod) (max_over_time({REQUESTS}{{resource=~"{GPU_RESOURCES}"}}[{step}s]))
-  or max by (namespace, pod) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s]))
+  or max by (namespace, pod) (max_over_time({POD_LABELS}{{{KAI_GROUP}!=""}}[{step}s])){fractional}
   or max by (namespace, pod) (max_over_time({POD_CLAIMS}[{step}s]))
   or label_replace(
     label_replace(
@@ -166,6 +180,24 @@ max by (namespace, pod, {KAI_GROUP}) (max_over_time({POD_LABELS}{{{KAI_GROUP}!="
 """.strip()
 
 
+def kai_multi_query(step: int) -> str:
+    """KAI's fractional pods without a runai-gpu-group label, with their fraction or memory annotation: the
+    multi-GPU ones carry a runai-gpu-group/<group> label per GPU, whose names PromQL cannot aggregate by, so the
+    pods' whole kube_pod_labels series come back (one per kube-state-metrics replica; the report dedups)."""
+    return f"""
+max_over_time({POD_LABELS}{{{KAI_GROUP}=""}}[{step}s])
+* on (namespace, pod) group_left ({KAI_FRACTION}, {KAI_MEMORY})
+(
+  max by (namespace, pod, {KAI_FRACTION}, {KAI_MEMORY}) (
+    max_over_time({POD_ANNOTATIONS}{{{KAI_FRACTION}!=""}}[{step}s])
+    or max_over_time({POD_ANNOTATIONS}{{{KAI_MEMORY}!=""}}[{step}s])
+  )
+  * on (namespace, pod) group_left ()
+  {_holding(step)}
+)
+""".strip()
+
+
 def kai_reservations_query(step: int) -> str:
     """KAI's reservation pods: the GPU group each holds a GPU for, and that GPU's UUID."""
     return f"""
@@ -191,13 +223,14 @@ max by (namespace, pod, resourceclaim_name) (max_over_time({POD_CLAIMS}{{resourc
 
 def dra_allocated_query(step: int) -> str:
     """The devices of allocated ResourceClaims, per pod the claim is reserved for, while that pod is Pending or
-    Running (gpugate_dra_gpu_allocated). Its claim_namespace and claim_pod become namespace and pod here, so that
+    Running (gpugate_dra_gpu_allocated; its value is the claim's share of the device, and share_id tells the
+    shares of one device apart). Its claim_namespace and claim_pod become namespace and pod here, so that
     the scrape's own target labels (gpugate's pod) never stand in for them; max by drops those and merges the
     series of gpugate's replicas, which all export the same."""
     return f"""
 label_replace(
   label_replace(
-    max by (claim_namespace, claim_name, claim_pod, {DRA_DEVICE_LABELS}) (
+    max by (claim_namespace, claim_name, claim_pod, share_id, {DRA_DEVICE_LABELS}) (
       max_over_time({DRA_ALLOCATED}{{claim_pod!=""}}[{step}s])
     ),
     "namespace", "$1", "claim_namespace", "(.*)"
@@ -344,7 +377,7 @@ def mig_nodes(prometheus: Prometheus, *, start: int, end: int) -> dict[str, tupl
     for labels in prometheus.series(
         f'{{__name__=~"{ENGINE_ACTIVE}|{GPU_UTIL}|{FB_USED}", GPU_I_PROFILE!=""}}', start=start, end=end
     ):
-        host = labels.get("Hostname", "")
+        host = host_of(labels)
         if host and host not in found:
             found[host] = (labels.get("modelName", ""), labels.get("GPU_I_PROFILE", ""))
     return found
@@ -365,7 +398,7 @@ def dra_devices(
             labels.get("GPU_I_ID", ""),
             labels.get("GPU_I_PROFILE", ""),
             labels.get("modelName", ""),
-            labels.get("Hostname", ""),
+            host_of(labels),
         )
         if device[0]:
             found.setdefault(claim, set()).add(device)
@@ -397,7 +430,11 @@ def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, cl
         KAI_RESERVED, match=POD_ANNOTATIONS, start=start, end=end
     )
     if kai:
-        plan += [("kai", kai_pods_query(step)), ("kai reservations", kai_reservations_query(step))]
+        plan += [
+            ("kai", kai_pods_query(step)),
+            ("kai multi", kai_multi_query(step)),
+            ("kai reservations", kai_reservations_query(step)),
+        ]
     if POD_CLAIMS in present and claims:
         plan.append(("dra", dra_claims_query(step)))
     if NODE_CAPACITY in present:
@@ -407,6 +444,18 @@ def _sharing_plan(prometheus: Prometheus, *, start: int, end: int, step: int, cl
     if DRA_DEVICE in present:
         plan.append(("dra capacity", dra_capacity_query(step)))
     return plan
+
+
+def _plan(step: int, sharing: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The five range queries every report runs, then those of shared GPUs (the labels of KAI's pods with them)."""
+    return [
+        ("requests", requests_query(step)),
+        ("labels", labels_query(step, kai=any(name == "kai" for name, _ in sharing))),
+        ("exporter pods", non_gpu_pods_query(step)),
+        ("engine", device_query(ENGINE_ACTIVE, step)),
+        ("util", device_query(GPU_UTIL, step)),
+        *sharing,
+    ]
 
 
 def stream_inputs(
@@ -425,17 +474,10 @@ def stream_inputs(
     steps = list(range(first, end + 1, step))
     if not steps:
         raise ReportError(f"--window is shorter than --step ({step} s): nothing to report")
-    plan = [
-        ("requests", requests_query(step)),
-        ("labels", labels_query(step)),
-        ("exporter pods", non_gpu_pods_query(step)),
-        ("engine", device_query(ENGINE_ACTIVE, step)),
-        ("util", device_query(GPU_UTIL, step)),
-    ]
     nodes = mig_nodes(prometheus, start=start, end=end)
     replicas = node_replicas(prometheus, start=start, end=end)
     claims = dra_devices(prometheus, start=start, end=end)
-    plan += _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims))
+    plan = _plan(step, _sharing_plan(prometheus, start=start, end=end, step=step, claims=bool(claims)))
     size, done = min(len(steps), max(1, 3600 // step), CHUNK_POINTS), 0
     while done < len(steps):
         chunk = steps[done : done + size]
@@ -456,6 +498,7 @@ def stream_inputs(
             mig_nodes=nodes,
             hami_shares=results.get("hami", ()),
             kai_pods=results.get("kai", ()),
+            kai_multi=results.get("kai multi", ()),
             kai_reservations=results.get("kai reservations", ()),
             dra_claims=results.get("dra", ()),
             dra_devices=claims,

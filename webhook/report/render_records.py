@@ -16,7 +16,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-SCHEMA_VERSION = "gpugate.io/report/v1.2"
+SCHEMA_VERSION = "gpugate.io/report/v1.3"
 ROW_FIELDS = (
     "allocated_gpu_hours",
     "busy_gpu_hours",

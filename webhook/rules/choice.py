@@ -168,7 +168,7 @@ def resolve(pod: PodView, ctx: PodContext) -> Choice:
                 )
         if violations:
             return Choice(own=True, violations=violations)
-        return _own_class(ctx, models, device, choices, able)
+        return _own_class(pod, ctx, models, device, choices, able)
     defaults = models.defaults_for(device.name, requested)
     if defaults:
         return _fitting_default(pod, ctx, defaults, device)
@@ -196,20 +196,31 @@ def _fitting_default(pod: PodView, ctx: PodContext, defaults: list[ModelClass], 
     scale up for the class; a class of unknown size fits), so a pod too large for the first default's nodes
     is never steered where it would stay Pending for ever. Without an inventory, or when no default holds
     it, the first default: feasibility then refuses the pod, naming the classes whose nodes would."""
+    cls = _first_fitting(pod, ctx, defaults, device)
+    return Choice(cls, violations=_outside_class(pod, ctx, cls, device))
+
+
+def _first_fitting(pod: PodView, ctx: PodContext, candidates: list[ModelClass], device: Device) -> ModelClass:
+    """The first of `candidates` whose nodes can hold the pod (see `_fitting_default`), else the first."""
     fleet = ctx.fleet
-    if fleet is not None and len(defaults) > 1:
+    if fleet is not None and len(candidates) > 1:
         amounts = per_node_amounts(pod.spec, ctx.counts_as_gpu)
-        for cls in defaults:
+        for cls in candidates:
             if all(
                 (most := class_largest(fleet, cls, device, resource)) is None or amount <= most
                 for resource, amount in amounts.items()
             ):
-                return Choice(cls, violations=_outside_class(pod, ctx, cls, device))
-    return Choice(defaults[0], violations=_outside_class(pod, ctx, defaults[0], device))
+                return cls
+    return candidates[0]
 
 
 def _own_class(
-    ctx: PodContext, models: Models, device: Device, choices: list[tuple[str, str, list[str]]], able: list[ModelClass]
+    pod: PodView,
+    ctx: PodContext,
+    models: Models,
+    device: Device,
+    choices: list[tuple[str, str, list[str]]],
+    able: list[ModelClass],
 ) -> Choice:
     """The pod's own choice, with the one class it maps to when that choice alone also reaches another pool
     (an instance type can carry whole GPUs or MIG slices: p5.48xlarge in the reference fleet). gpugate then
@@ -229,9 +240,12 @@ def _own_class(
     serving = [c for c in mapped if c in able]
     if not serving:
         return Choice(own=True)
-    # Several classes share the choice (one instance type, whole GPUs or MIG slices): the first default
-    # among them, else the first the policy lists.
-    chosen = next((c for name in models.defaults for c in serving if c.name == name), serving[0])
+    # Several classes share the choice (one instance type, whole GPUs or MIG slices; HAMi's hami-core mode on
+    # every whole-GPU class): the first default among them whose nodes can hold the pod, as for a pod that
+    # chose nothing, else the first the policy lists.
+    ordered = [c for name in models.defaults for c in serving if c.name == name]
+    ordered += [c for c in serving if c not in ordered]
+    chosen = _first_fitting(pod, ctx, ordered, device)
     if all(path.startswith("metadata.") for _, path, _ in choices):
         # Chosen by a scheduler's annotation only (HAMi's use-gputype, vgpu-mode): kube-scheduler reads no
         # annotation, so the class's own constraint is what keeps the pod on that class's nodes.

@@ -14,12 +14,18 @@ reports.
   in the ResourceSlices of the fleet watch (``webhook.kube.inventory``), as its kubelet plugin publishes it
   (NVIDIA's: kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/deviceinfo.go, ``uuid``,
   ``productName``, a MIG device's ``parentUUID`` and ``profile``).
-- ``gpugate_dra_gpu_allocated{claim_namespace, claim_name, claim_pod, request, driver, pool, device, ...}`` = 1 per
-  device of an allocated ResourceClaim (``status.allocation.devices.results``: request, driver, pool, device;
+- ``gpugate_dra_gpu_allocated{claim_namespace, claim_name, claim_pod, request, share_id, driver, pool, device, ...}``
+  per device of an allocated ResourceClaim (``status.allocation.devices.results``: request, driver, pool, device;
   resource.k8s.io/v1 DeviceRequestAllocationResult) and pod it is reserved for (``status.reservedFor`` entries of
   resource ``pods``; the pods are in the claim's namespace), with the device's labels above where a GPU slice
   publishes it, from the claims cache's ``allocations()``. A claim reserved for nobody yet has
-  ``claim_pod=""``. Only devices of GPU drivers, and no admin-access allocation (it holds nothing).
+  ``claim_pod=""``. Only devices of GPU drivers, and no admin-access allocation (it holds nothing). Its value is
+  the claim's share of the device (:func:`shares`): 1 for a device allocated to one claim, and for a device
+  several claims hold at once (KEP-5075 consumable capacity: the device's ``allowMultipleAllocations``, each
+  result's ``shareID`` and ``consumedCapacity``) the largest part of any of the device's capacities the result
+  consumed; the results that consumed none split what the others left evenly. ``share_id`` is the result's
+  ``shareID`` ("" when the device is not shared): one series per allocation result and pod, as before, so the
+  series count is still bounded by the claims' results x their pods; the share is the value, not a label.
 
 The labels never say ``namespace`` or ``pod``: Prometheus puts the scrape target's own there (gpugate's pod), and
 the report maps ``claim_namespace`` and ``claim_pod`` itself. Every worker watches the same cluster, so the worker
@@ -29,20 +35,24 @@ per-process values summed over workers).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..inventory.model import Inventory
+from ..pods.quantity import QuantityError, parse_quantity
 from ..policy.model import PolicySet
 from ..policy.vendors import BUILTIN_DRA
 
 DEVICE = "gpugate_dra_gpu_device"
 ALLOCATED = "gpugate_dra_gpu_allocated"
 DEVICE_LABELS = ("node", "driver", "pool", "device", "uuid", "parent_uuid", "profile", "model")
-ALLOCATED_LABELS = ("claim_namespace", "claim_name", "claim_pod", "request", *DEVICE_LABELS)
+ALLOCATED_LABELS = ("claim_namespace", "claim_name", "claim_pod", "request", "share_id", *DEVICE_LABELS)
+#: (driver, pool, device)
+DeviceName = tuple[str, str, str]
 
 
 class Allocation(Protocol):
@@ -65,6 +75,10 @@ class Allocation(Protocol):
     def admin_access(self) -> bool: ...
     @property
     def pods(self) -> tuple[str, ...]: ...
+    @property
+    def share_id(self) -> str: ...
+    @property
+    def consumed(self) -> tuple[tuple[str, str], ...]: ...
 
 
 def gpu_drivers(policies: PolicySet) -> frozenset[str]:
@@ -97,18 +111,78 @@ def device_series(inventory: Inventory, drivers: frozenset[str]) -> dict[tuple[s
     return out
 
 
+def device_capacities(inventory: Inventory, drivers: frozenset[str]) -> dict[DeviceName, dict[str, float]]:
+    """(driver, pool, device) -> capacity name -> value, for the GPU devices a ResourceSlice publishes as shared
+    (``allowMultipleAllocations``): what the consumed capacity of each claim on them is a part of."""
+    out: dict[DeviceName, dict[str, float]] = {}
+    for one in inventory.slices:
+        if one.driver not in drivers:
+            continue
+        for device in one.gpus:
+            if device.shared:
+                out[one.driver, one.pool, device.name] = _amounts(device.capacity)
+    return out
+
+
+def _amounts(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
+    out = {}
+    for name, text in pairs:
+        try:
+            out[name] = float(parse_quantity(text))
+        except QuantityError:
+            continue  # not a quantity: that capacity says nothing
+    return out
+
+
+def shares(allocations: Sequence[Allocation], capacities: dict[DeviceName, dict[str, float]]) -> list[float]:
+    """Each allocation's share of its device, in order.
+
+    A result without ``shareID`` or ``consumedCapacity`` has the device to itself: 1. On a device several claims
+    hold (KEP-5075; resource.k8s.io/v1 ``DeviceRequestAllocationResult.ConsumedCapacity``: "The total consumed
+    capacity for each device must not exceed the DeviceCapacity's Value"), a result's share is the largest part
+    of any capacity of the device it consumed: the device is full when any one capacity is, so the scheduler
+    admits no further claim past that (NVIDIA's kubelet plugin shares by ``memory``, and by ``shares`` with
+    ``--consumable-shares=N``: kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/consumable_shares.go).
+    Results that consumed nothing measurable (``--consumable-shares=unlimited``: memory's default is 0), or whose
+    device's capacity is unknown, split what the sized ones left evenly: the GPU is time-sliced between them."""
+    sized: list[float | None] = []
+    by_device: dict[DeviceName, list[int]] = defaultdict(list)
+    for n, allocated in enumerate(allocations):
+        key = (allocated.driver, allocated.pool, allocated.device)
+        if not allocated.share_id and not allocated.consumed:
+            sized.append(1.0)
+            continue
+        by_device[key].append(n)
+        capacity = capacities.get(key, {})
+        parts = [
+            amount / capacity[name]
+            for name, amount in _amounts(allocated.consumed).items()
+            if capacity.get(name, 0.0) > 0 and amount > 0
+        ]
+        sized.append(min(1.0, max(parts)) if parts else None)
+    out = [share if share is not None else 0.0 for share in sized]
+    for numbers in by_device.values():
+        unsized = [n for n in numbers if sized[n] is None]
+        if unsized:
+            rest = max(0.0, 1.0 - sum(out[n] for n in numbers))
+            for n in unsized:
+                out[n] = rest / len(unsized)
+    return out
+
+
 def allocation_series(
     allocations: Iterable[Allocation],
     devices: dict[tuple[str, str, str], dict[str, str]],
     drivers: frozenset[str],
-) -> list[dict[str, str]]:
-    """The labels of every ``gpugate_dra_gpu_allocated`` series: per GPU device of each allocated claim and pod it
-    is reserved for (one series with ``claim_pod=""`` while it is reserved for nobody). An admin-access
-    allocation (a monitoring agent's view of a device others hold, KEP-5018) holds nothing and is left out."""
+    capacities: dict[DeviceName, dict[str, float]] | None = None,
+) -> list[tuple[dict[str, str], float]]:
+    """The labels and value of every ``gpugate_dra_gpu_allocated`` series: per GPU device of each allocated claim
+    and pod it is reserved for (one series with ``claim_pod=""`` while it is reserved for nobody), valued the
+    claim's share of the device (:func:`shares`). An admin-access allocation (a monitoring agent's view of a
+    device others hold, KEP-5018) holds nothing and is left out."""
+    held = [a for a in allocations if a.driver in drivers and not a.admin_access]  # no CPU, NIC or memory device
     out = []
-    for allocated in allocations:
-        if allocated.driver not in drivers or allocated.admin_access:
-            continue  # a CPU, NIC or memory device: no GPU
+    for allocated, share in zip(held, shares(held, capacities or {}), strict=True):
         published = devices.get((allocated.driver, allocated.pool, allocated.device)) or {
             "node": "",
             "driver": allocated.driver,
@@ -120,15 +194,15 @@ def allocation_series(
             "model": "",
         }
         for pod in allocated.pods or ("",):
-            out.append(
-                {
-                    "claim_namespace": allocated.namespace,
-                    "claim_name": allocated.claim,
-                    "claim_pod": pod,
-                    "request": allocated.request,
-                    **published,
-                }
-            )
+            labels = {
+                "claim_namespace": allocated.namespace,
+                "claim_name": allocated.claim,
+                "claim_pod": pod,
+                "request": allocated.request,
+                "share_id": allocated.share_id,
+                **published,
+            }
+            out.append((labels, share))
     return out
 
 
@@ -173,14 +247,16 @@ class DraSeries(Collector):
             return
         allocated = GaugeMetricFamily(
             ALLOCATED,
-            "1 per GPU device of an allocated ResourceClaim and pod the claim is reserved for (claim_pod; empty "
-            "while reserved for nobody), with the device's labels of gpugate_dra_gpu_device.",
+            "The claim's share of a GPU device of an allocated ResourceClaim (1 unless several claims share the "
+            "device: KEP-5075 consumable capacity), per pod the claim is reserved for (claim_pod; empty while "
+            "reserved for nobody), with the result's share_id and the device's labels of gpugate_dra_gpu_device.",
             labels=ALLOCATED_LABELS,
         )
         seen: set[tuple[str, ...]] = set()
-        for labels in allocation_series(current, devices, drivers):
+        capacities = device_capacities(inventory, drivers)
+        for labels, share in allocation_series(list(current), devices, drivers, capacities):
             values = tuple(labels[k] for k in ALLOCATED_LABELS)
             if values not in seen:  # a claim listing one device twice for one request is still one device
                 seen.add(values)
-                allocated.add_metric(list(values), 1.0)
+                allocated.add_metric(list(values), share)
         yield allocated
