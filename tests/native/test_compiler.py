@@ -156,6 +156,32 @@ def test_no_message_works_out_its_validation_again(compiled: list[dict]) -> None
         assert "variables.claimsFormed" not in v["messageExpression"], v["message"]
 
 
+def test_a_formed_pod_s_claim_is_checked_on_the_object_not_by_forming_it_again(compiled: list[dict]) -> None:
+    """The checks of a natively formed pod's claim were most of gpugate-always's cost for such a pod: they built
+    the whole mutation's label list (``labelPairs``) and decided the runtime class again, and their messages, which
+    the apiserver evaluates for every pod in an activation of its own, built it once more. Now each reads the final
+    object against what it must hold: the claim condition reads the containers and resource maps the object's
+    variables hold (once per activation, not six times), labels are compared with the namespace's values and the
+    owner directly, the look-alikes with the policy's keys, and no message derives the workload or the label list."""
+    always = next(
+        o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
+    claims = [v for v in always["spec"]["validations"] if v["expression"].startswith("!variables.claimsFormed || ")]
+    read = " ".join(v["expression"] + v["messageExpression"] for v in claims)
+    for formed_again in ("variables.labelPairs", "variables.touched", "variables.addRuntimeClass", "variables.plain"):
+        assert formed_again not in read, formed_again
+    assert "(object.spec.containers + " not in variables["claimsFormed"]
+    assert variables["claimsFormed"].count("variables.maps") == 2
+    for claim in claims:
+        message = claim["messageExpression"]
+        assert "variables.workload" not in message and "variables.missingTolerations" not in message, message
+    # What the mutating policy gives: the labels it writes are the look-alike check's owned keys.
+    assert (
+        '["gpugate.io/team", "gpugate.io/cost-center", "gpugate.io/workload-kind", "gpugate.io/workload-name"]' in read
+    )
+
+
 @pytest.mark.parametrize("glob", ["nvidia.com/mig-*", "amd.com/[sdqc]px_nps*", "team-?", "[!a]*", "ml-serving"])
 def test_a_glob_pattern_matches_what_fnmatch_matches(glob: str) -> None:
     names = [
@@ -251,9 +277,13 @@ def test_the_webhooks_are_narrowed_by_the_condition_gpugate_always_enforces(comp
     skipped = decided_natively(load_policies(SHIPPED).policies)
     assert condition == f"!({skipped})"
     variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
-    assert variables["claimsFormed"] == skipped
+    # The same text, but for the containers and resource maps read from the object's variables: written out
+    # again from those variables' own expressions, it is the webhooks' condition.
+    everyone = "(" + variables["all"].replace("variables.init", f"({variables['init']})") + ")"
+    maps = "(" + variables["maps"].replace("variables.all", everyone) + ")"
+    assert variables["claimsFormed"].replace("variables.maps", maps).replace("variables.all", everyone) == skipped
     claims = [v for v in always["spec"]["validations"] if v["expression"].startswith("!variables.claimsFormed || ")]
-    assert len(claims) == 4
+    assert len(claims) == 5
     for claim in claims:
         assert "remove" in claim["messageExpression"] and "gpugate.io annotations" in claim["messageExpression"]
         # Every variable a claim reads is defined on the object (the mutating policy's, evaluated lazily).

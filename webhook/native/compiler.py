@@ -355,6 +355,7 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
     shared: dict[str, list[str]] = {}
     holders: dict[str, list[str]] = {}
     look_alike: dict[str, str] = {}
+    owned_keys: dict[str, list[str]] = {}  # the label keys gpugate-mutate writes: labelPairs' keys
     # Policies that differ only in what they match share one profile, so a thousand team policies cut from
     # one template cost one set of table entries, not a thousand (the apiserver stores an object in etcd,
     # 1.5 MiB at most by default).
@@ -401,6 +402,7 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         )
         owned = [a.key for a in p.attribution] + ([WORKLOAD_KIND_LABEL, WORKLOAD_NAME_LABEL] if p.attribution else [])
         look_alike[name] = "|".join(look_alike_pattern(k) for k in [*owned, MODEL_LABEL])
+        owned_keys[name] = owned
     return {
         **tables,
         "void": void,
@@ -409,6 +411,7 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
         "shared": shared,
         "holders": holders,
         "lookAlike": look_alike,
+        "owned": owned_keys,
         "profiles": profiles,
     }
 
@@ -429,6 +432,15 @@ def _pinning(p: Policy) -> set[str]:
     """HAMi's annotations that pin a pod's GPUs by UUID, for the policy's devices: the pinned GPUs choose the
     hardware (``rules.choice``), so such a pod is not plain and the webhook decides it."""
     return {HAMI_UUID_ANNOTATIONS[d.name] for d in p.devices.values() if d.name in HAMI_UUID_ANNOTATIONS}
+
+
+#: The value one attribution entry ``s`` of ``variables.attribution`` gives a pod: ``[key, 'value', value, '']`` or
+#: ``[key, 'from', namespace label, default]`` (``_plain_tables``).
+_ATTRIBUTION_VALUE = (
+    "s[1] == 'value' ? s[2] : (s[2] in variables.nsLabels && variables.nsLabels[s[2]] != '' && "
+    f"size(variables.nsLabels[s[2]]) <= 63 && variables.nsLabels[s[2]].matches({string(LABEL_VALUE)}) ? "
+    "string(variables.nsLabels[s[2]]) : s[3])"
+)
 
 
 def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
@@ -519,11 +531,7 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         "&& quantity(string(m[r])).isGreaterThan(quantity('0'))))) && !(c.name in variables.shared) && "
         f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))"
     )
-    attribution_value = (
-        "s[1] == 'value' ? s[2] : (s[2] in variables.nsLabels && variables.nsLabels[s[2]] != '' && "
-        f"size(variables.nsLabels[s[2]]) <= 63 && variables.nsLabels[s[2]].matches({string(LABEL_VALUE)}) ? "
-        "string(variables.nsLabels[s[2]]) : s[3])"
-    )
+    attribution_value = _ATTRIBUTION_VALUE
     return [
         {"name": "profile", "expression": f"{literal(t['profiles'])}[?variables.policy].orValue('')"},
         *workload,
@@ -1155,9 +1163,14 @@ NARROWING_ANNOTATION = f"{GROUP}/webhook-match-condition"
 BOOKKEEPING = (MUTATED_ANNOTATION, POLICY_ANNOTATION, WORKLOAD_ANNOTATION)
 
 
-def decided_natively(policies: tuple[Policy, ...]) -> str:
+def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -> str:
     """A CEL condition, true for a Pod CREATE that carries what ``gpugate-mutate`` writes into a *plain* pod and
     is formed as it forms one under the policy its ``gpugate.io/policy`` annotation names.
+
+    With ``variables``, the same condition for ``gpugate-always``'s ``claimsFormed``: the pod's containers and
+    resource maps read from the object's variables ``all`` and ``maps``, whose expressions are the ones written
+    out here (tests/native/test_compiler.py substitutes them back and gets the webhooks' text), so they are built
+    once per activation rather than six times.
 
     It reads only ``object`` and ``request``: a webhook's matchConditions have no ``namespaceObject`` and no
     variables (k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go builds the input from
@@ -1179,6 +1192,8 @@ def decided_natively(policies: tuple[Policy, ...]) -> str:
         f"({everyone}.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {{}}) + "
         f"{everyone}.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {{}}))"
     )
+    if variables:
+        everyone, maps = "variables.all", "variables.maps"
 
     def at(table: str, key: str, fallback: Any) -> str:
         return f"({key} in {literal(t[table])} ? {literal(t[table])}[{key}] : {literal(fallback)})"
@@ -1250,32 +1265,49 @@ def narrowing_condition(policies: tuple[Policy, ...]) -> dict[str, str]:
 def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
     """``gpugate-always``'s checks of a pod the narrowed webhooks skip (``variables.claimsFormed``, which is
     :func:`decided_natively`): the policy it names governs it, its attribution labels are the ones that policy
-    gives it in this namespace with no look-alike beside them, and it holds the workload annotation, tolerations
-    and ``void`` ``gpugate-mutate`` gives a plain pod. Their variables are ``gpugate-mutate``'s, evaluated on the
-    final object (nothing here changes resources)."""
+    gives it in this namespace with no look-alike beside them, its workload labels and annotation name its owner,
+    and it holds the tolerations and ``void`` ``gpugate-mutate`` gives a plain pod.
+
+    Each is checked on the final object directly, not by working out the mutation again: a label against the value
+    the namespace gives it, the workload against the pod's owner, the look-alikes against the keys the policy owns
+    (a constant per policy). ``claimsFormed`` already holds the pod to the claimed policy's runtime class, node
+    selector, affinity and ``void`` containers, so with the first check (the claimed policy governs) the runtime
+    class is not checked again. Their variables are ``gpugate-mutate``'s, evaluated on the final object (nothing
+    here changes resources). Every message stops at once for a pod that passes (the apiserver evaluates each
+    message for every request: :func:`_validating`), and none works out the workload again."""
     t = _plain_tables(policies)
-    look_alike = _chain(
-        "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
-    )
     workload = string(WORKLOAD_ANNOTATION)
+    kind, name = string(WORKLOAD_KIND_LABEL), string(WORKLOAD_NAME_LABEL)
     claimed = f"variables.annotations[{string(POLICY_ANNOTATION)}]"
+    stray = (
+        "variables.labels.filter(k, "
+        + _chain(
+            "variables.profile",
+            {
+                p: f"k.lowerAscii().matches({string(x)}) && !(k in {literal(t['owned'][p])})"
+                for p, x in t["lookAlike"].items()
+            },
+        )
+        + ")"
+    )
+    wrong = f"variables.attribution.filter(s, !(s[0] in variables.labels) || variables.labels[s[0]] != {_ATTRIBUTION_VALUE})"
+    owner = (
+        f"size(variables.attribution) == 0 ? !({workload} in variables.annotations) : ({kind} in variables.labels && "
+        f"variables.labels[{kind}] == variables.workloadKind && {name} in variables.labels && "
+        f"variables.labels[{name}] == variables.workloadName && {workload} in variables.annotations && "
+        f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName)"
+    )
     gpu = (
         "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? "
         "c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) && "
         "quantity(string(m[r])).isGreaterThan(quantity('0'))))"
     )
-    wrong_label = "variables.labelPairs.filter(x, !(x[0] in variables.labels) || variables.labels[x[0]] != x[1])"
-    stray = f"variables.labels.filter(k, {look_alike} && !variables.labelPairs.exists(x, x[0] == k))"
     formed = " && ".join(
         [
-            "!variables.addRuntimeClass",
             "size(variables.missingTolerations) == 0",
             "size(variables.voidContainers) == 0 && size(variables.voidInit) == 0",
             f"variables.all.all(c, !has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}) || "
             f"(variables.voids && !(c.name in variables.shared) && !({gpu})))",
-            f"size(variables.labelPairs) > 0 ? ({workload} in variables.annotations && "
-            f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName) : "
-            f"!({workload} in variables.annotations)",
         ]
     )
     fix = "remove the gpugate.io annotations and let gpugate form it (gpugate)"
@@ -1288,11 +1320,20 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": f"!variables.claimsFormed || size({wrong_label}) == 0",
-            "messageExpression": f"'pod: carries gpugate.io/policy as if gpugate had formed it, but its label ' + "
-            f"{wrong_label}[0][0] + ' is not ' + {wrong_label}[0][1] + ', what policy \"' + variables.policy + "
-            f"'\" gives it in this namespace; {fix}'",
+            "expression": f"!variables.claimsFormed || size({wrong}) == 0",
+            "messageExpression": f"[{wrong}[0]].map(s, 'pod: carries gpugate.io/policy as if gpugate had formed it, "
+            f"but its label ' + s[0] + ' is not ' + {_ATTRIBUTION_VALUE} + ', what policy \"' + variables.policy + "
+            f"'\" gives it in this namespace; {fix}')[0]",
             "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.claimsFormed || ({owner})",
+            "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" as if gpugate had formed "
+            f"it, but its {WORKLOAD_ANNOTATION} annotation or its {WORKLOAD_KIND_LABEL} and {WORKLOAD_NAME_LABEL} "
+            "labels do not name the workload that owns it (its controller ownerReference, or the pod itself) as "
+            f"policy \"' + variables.policy + '\" writes them; remove them, and {fix}'",
+            "message": "gpugate: a pod's workload labels or annotation do not name its owner",
             "reason": "Forbidden",
         },
         {
@@ -1307,8 +1348,7 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "expression": f"!variables.claimsFormed || ({formed})",
             "messageExpression": f"'pod: carries gpugate.io/policy \"' + {claimed} + '\" and gpugate.io/mutated as if "
             "gpugate had formed it, but it is not formed as policy \"' + variables.policy + '\" forms it here "
-            f"(tolerations, runtime class, {VISIBLE_DEVICES}=void or the gpugate.io/workload annotation "
-            f"differ); {fix}'",
+            f"(tolerations or {VISIBLE_DEVICES}=void differ); {fix}'",
             "message": "gpugate: a pod claims to be formed by gpugate and is not",
             "reason": "Forbidden",
         },
@@ -1330,7 +1370,7 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
             holder: dict[str, Any] = {"spec": {"validations": _claim_validations(ordered)}}
             _constant_patterns([holder], ordered)
             claim = holder["spec"]["validations"]
-            claims = {"name": "claimsFormed", "expression": decided_natively(ordered)}
+            claims = {"name": "claimsFormed", "expression": decided_natively(ordered, variables=True)}
             obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
             obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
             obj["metadata"]["annotations"] = {
