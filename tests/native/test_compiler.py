@@ -332,25 +332,63 @@ def test_the_governing_policy_of_many_team_policies_nests_no_deeper_than_of_thre
         ("team-0000-a", {}, {}),
         ("default", {}, {}),
     ]
+    # Deeper in the priority order, in later groups of the two-level pick: a glob, an exact name, a namespace label,
+    # a group whose cheap check holds (team-0000-*) and none of whose policies match (no app label).
+    cases += [
+        (f"team-{count - 3 - count % 3:04d}-x", {}, {}),
+        (f"project-{count - 2 - (count - 1) % 3:04d}", {}, {}),
+        ("elsewhere", {"team": f"team-{count - 1 - count % 3:04d}"}, {}),
+        ("elsewhere", {"team": "nobody"}, {"app": "app-0000"}),
+    ]
     for obj in compile_policies(policies).objects:
         variables = {v["name"]: v["expression"] for v in obj["spec"].get("variables", [])}
         if "policy" not in variables:
             continue
         # Compiled once per object (compiling the 1,000-policy list per case took most of this test's time).
-        matching = env.compile(variables["policyMatches"]) if "policyMatches" in variables else None
+        matching = {name: env.compile(e) for name, e in variables.items() if name.startswith("policyGroups")}
         governing = env.compile(variables["policy"])
         for namespace, ns_labels, labels in cases:
             data: dict[str, Any] = {
                 "request": {"namespace": namespace},
                 "variables": {"nsLabels": ns_labels, "labels": labels},
             }
-            if matching is not None:
-                matches = matching.eval(data=data)
+            for name, groups in matching.items():
+                matches = groups.eval(data=data)
                 assert matches.type() != cel.Type.ERROR, matches.value()
-                data["variables"]["policyMatches"] = matches.plain_value()
+                data["variables"][name] = matches.plain_value()
             result = governing.eval(data=data)
             assert result.type() != cel.Type.ERROR, result.value()
             expected = policies.governing(
                 namespace=namespace, pod_labels=labels, namespace_labels=_returning(ns_labels)
             )
             assert result.plain_value() == expected.name, (obj["metadata"]["name"], namespace, labels)
+
+
+def test_the_governing_policy_of_many_policies_is_picked_in_two_levels(tmp_path: Path) -> None:
+    """With 1,000 team policies every GPU pod paid all 1,000 conditions (a flat list, built whole) in every
+    activation that read the governing policy. Now a pod pays one cheap condition per group of 16 (the group's
+    namespace names as one list and one pattern, its label-matched policies as one lookup per key) and the
+    conditions of the groups that pass; which policy it picks is the test above's."""
+    from bench.scale import write_policies
+
+    write_policies(tmp_path, 200)
+    policies = load_policies(tmp_path)
+    for obj in compile_policies(policies).objects:
+        variables = {v["name"]: v["expression"] for v in obj["spec"].get("variables", [])}
+        if "policy" not in variables:
+            continue
+        assert "policyMatches" not in variables
+        env = cel.NewEnv(variables={"request": cel.Type.DYN, "variables": cel.Type.DYN})
+        groups = env.compile(variables["policyGroups0"])
+
+        def answers(namespace: str, ns_labels: dict[str, str], groups: Any = groups) -> list[str]:
+            data = {"request": {"namespace": namespace}, "variables": {"nsLabels": ns_labels, "labels": {}}}
+            result = groups.eval(data=data)
+            assert result.type() != cel.Type.ERROR, result.value()
+            return list(result.plain_value())
+
+        # 200 policies above the fallback, highest priority (team-0199) first: 13 groups of 16, none of which holds
+        # a match in the fallback's namespace, and the one that holds team-0150's (the 50th) answers it.
+        assert answers("default", {}) == ["/"] * 13
+        assert answers("team-0150-x", {}) == ["/"] * 3 + ["team-0150"] + ["/"] * 9
+        assert answers("elsewhere", {"team": "team-0002"}) == ["/"] * 12 + ["team-0002"]

@@ -32,6 +32,7 @@ from ..policy.keys import (
     WORKLOAD_KIND_LABEL,
     WORKLOAD_NAME_LABEL,
 )
+from ..policy.labels import LabelSelector
 from ..policy.model import BUILTIN, Device, Policy, PolicySet
 from ..policy.vendors import HAMI_UUID_ANNOTATIONS, IMPLICIT_DRA_PREFIX, KAI_SHARED_CONFIGMAP_ANNOTATION
 from .cel import any_glob, literal, look_alike_pattern, selector, string
@@ -170,18 +171,74 @@ def _counted(policy: Policy) -> str:
 # ------------------------------------------------------------------------------------------------ CEL
 
 
-# Past this many policies the governing policy is found in a flat list rather than a chain of ternaries: CEL
+# Past this many policies the governing policy is found in two levels rather than a chain of ternaries: CEL
 # parsers bound an expression's nesting (cel-go's default recursion limit is 250, and every ternary nests one
 # level deeper), so a chain of 1,000 team policies is refused by the apiserver when the object is written.
 FLAT_GOVERNING_BEYOND = 16
+#: Policies per group of the two-level pick: a group's chain nests no deeper than the single chain above.
+GOVERNING_GROUP = 16
+#: What a group of the two-level pick yields when none of its policies matches: no policy's name (a Kubernetes
+#: object name holds no "/"), and not "" (the built-in checks).
+NO_POLICY = "/"
+#: The longest expression the two-level pick writes, below cel-go's parser limit of 100,000 code points.
+EXPRESSION_SIZE = 90_000
+
+
+def _first_values(sel: LabelSelector | None) -> tuple[str, tuple[str, ...]] | None:
+    """One label a selector requires and the values it allows (a matchLabels entry, or an ``In`` expression), or
+    None when it requires no label to hold one of a few values."""
+    if sel is None:
+        return None
+    for key, value in sorted(sel.match_labels.items()):
+        return key, (value,)
+    for r in sel.match_expressions:
+        if r.operator == "In":
+            return r.key, tuple(r.values)
+    return None
+
+
+def _necessary(group: list[Policy]) -> str:
+    """A condition that holds whenever one of ``group`` matches, cheaper than their conditions: the namespace names
+    they match as one list and one pattern, and for those matched by labels alone one required label each, the
+    values allowed for a key as one list ("true" when one of them requires nothing of the kind)."""
+    names: set[str] = set()
+    globs: set[str] = set()
+    labels: dict[tuple[str, str], set[str]] = {}
+    for p in group:
+        if p.match.namespaces:
+            for g in p.match.namespaces:
+                (names if _concrete((g,)) else globs).add(g)
+            continue
+        for where, sel in (
+            ("variables.nsLabels", p.match.namespace_selector),
+            ("variables.labels", p.match.pod_selector),
+        ):
+            required = _first_values(sel)
+            if required is not None:
+                labels.setdefault((where, required[0]), set()).update(required[1])
+                break
+        else:
+            return "true"
+    parts = []
+    if names:
+        parts.append(f"request.namespace in {literal(sorted(names))}")
+    if globs:
+        parts.append(f"request.namespace.matches({string(any_glob(globs))})")
+    for (where, key), values in sorted(labels.items()):
+        parts.append(f"({string(key)} in {where} && {where}[{string(key)}] in {literal(sorted(values))})")
+    return " || ".join(parts)
 
 
 def _governing(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
     """The ``policy`` variable, the governing policy's name or "" (built-in checks only): the first, highest
     priority first, whose every selector matches (``PolicySet.governing``). Up to ``FLAT_GOVERNING_BEYOND``
-    policies as a chain of ternaries; beyond, as ``policyMatches``, one flat list of every policy's condition
-    (evaluated once), and the name at the first true index, so the nesting stays the same for any count."""
-    cases: list[tuple[str, str]] = []
+    policies as a chain of ternaries. Beyond, in two levels, so that the nesting stays the same for any count and a
+    pod pays a few dozen conditions rather than one per policy: ``policyGroups0`` (and on) holds, per group of
+    ``GOVERNING_GROUP`` policies in order, a cheap condition that holds whenever one of them matches
+    (:func:`_necessary`) and, only when it does, the group's chain (its first match, or ``NO_POLICY``); the
+    governing policy is the first group's answer that is a policy, or the last case. A group whose condition fails
+    holds no match, and a group's chain takes its first match in order, so the pick is the flat order's."""
+    cases: list[tuple[str, str, Policy | None]] = []
     for p in policies:
         terms = []
         if p.match.namespaces:
@@ -191,21 +248,40 @@ def _governing(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         if p.match.pod_selector is not None:
             terms.append(selector(p.match.pod_selector, "variables.labels"))
         if not terms:
-            cases.append(("true", p.name))
+            cases.append(("true", p.name, p))
             break
-        cases.append((" && ".join(f"({t})" for t in terms), p.name))
+        cases.append((" && ".join(f"({t})" for t in terms), p.name, p))
     else:
-        cases.append(("true", ""))
-    if len(cases) <= FLAT_GOVERNING_BEYOND:
-        out = string(cases[-1][1])
-        for condition, name in reversed(cases[:-1]):
+        cases.append(("true", "", None))
+
+    def chain(group: list[tuple[str, str, Policy | None]], fallback: str) -> str:
+        out = string(fallback)
+        for condition, name, _ in reversed(group):
             out = f"({condition}) ? {string(name)} : {out}"
-        return [{"name": "policy", "expression": out}]
-    matches = "[" + ", ".join(f"({condition})" for condition, _ in cases) + "]"
-    names, indices = literal([name for _, name in cases]), literal(list(range(len(cases))))
+        return out
+
+    *matched, (_, fallback, _) = cases
+    if len(cases) <= FLAT_GOVERNING_BEYOND:
+        return [{"name": "policy", "expression": chain(matched, fallback)}]
+    # The groups in lists of at most EXPRESSION_SIZE code points each (cel-go's parser refuses a longer expression,
+    # and the apiserver keeps its default: github.com/google/cel-go v0.26.0 parser/parser.go, 100,000), a later list
+    # evaluated only when no group of the earlier ones matched.
+    chunks: list[list[str]] = [[]]
+    for start in range(0, len(matched), GOVERNING_GROUP):
+        group = matched[start : start + GOVERNING_GROUP]
+        check = _necessary([p for _, _, p in group if p is not None])
+        text = f"({check}) ? ({chain(group, NO_POLICY)}) : {string(NO_POLICY)}"
+        if chunks[-1] and sum(len(g) + 2 for g in chunks[-1]) + len(text) > EXPRESSION_SIZE:
+            chunks.append([])
+        chunks[-1].append(text)
+    none = string(NO_POLICY)
+    out = string(fallback)
+    for i in reversed(range(len(chunks))):
+        groups = f"variables.policyGroups{i}"
+        out = f"{groups}.exists(n, n != {none}) ? {groups}.filter(n, n != {none})[0] : {out}"
     return [
-        {"name": "policyMatches", "expression": matches},
-        {"name": "policy", "expression": f"{names}[{indices}.filter(i, variables.policyMatches[i])[0]]"},
+        *({"name": f"policyGroups{i}", "expression": "[" + ", ".join(c) + "]"} for i, c in enumerate(chunks)),
+        {"name": "policy", "expression": out},
     ]
 
 
@@ -1290,9 +1366,13 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         )
         + ")"
     )
-    wrong = f"variables.attribution.filter(s, !(s[0] in variables.labels) || variables.labels[s[0]] != {_ATTRIBUTION_VALUE})"
+    wrong = (
+        "variables.attribution.filter(s, !(s[0] in variables.labels) || "
+        f"variables.labels[s[0]] != {_ATTRIBUTION_VALUE})"
+    )
     owner = (
-        f"size(variables.attribution) == 0 ? !({workload} in variables.annotations) : ({kind} in variables.labels && "
+        f"size(variables.attribution) == 0 ? !({workload} in variables.annotations) : "
+        f"({kind} in variables.labels && "
         f"variables.labels[{kind}] == variables.workloadKind && {name} in variables.labels && "
         f"variables.labels[{name}] == variables.workloadName && {workload} in variables.annotations && "
         f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName)"
