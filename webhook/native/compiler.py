@@ -757,14 +757,17 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
             {"name": "maxPerContainer", "expression": f"{literal(per_container)}[?variables.policy].orValue(-1)"}
         )
         table = "variables.maxPerContainer"
-        first = f"variables.all.filter(c, {_gpu_sum('c')} > {table})[0]"
+        # The message names the first container over the limit from the counts the per-pod limit's message reads
+        # too (one count per activation), not by counting each container's GPUs again.
+        counts = "(variables.appGPUs + variables.initGPUs)"
         out.append(
             {
-                "expression": f"{table} < 0 || !(variables.appGPUs + variables.initGPUs).exists(n, n > {table})",
-                "messageExpression": f"'container \"' + {first}.name + '\": requests ' + "
-                f"string((variables.appGPUs + variables.initGPUs).filter(n, n > {table})[0]) + ' GPUs, more than "
-                f"the ' + string({table}) + ' per container that policy \"' + variables.policy + '\" allows; "
-                f"request at most ' + string({table}) + ', or split the work across pods (gpugate)'",
+                "expression": f"{table} < 0 || !{counts}.exists(n, n > {table})",
+                # indexOf (the Kubernetes list library): the first count over the limit is first at its container.
+                "messageExpression": f"[{counts}].map(g, [g.filter(n, n > {table})[0]].map(n, 'container \"' + "
+                "variables.all[g.indexOf(n)].name + '\": requests ' + string(n) + ' GPUs, more than the ' + "
+                f"string({table}) + ' per container that policy \"' + variables.policy + '\" allows; request at "
+                f"most ' + string({table}) + ', or split the work across pods (gpugate)')[0])[0]",
                 "message": "gpugate: a container requests more GPUs than its policy allows per container",
                 "reason": "Forbidden",
             }
