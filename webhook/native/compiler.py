@@ -513,9 +513,9 @@ def _pinning(p: Policy) -> set[str]:
 #: The value one attribution entry ``s`` of ``variables.attribution`` gives a pod: ``[key, 'value', value, '']`` or
 #: ``[key, 'from', namespace label, default]`` (``_plain_tables``).
 _ATTRIBUTION_VALUE = (
-    "s[1] == 'value' ? s[2] : (s[2] in variables.nsLabels && variables.nsLabels[s[2]] != '' && "
+    "(s[1] == 'value' ? s[2] : (s[2] in variables.nsLabels && variables.nsLabels[s[2]] != '' && "
     f"size(variables.nsLabels[s[2]]) <= 63 && variables.nsLabels[s[2]].matches({string(LABEL_VALUE)}) ? "
-    "string(variables.nsLabels[s[2]]) : s[3])"
+    "string(variables.nsLabels[s[2]]) : s[3]))"
 )
 
 
