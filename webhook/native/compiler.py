@@ -388,25 +388,19 @@ def _constant_patterns(objects: list[dict[str, Any]], policies: tuple[Policy, ..
             obj["spec"]["variables"] = [v for v in obj["spec"]["variables"] if v["name"] not in ("owned", "counted")]
 
 
-def _amount(container: str, resource: str) -> str:
-    """A container's amount of one resource as an integer (limits win, as ``pods.gpus.gpu_amounts``); a
-    fraction counts as 0 here (the apiserver refuses it before any validating admission policy runs)."""
-    q = (
-        f"quantity(string(has({container}.resources.limits) && {resource} in {container}.resources.limits ? "
-        f"{container}.resources.limits[{resource}] : {container}.resources.requests[{resource}]))"
-    )
-    return f"({q}.isInteger() ? {q}.asInteger() : 0)"
-
-
 def _gpu_sum(container: str) -> str:
-    names = (
-        f"((has({container}.resources) && has({container}.resources.limits) ? "
-        f"{container}.resources.limits.filter(r, r.matches(variables.counted)) : []) + "
-        f"(has({container}.resources) && has({container}.resources.requests) ? "
-        f"{container}.resources.requests.filter(r, r.matches(variables.counted) && "
-        f"!(has({container}.resources.limits) && r in {container}.resources.limits)) : []))"
+    """A container's GPUs: the sum of its GPU counts' limits. Validating admission runs after the apiserver has
+    validated the pod (k8s.io/apiserver v0.36.3 pkg/registry/generic/registry/store.go ``Create`` calls
+    ``rest.BeforeCreate``, the Pod strategy's validation, before ``createValidation``), which holds every extended
+    resource, as GPU counts are, to a whole, non-negative limit, and a request of one to a limit equal to it
+    (kubernetes v1.36.3 pkg/apis/core/validation/validation.go ``validateResourceRequirements``: "must be an
+    integer", "must be equal to ... limit", "Limit must be set for non overcommitable resources"): so the limits
+    hold every count (as ``pods.gpus.gpu_amounts``, limits winning), and a count is read with one quantity parse."""
+    limits = f"{container}.resources.limits"
+    return (
+        f"(has({container}.resources) && has({limits}) ? {limits}.filter(r, r.matches(variables.counted))"
+        f".map(r, quantity(string({limits}[r])).asInteger()).sum() : 0)"
     )
-    return f"{names}.map(r, {_amount(container, 'r')}).sum()"
 
 
 def _indices(n: int) -> str:
@@ -519,6 +513,14 @@ _ATTRIBUTION_VALUE = (
 )
 
 
+#: A toleration ``e`` of the pod is the normalized toleration ``n`` a device adds (``variables.tolerationsNormal``).
+_SAME_TOLERATION = (
+    "(has(e.key) ? e.key : '') == n['key'] && (has(e.operator) && e.operator != '' ? e.operator : 'Equal') == "
+    "n['operator'] && (has(e.value) ? e.value : '') == n['value'] && (has(e.effect) ? e.effect : '') == "
+    "n['effect'] && !has(e.tolerationSeconds)"
+)
+
+
 def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
     t = _plain_tables(policies)
 
@@ -596,11 +598,7 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         ]
     )
     tolerations = f"({spec}.tolerations)"
-    same = (
-        "(has(e.key) ? e.key : '') == n['key'] && (has(e.operator) && e.operator != '' ? e.operator : 'Equal') == "
-        "n['operator'] && (has(e.value) ? e.value : '') == n['value'] && (has(e.effect) ? e.effect : '') == "
-        "n['effect'] && !has(e.tolerationSeconds)"
-    )
+    same = _SAME_TOLERATION
     hidden = (
         "(!has(c.resources) || ![has(c.resources.limits) ? c.resources.limits : {}, "
         "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) "
@@ -776,7 +774,10 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         extra.append({"name": "maxPerPod", "expression": f"{literal(per_pod)}[?variables.policy].orValue(-1)"})
         table = "variables.maxPerPod"
         sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
-        app = f"variables.appGPUs.sum() + variables.init.filter(c, {sidecar}).map(c, {_gpu_sum('c')}).sum()"
+        app = (
+            f"variables.appGPUs.sum() + {_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
+            f"[variables.init[i]].all(c, {sidecar})).map(i, variables.initGPUs[i]).sum()"
+        )
         init_peak = (
             f"{_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
             "!(has(variables.init[i].restartPolicy) && variables.init[i].restartPolicy == 'Always')).map(i, "
@@ -786,7 +787,13 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         )
         # The pod's GPUs as the scheduler counts them (KEP-753): app containers and sidecars, or the largest
         # init container's with the sidecars started before it.
-        extra.append({"name": "podGPUs", "expression": f"([{app}] + {init_peak}).max()"})
+        # A pod without init containers (most) skips the init containers' arithmetic.
+        extra.append(
+            {
+                "name": "podGPUs",
+                "expression": f"size(variables.init) == 0 ? variables.appGPUs.sum() : ([{app}] + {init_peak}).max()",
+            }
+        )
         out.append(
             {
                 "expression": f"{table} < 0 || variables.podGPUs <= {table}",
@@ -798,10 +805,10 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
             }
         )
     names = _in(policies)
+    # The limits hold every GPU count (see _gpu_sum).
     zero = (
-        "variables.all.exists(c, has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, "
-        "has(c.resources.requests) ? c.resources.requests : {}].exists(m, m.exists(r, "
-        "r.matches(variables.counted) && !quantity(string(m[r])).isGreaterThan(quantity('0')))))"
+        "variables.all.exists(c, has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, "
+        "r.matches(variables.counted) && !quantity(string(c.resources.limits[r])).isGreaterThan(quantity('0'))))"
     )
     out.append(
         {
@@ -1385,11 +1392,15 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         "c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) && "
         "quantity(string(m[r])).isGreaterThan(quantity('0'))))"
     )
+    # As booleans, not the mutating policy's index lists (its patch needs the indices, this check does not): every
+    # toleration the device adds is there (``missingTolerations`` empty), and a container holds
+    # NVIDIA_VISIBLE_DEVICES exactly when gpugate-mutate voids it (``voidContainers``/``voidInit`` empty, and no other
+    # container has it): one pass over the containers.
     formed = " && ".join(
         [
-            "size(variables.missingTolerations) == 0",
-            "size(variables.voidContainers) == 0 && size(variables.voidInit) == 0",
-            f"variables.all.all(c, !has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}) || "
+            "variables.tolerationsNormal.all(n, has(object.spec.tolerations) && "
+            f"object.spec.tolerations.exists(e, {_SAME_TOLERATION}))",
+            f"variables.all.all(c, (has(c.env) && c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) == "
             f"(variables.voids && !(c.name in variables.shared) && !({gpu})))",
         ]
     )
