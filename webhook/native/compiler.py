@@ -1387,10 +1387,10 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         f"variables.labels[{name}] == variables.workloadName && {workload} in variables.annotations && "
         f"variables.annotations[{workload}] == variables.workloadKind + '/' + variables.workloadName)"
     )
+    # The limits hold every GPU count (see _gpu_sum).
     gpu = (
-        "has(c.resources) && [has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? "
-        "c.resources.requests : {}].exists(m, m.exists(r, r.matches(variables.counted) && "
-        "quantity(string(m[r])).isGreaterThan(quantity('0'))))"
+        "has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r.matches(variables.counted) && "
+        "quantity(string(c.resources.limits[r])).isGreaterThan(quantity('0')))"
     )
     # As booleans, not the mutating policy's index lists (its patch needs the indices, this check does not): every
     # toleration the device adds is there (``missingTolerations`` empty), and a container holds
