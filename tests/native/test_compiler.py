@@ -176,10 +176,26 @@ def test_a_formed_pod_s_claim_is_checked_on_the_object_not_by_forming_it_again(c
     for claim in claims:
         message = claim["messageExpression"]
         assert "variables.workload" not in message and "variables.missingTolerations" not in message, message
+    # The tolerations and void as booleans in one pass, not the mutating policy's index lists (its patch needs them).
+    for index_list in ("variables.missingTolerations", "variables.voidContainers", "variables.voidInit"):
+        assert index_list not in read, index_list
     # What the mutating policy gives: the labels it writes are the look-alike check's owned keys.
     assert (
         '["gpugate.io/team", "gpugate.io/cost-center", "gpugate.io/workload-kind", "gpugate.io/workload-name"]' in read
     )
+
+
+def test_gpu_counts_are_read_from_the_limits_alone(compiled: list[dict]) -> None:
+    """Validating admission runs after the apiserver validated the pod, which holds a GPU count (an extended
+    resource) to a whole limit that its request, if any, equals: the counts are read from the limits, with one
+    quantity parse each, and a pod without init containers skips their arithmetic."""
+    always = next(
+        o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
+    for name in ("appGPUs", "initGPUs"):
+        assert "requests" not in variables[name] and variables[name].count("quantity(") == 1, variables[name]
+    assert variables["podGPUs"].startswith("size(variables.init) == 0 ? variables.appGPUs.sum() : ")
 
 
 @pytest.mark.parametrize("glob", ["nvidia.com/mig-*", "amd.com/[sdqc]px_nps*", "team-?", "[!a]*", "ml-serving"])
