@@ -216,7 +216,7 @@ def main() -> None:
     parser.add_argument(
         "--weight-by-use",
         action="store_true",
-        help="run the report with --weight-by-use (this fleet has no time-sliced GPU: its cost where nothing is shared)",
+        help="run the report with --weight-by-use (this fleet has no time-sliced GPU: its cost where none is)",
     )
     args = parser.parse_args()
     directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"

@@ -191,10 +191,14 @@ def weight_fleet() -> Fleet:
     fleet.pod(*EXPORTER, node="node-t", resources={"cpu": 1}, attribution=None, interval=INTERVAL, end=LENGTH)
     device = dcgm_labels(gpu=0, uuid="GPU-t-0", model=T4, host="node-t", pod=EXPORTER)
     device["container"] = "nvidia-dcgm-exporter"
-    phases = ((0, 2 * HOUR, 0.8, (60.0, 20.0), True), (2 * HOUR, 3 * HOUR, 0.5, (50.0, 50.0), False))
-    phases += ((3 * HOUR, LENGTH, 0.05, (0.0, 0.0), True),)
+    phases = (
+        (0, 2 * HOUR, 0.8, (60.0, 20.0), True),
+        (2 * HOUR, 3 * HOUR, 0.5, (50.0, 50.0), False),
+        (3 * HOUR, LENGTH, 0.05, (0.0, 0.0), True),
+    )
     for pod, who in (("a", "alpha"), ("b", "beta")):
-        fleet.pod("ml", pod, node="node-t", resources={"nvidia.com/gpu": 1}, attribution=team(who, pod), **every)
+        held = {"nvidia.com/gpu": 1}
+        fleet.pod("ml", pod, node="node-t", resources=held, attribution=team(who, pod), interval=INTERVAL, end=LENGTH)
     for begin, end, engine, (use_a, use_b), per_pod in phases:
         if per_pod:
             dcgm("DCGM_FI_DEV_GPU_UTIL", device, engine * 100, begin, end)
@@ -202,7 +206,10 @@ def weight_fleet() -> Fleet:
             found = dcgm_labels(gpu=0, uuid="GPU-t-0", model=T4, host="node-t", pod=("ml", pod)) | {"vgpu": vgpu}
             dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", found, engine, begin, end)
             dcgm("DCGM_FI_DEV_GPU_UTIL", found | ({"pod_uid": f"uid-{pod}"} if per_pod else {}), use, begin, end)
-    fleet.pod("ml", "c", node="node-w", resources={"nvidia.com/gpu": 1}, attribution=team("gamma", "c"), **every)
+    whole_gpu = {"nvidia.com/gpu": 1}
+    fleet.pod(
+        "ml", "c", node="node-w", resources=whole_gpu, attribution=team("gamma", "c"), interval=INTERVAL, end=LENGTH
+    )
     whole = dcgm_labels(gpu=0, uuid="GPU-w-0", model=A100, host="node-w", pod=("ml", "c"))
     dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", whole, 0.3, 0, LENGTH)
     dcgm("DCGM_FI_DEV_GPU_UTIL", whole, 30.0, 0, LENGTH)
@@ -220,11 +227,17 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometh
 
 
 def report(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
-    result = gpugate(
-        "report", "--prometheus", prometheus.url, "--end", END_ISO, "--window", "4h", "--bucket", "1h", "-o", "json", *extra
-    )
+    window = ("--end", END_ISO, "--window", "4h", "--bucket", "1h")
+    result = gpugate("report", "--prometheus", prometheus.url, *window, "-o", "json", *extra)
     assert result.returncode == 0, result.stderr
     return checked(result.stdout)
+
+
+def assert_figures(document: dict[str, Any], want: dict[str, tuple[float, float, float, float]]) -> None:
+    got = figures(document)
+    assert set(got) == set(want), got
+    for group, expected in want.items():
+        assert got[group] == pytest.approx(expected, abs=1e-6), (group, got[group])
 
 
 def figures(document: dict[str, Any]) -> dict[str, tuple[float, float, float, float]]:
@@ -254,7 +267,7 @@ BY_REPLICAS = {
 
 def test_weight_by_use_splits_the_held_half_by_the_pods_use(weights: RunningPrometheus) -> None:
     document = report(weights, "--weight-by-use")
-    assert figures(document) == pytest.approx(BY_USE, abs=1e-6)
+    assert_figures(document, BY_USE)
     assert document["shared_gpus_split_by"] == "use"
     # 24 steps with per-pod figures; 12 without (the older exporter), 12 with only zeros: by replicas
     assert document["shared_gpu_steps"] == {"use": 24, "replicas": 24}
@@ -267,7 +280,7 @@ def test_weight_by_use_splits_the_held_half_by_the_pods_use(weights: RunningProm
 
 def test_without_weight_by_use_the_held_half_is_split_by_replicas(weights: RunningPrometheus) -> None:
     document = report(weights)
-    assert figures(document) == pytest.approx(BY_REPLICAS, abs=1e-6)
+    assert_figures(document, BY_REPLICAS)
     assert document["shared_gpus_split_by"] == "replicas"
     assert document["shared_gpu_steps"] == {"use": 0, "replicas": 48}
     assert not [note for note in document["notes"] if "weight-by-use" in note]
