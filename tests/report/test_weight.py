@@ -4,8 +4,8 @@ dcgm-exporter in virtual-GPU mode (``--kubernetes-virtual-gpus``) writes, since 
 fb5e3dc823f2, first in 4.5.3-4.8.2), ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_FB_USED`` per pod from NVML's
 per-process figures, one series per replica a pod holds (its labels ``pod``, ``namespace``, ``container``,
 ``pod_uid``, ``vgpu``), each with the pod's sum over its processes, ``0`` for a pod without any, and keeps the
-device's own series beside them (internal/pkg/transformation/kubernetes.go ``Process``, ``createPerProcessMetrics``;
-process_metrics.go ``isPerProcessMetric``, ``buildPodValueMap``, ``buildIdlePodValues``). Other fields, such as
+device's own series beside them (internal/pkg/transformation/kubernetes.go ``Process``, ``createPerProcessMetrics``,
+``buildPodValueMap``, ``buildIdlePodValues``; process_metrics.go ``isPerProcessMetric``). Other fields, such as
 ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, stay copies of the device's value per replica, as every field was before.
 
 Hand-computed: a T4 whose node's GFD says 4 replicas; pods ``a`` and ``b`` hold one replica each, so they hold half
