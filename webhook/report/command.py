@@ -142,6 +142,7 @@ def findings(report: Report, limit: tuple[float, bool]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # long: one call per flag, in the order --help lists them
     parser.add_argument(
         "--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090"
     )

@@ -384,21 +384,7 @@ class Integrator(Totals):
             device = devices.meta[key]
             holders = devices.holders[key]
             replicas = sum(1 for holder, _ in holders if holder == pod)
-            time_sliced = key[0] in self.time_sliced or any(v for _, v in holders)
-            kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
-            # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
-            wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
-            if not device.profile and (time_sliced or len(holders) > 1):
-                wanted = (SHARED, WHOLE)
-            for _ in range(replicas):
-                for resource in wanted:
-                    if resource in units:
-                        units.remove(resource)
-                        if resource == SHARED:
-                            kind = "shared"
-                            self.time_sliced.add(key[0])
-                        self.capacity.requested_as.setdefault((device.model, kind), resource)
-                        break
+            kind = self._use_requests(key, device, len(holders), replicas, units, any(v for _, v in holders))
             # Several pods on one device in one step of a GPU never seen time-sliced is a hand-over (one pod
             # ended, the next started): the hours are split, but the GPU is not a shared one.
             unit = self._unit(
@@ -428,6 +414,27 @@ class Integrator(Totals):
             if utilisation is not None:
                 workload.samples += 1
         return seen
+
+    def _use_requests(
+        self, key: DeviceKey, device: DeviceSeries, holders: int, replicas: int, units: list[str], vgpu: bool
+    ) -> str:
+        """The requested units a device's replicas held by the pod stand for, used up; the kind it is billed as."""
+        time_sliced = key[0] in self.time_sliced or vgpu
+        kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
+        # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
+        wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
+        if not device.profile and (time_sliced or holders > 1):
+            wanted = (SHARED, WHOLE)
+        for _ in range(replicas):
+            for resource in wanted:
+                if resource in units:
+                    units.remove(resource)
+                    if resource == SHARED:
+                        kind = "shared"
+                        self.time_sliced.add(key[0])
+                    self.capacity.requested_as.setdefault((device.model, kind), resource)
+                    break
+        return kind
 
     def _bill_missing(
         self,
