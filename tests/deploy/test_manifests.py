@@ -202,6 +202,8 @@ def test_the_inventory_role_reads_exactly_its_kinds(base: list[dict[str, Any]]) 
     watch = ("get", "list", "watch")
     assert granted == {
         ("", "nodes"): watch,
+        # a ResourceClaim's CREATE: the pods labelled gpugate.io/claims-pending for it, or its owner pod
+        ("", "pods"): ("get", "list"),
         ("node.k8s.io", "runtimeclasses"): watch,
         ("resource.k8s.io", "deviceclasses"): watch,
         ("resource.k8s.io", "resourceslices"): watch,

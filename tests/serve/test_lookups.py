@@ -73,6 +73,12 @@ class Fleet:
     def inventory(self) -> None:
         return None  # not synced: claims come only from reads
 
+    def pending_pods(self, namespace: str, claim: str, *, timeout: float, limit: int) -> list[dict]:
+        return []
+
+    def pod(self, namespace: str, name: str, *, timeout: float) -> None:
+        return None
+
     def stats(self) -> dict[str, int]:
         return {}
 
