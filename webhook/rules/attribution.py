@@ -203,7 +203,7 @@ def mark_pending_claims(editor: PodEditor, ctx: PodContext) -> list[Change]:
         return [
             Change(
                 "labels",
-                f"no label {CLAIMS_PENDING_LABEL}",
+                f"the removal of label {CLAIMS_PENDING_LABEL}={current}",
                 warning=f"label {CLAIMS_PENDING_LABEL}={current} removed: gpugate sets it, for claims it cannot read",
             )
         ]
