@@ -221,7 +221,7 @@ def test_claims_created_after_the_pod_that_names_them_add_up(fleet: Stack) -> No
         naming("p", ns, {"name": "a", "resourceClaimName": "first"}, {"name": "b", "resourceClaimName": "second"}),
     )
     assert made.ok, made
-    assert made.json["metadata"]["labels"]["gpugate.io/claims-pending"] == "Several"
+    assert made.json()["metadata"]["labels"]["gpugate.io/claims-pending"] == "Several"
     assert create(cp, resource_claim("first", ns, exactly(6))).ok
     message = refused(create(cp, resource_claim("second", ns, exactly(6))))
     assert message.startswith(
@@ -260,7 +260,7 @@ def test_a_claim_made_from_a_template_is_added_to_its_owner_pod(fleet: Stack) ->
         ),
     )
     assert made.ok, made
-    assert "gpugate.io/claims-pending" not in (made.json["metadata"].get("labels") or {})  # a template: no list needed
+    assert "gpugate.io/claims-pending" not in (made.json()["metadata"].get("labels") or {})  # a template: no list needed
     assert create(cp, template("per-pod", ns, exactly(6))).ok
     claim = resource_claim("p-own-x7k2q", ns, exactly(6))
     claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "own"}
@@ -269,7 +269,7 @@ def test_a_claim_made_from_a_template_is_added_to_its_owner_pod(fleet: Stack) ->
             "apiVersion": "v1",
             "kind": "Pod",
             "name": "p",
-            "uid": made.json["metadata"]["uid"],
+            "uid": made.json()["metadata"]["uid"],
             "controller": True,
             "blockOwnerDeletion": True,
         }
