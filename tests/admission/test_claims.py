@@ -7,6 +7,7 @@ apiserver: tests/e2e/test_dra_limits.py."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -193,7 +194,7 @@ class Cluster:
         meta = obj["metadata"]
         self.claims[(obj["kind"], meta["namespace"], meta["name"])] = claim_of(obj)
 
-    def pending(self, namespace: str, claim_name: str) -> list[dict[str, Any]] | None:
+    def pending(self, namespace: str, claim_name: str) -> list[Mapping[str, Any]] | None:
         """As the label selector gpugate.io/claims-pending in (<name>, Several) selects."""
         self.lists.append((namespace, claim_name))
         wanted = {claim_name, "Several"}

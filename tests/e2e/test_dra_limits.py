@@ -260,7 +260,8 @@ def test_a_claim_made_from_a_template_is_added_to_its_owner_pod(fleet: Stack) ->
         ),
     )
     assert made.ok, made
-    assert "gpugate.io/claims-pending" not in (made.json()["metadata"].get("labels") or {})  # a template: no list needed
+    # a template: no list needed, the claim made from it names its owner
+    assert "gpugate.io/claims-pending" not in (made.json()["metadata"].get("labels") or {})
     assert create(cp, template("per-pod", ns, exactly(6))).ok
     claim = resource_claim("p-own-x7k2q", ns, exactly(6))
     claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "own"}

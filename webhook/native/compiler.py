@@ -1233,7 +1233,8 @@ def decided_natively(policies: tuple[Policy, ...]) -> str:
             f"{string(MUTATED_ANNOTATION)} in {meta}.annotations",
             f"{meta}.annotations.all(k, (!k.startsWith({string(GROUP + '/')}) || k in {literal(list(BOOKKEEPING))}) "
             f"&& !({CDI}) && !(k in {literal(holders)}))",
-            f"(!has({meta}.labels) || ![{string(MODEL_LABEL)}, {string(CLAIMS_PENDING_LABEL)}].exists(k, k in {meta}.labels))",
+            f"(!has({meta}.labels) || ![{string(MODEL_LABEL)}, {string(CLAIMS_PENDING_LABEL)}].exists(k, "
+            f"k in {meta}.labels))",
             f"!has({spec}.nodeName)",
             f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
             f"size({spec}.containers) <= {MAX_CONTAINERS}",
