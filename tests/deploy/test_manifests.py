@@ -669,6 +669,8 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     # The GPU Operator's other runtime classes (assets/pre-requisites/0210_*, 0220_*): gpuRuntimeClasses.
     ("CPU pod under nvidia-cdi", pod(pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     ("CPU pod under nvidia-legacy", pod(pod_spec(runtimeClassName="nvidia-legacy")), None, True),
+    # k3s's and RKE2's (k3s-io/k3s manifests/runtimes.yaml).
+    ("CPU pod under nvidia-experimental", pod(pod_spec(runtimeClassName="nvidia-experimental")), None, True),
     ("Deployment under nvidia-cdi", workload("Deployment", pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     (
         "GPU only in an init container",
@@ -926,6 +928,12 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         pod(pod_spec(runtimeClassName="nvidia-legacy")),
         None,
         ['GPU runtime class "nvidia-legacy"'],
+    ),
+    (
+        "CPU pod under nvidia-experimental",
+        pod(pod_spec(runtimeClassName="nvidia-experimental")),
+        None,
+        ['GPU runtime class "nvidia-experimental"'],
     ),
     ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
     ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),

@@ -61,8 +61,8 @@ def backstop_variables(base: Path) -> dict[str, str]:
     }
 
 
-def test_the_shipped_default_is_the_gpu_operators_runtime_classes():
-    assert DEFAULT_GPU_RUNTIME_CLASSES == ("nvidia", "nvidia-cdi", "nvidia-legacy")
+def test_the_shipped_default_is_the_gpu_operators_and_k3s_s_runtime_classes():
+    assert DEFAULT_GPU_RUNTIME_CLASSES == ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
 
 
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
