@@ -67,12 +67,15 @@ def _with_runtime_classes(fleet: Inventory, **handlers: str) -> Inventory:
         fleet,
         runtime_classes=fleet.runtime_classes | set(handlers),
         runtime_handlers={**fleet.runtime_handlers, **handlers},
+        _cache={},
     )
 
 
 def _evaluate(expression: str, pod: dict[str, Any], variables: dict[str, Any], operation: str = "CREATE") -> Any:
     env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "request", "variables")})
-    value = env.compile(expression).eval(data={"object": pod, "request": {"operation": operation}, "variables": variables})
+    value = env.compile(expression).eval(
+        data={"object": pod, "request": {"operation": operation}, "variables": variables}
+    )
     assert value.type() != cel.Type.ERROR, value.value()
     return value.plain_value()
 
@@ -96,12 +99,15 @@ def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_
     alias = vap["spec"]["validations"][-1]
     assert alias["expression"].startswith("request.operation != 'CREATE' || ")  # every mode, not enforce only
     assert "holdsGPU" in {v["name"] for v in vap["spec"]["variables"]}
-    cpu = {"metadata": {"name": "p"}, "spec": {"runtimeClassName": "my-gpu", "containers": [{"name": "c"}]}}
+    cpu: dict[str, Any] = {
+        "metadata": {"name": "p"},
+        "spec": {"runtimeClassName": "my-gpu", "containers": [{"name": "c"}]},
+    }
     research = {"policy": "research", "holdsGPU": False}  # a warn-mode policy: refused all the same
     assert _evaluate(alias["expression"], cpu, research) is False
     assert _evaluate(alias["messageExpression"], cpu, research) == (
         'pod: requests no GPU but runs under the GPU runtime class "my-gpu" (RuntimeClass "my-gpu" has handler '
-        '"nvidia", a GPU runtime\'s), which can expose the node\'s GPUs to it; remove runtimeClassName, or request a '
+        "\"nvidia\", a GPU runtime's), which can expose the node's GPUs to it; remove runtimeClassName, or request a "
         'GPU in resources.limits (policy "research", gpugate pool digest)'
     )
     assert _evaluate(alias["expression"], cpu, {**research, "holdsGPU": True}) is True

@@ -7,10 +7,10 @@ profile's ``runtimeClassPods``: device-plugin pods, fractional holds; never DRA-
 synced inventory only when the RuntimeClass exists. A pod that requests no GPU must not run
 under a GPU runtime class (``nonGPUPods.gpuRuntimeClass: deny``): the policy's ``gpuRuntimeClasses`` (by
 default the GPU Operator's ``nvidia``, ``nvidia-cdi`` and ``nvidia-legacy``, and k3s's ``nvidia-experimental``),
-every device's ``runtimeClassName``, and, with the inventory, any RuntimeClass whose handler is a GPU runtime's (an
-alias ``my-gpu`` with ``handler: nvidia``; ``webhook.pods.runtime_classes``). CUDA images set ``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime
-such a pod sees every GPU of its node unless the container toolkit refuses that variable from unprivileged
-pods.
+every device's ``runtimeClassName``, and, with the inventory, any RuntimeClass whose handler is a GPU runtime's
+(an alias ``my-gpu`` with ``handler: nvidia``; ``webhook.pods.runtime_classes``). CUDA images set
+``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime such a pod sees every GPU of its node
+unless the container toolkit refuses that variable from unprivileged pods.
 """
 
 from __future__ import annotations
