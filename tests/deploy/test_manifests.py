@@ -178,6 +178,8 @@ def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
             ("ValidatingWebhookConfiguration", "gpugate"),
             ("ValidatingAdmissionPolicy", "gpugate-backstop"),
             ("ValidatingAdmissionPolicyBinding", "gpugate-backstop"),
+            ("ValidatingAdmissionPolicy", "gpugate-runtime-handlers"),
+            ("ValidatingAdmissionPolicyBinding", "gpugate-runtime-handlers"),
         ]
     )
     cluster_scoped = {
@@ -484,8 +486,8 @@ def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> Non
     wanted = [*EXCLUDED, "gpu-operator"]
     for hook in webhooks(objects):
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
+    for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
 
 
 # ---- overlays ----------------------------------------------------------------------------------
@@ -897,7 +899,7 @@ class Backstop:
 
 @pytest.fixture(scope="module")
 def backstop(base: list[dict[str, Any]]) -> Backstop:
-    return Backstop(find(base, "ValidatingAdmissionPolicy"))
+    return Backstop(find(base, "ValidatingAdmissionPolicy", "gpugate-backstop"))
 
 
 NVIDIA = {"runtimeClassName": "nvidia"}
