@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import env, gpu_pod, mutated, pod, request, standard, validated
-from webhook.admission.engine import validate
+from tests.support import apply, gpu_pod, mutated, pod, request, standard, validated
+from webhook.admission.decision import Environment
+from webhook.admission.engine import mutate, validate
 from webhook.inventory.model import Inventory
 from webhook.policy.model import PolicySet
 
@@ -27,8 +28,7 @@ FLEET = Inventory.of(
 
 def validated_in(obj: dict[str, Any], policy_set: PolicySet, fleet: Inventory | None = FLEET) -> Any:
     """/validate with the live inventory ``fleet``."""
-    environment = env(policy_set)
-    return validate(request(obj), type(environment)(policies=policy_set, fleet=lambda: fleet))
+    return validate(request(obj), Environment(policies=policy_set, fleet=lambda: fleet))
 
 
 def test_runtime_class_is_injected_into_gpu_pods():
@@ -150,3 +150,20 @@ def test_a_class_sharing_the_handler_of_a_policys_own_gpu_runtime_class_is_one_t
     assert validated_in(pod(runtimeClassName="sandbox-2"), standard()).allowed  # not a GPU handler for this one
     # The list replaces the default names, never what a handler is: nvidia-cdi is still the NVIDIA runtime.
     assert not validated_in(pod(runtimeClassName="nvidia-cdi"), listed).allowed
+
+
+def test_a_gpu_pod_under_an_alias_of_the_required_runtime_class_keeps_it():
+    """``my-gpu`` has the handler of ``nvidia``, the class the policy requires: the same runtime, no wrong choice;
+    a class of another handler is still one, and without the inventory a different name is a different choice."""
+    environment = Environment(policies=standard(), fleet=lambda: FLEET)
+    sent = gpu_pod(1, runtimeClassName="my-gpu")
+    formed = apply(sent, mutate(request(sent), environment).patch)
+    assert formed["spec"]["runtimeClassName"] == "my-gpu"  # kept, never overwritten
+    assert validate(request(formed), environment).allowed
+    other = gpu_pod(1, runtimeClassName="crun")
+    verdict = validate(request(apply(other, mutate(request(other), environment).patch)), environment)
+    assert 'spec.runtimeClassName: pod: runtimeClassName is "crun", but policy "standard" requires "nvidia"' in (
+        verdict.message
+    )
+    blind = validated_in(formed, standard(), fleet=None)
+    assert 'runtimeClassName is "my-gpu", but policy "standard" requires "nvidia"' in blind.message

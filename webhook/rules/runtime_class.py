@@ -109,7 +109,7 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     if actual in (None, "") or device is None or actual == device.runtime_class_name:
         return []  # absent (the mutator's to add), or the one gpugate would set: never a wrong choice
     wanted = _wanted(pod, ctx)
-    if wanted is None:
+    if wanted is None or _same_handler(actual, wanted, ctx):
         return []
     return [
         Violation(
@@ -120,6 +120,13 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
             f'remove runtimeClassName (gpugate sets "{wanted}") or set it to "{wanted}"',
         )
     ]
+
+
+def _same_handler(actual: Any, wanted: str, ctx: PodContext) -> bool:
+    """An alias of the runtime class the policy requires: a live RuntimeClass with the same handler (``my-gpu``
+    with ``handler: nvidia`` for ``nvidia``) runs the pod under the same runtime, so it is no wrong choice."""
+    handlers = ctx.fleet.runtime_handlers if ctx.fleet is not None else {}
+    return isinstance(actual, str) and bool(handlers.get(wanted)) and handlers.get(actual) == handlers.get(wanted)
 
 
 @record.mutator(pods="gpu")
