@@ -1,7 +1,7 @@
 """How long ``gpugate report`` takes, and how much memory, over a fleet's data served by a real Prometheus.
 
 Run: .venv/bin/python bench/report_scale.py [--gpus 1000] [--hours 168] [--step 5m] [--outputs table,json,html]
-     [--interval 60] [--writer promtool|tsdbgen] [--keep DIR]
+     [--interval 60] [--writer promtool|tsdbgen] [--keep DIR] [--weight-by-use]
 Generates the data (dcgm-exporter and kube-state-metrics every --interval s: per 8 GPUs a node with a
 4-GPU and a 2-GPU pod that run throughout and two 1-GPU jobs recreated every day, 20 teams), writes it
 as TSDB blocks (promtool's OpenMetrics backfill half a day at a time, since promtool 2.42 reads its whole
@@ -213,6 +213,11 @@ def main() -> None:
         default="promtool",
         help="promtool's OpenMetrics backfill (default) or bench/tsdbgen, which writes blocks directly (needs go)",
     )
+    parser.add_argument(
+        "--weight-by-use",
+        action="store_true",
+        help="run the report with --weight-by-use (this fleet has no time-sliced GPU: its cost where none is)",
+    )
     args = parser.parse_args()
     directory = args.keep or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpugate-report-scale-{os.getpid()}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -244,6 +249,7 @@ def main() -> None:
                 args.step,
                 "-o",
                 output,
+                *(["--weight-by-use"] if args.weight_by_use else []),
             ]
             started = time.monotonic()
             result, rss_kib = _run_measured(command)
@@ -260,7 +266,8 @@ def main() -> None:
                 )
             print(
                 f"-o {output}: {elapsed:.1f} s, max RSS {rss_kib / 1024:,.0f} MiB, {len(result.stdout):,} bytes "
-                f"(gpugate report --window {args.hours}h --step {args.step} over {args.gpus} GPUs)",
+                f"(gpugate report --window {args.hours}h --step {args.step}"
+                f"{' --weight-by-use' if args.weight_by_use else ''} over {args.gpus} GPUs)",
                 flush=True,
             )
     finally:

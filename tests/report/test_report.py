@@ -214,7 +214,7 @@ def test_every_json_document_follows_the_published_schema(
     prometheus: RunningPrometheus, extra: tuple[str, ...]
 ) -> None:
     document = report_json(prometheus, *extra)
-    assert document["schema_version"] == "gpugate.io/report/v1.3"
+    assert document["schema_version"] == "gpugate.io/report/v1.4"
 
 
 def test_capacity_is_allocated_plus_unallocated_and_reconciles(by_team: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 SOURCE_PROF = "GR_ENGINE_ACTIVE"
 SOURCE_DEV = "GPU_UTIL"
@@ -82,6 +83,23 @@ def mig_fraction(profile: str, *, model: str = "") -> tuple[float, bool]:
     slices = mig_slices(model)
     g = int(match.group(1))
     return min(1.0, g / (slices or DEFAULT_SLICES)), slices is not None
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def split_by_use(use: Mapping[K, float | None], held: float) -> dict[K, float] | None:
+    """``--weight-by-use``: the part of a time-sliced or MPS GPU its pods hold (their replicas' share, ``held``)
+    split between them in proportion to each one's use, dcgm-exporter's per-pod ``DCGM_FI_DEV_GPU_UTIL`` on the
+    device in the step (NVML's per-process SM utilisation summed per pod, since NVIDIA/dcgm-exporter#594). None
+    where a pod has no figure or all are 0 (nobody measurably used it): the caller splits by replicas held."""
+    if not use or any(value is None for value in use.values()):
+        return None
+    weights = {pod: max(0.0, float(value or 0.0)) for pod, value in use.items()}
+    total = sum(weights.values())
+    if total <= 0.0:
+        return None
+    return {pod: held * weight / total for pod, weight in weights.items()}
 
 
 def mig_profile_of(resource: str) -> str:

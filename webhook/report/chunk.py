@@ -85,6 +85,11 @@ class StepDevices:
     # (pod, replica) per device: a pod holding two replicas of one time-sliced GPU holds two of its shares.
     holders: dict[DeviceKey, set[tuple[Pod, str]]] = field(default_factory=lambda: defaultdict(set))
     dcgm_attribution: dict[Pod, dict[str, str]] = field(default_factory=dict)
+    # Devices with a DCGM_FI_DEV_GPU_UTIL series of their own (no pod, or the exporter's) in the step. In
+    # virtual-GPU mode dcgm-exporter keeps it beside the pods' only where it writes per-pod figures, since
+    # NVIDIA/dcgm-exporter#594 (internal/pkg/transformation/kubernetes.go Process: "original device-level
+    # metric"); before, or where NVML gave no per-process figures, the pods' series are copies of the device's.
+    util_device_level: set[DeviceKey] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -260,9 +265,9 @@ class Chunk:
         process is lower and loses), so the device's value is their maximum."""
         found = StepDevices()
         exporters = {self.non_gpu_series[n] for n, _ in self.non_gpu[i]} | (placeholders or set())
-        for samples, info, values, of_pod, scale in (
-            (self.engine[i], self.engine_series, found.prof, found.prof_of_pod, 100.0),
-            (self.util[i], self.util_series, found.dev, found.dev_of_pod, 1.0),
+        for samples, info, values, of_pod, scale, own in (
+            (self.engine[i], self.engine_series, found.prof, found.prof_of_pod, 100.0, None),
+            (self.util[i], self.util_series, found.dev, found.dev_of_pod, 1.0, found.util_device_level),
         ):
             for number, raw in samples:
                 series = info[number]
@@ -277,6 +282,8 @@ class Chunk:
                     found.holders[key].add((series.pod, series.vgpu))
                     if series.attribution:
                         found.dcgm_attribution[series.pod] = series.attribution
+                elif own is not None:
+                    own.add(key)
         return found
 
     def pods(self, i: int) -> tuple[dict[Pod, list[str]], dict[Pod, str], dict[Pod, dict[str, str] | None]]:

@@ -142,6 +142,7 @@ def findings(report: Report, limit: tuple[float, bool]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # long: one call per flag, in the order --help lists them
     parser.add_argument(
         "--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090"
     )
@@ -192,6 +193,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --recommend: also write each recommended GPUPolicy to DIR/<policy name>.yaml, for "
         "gpugate audit --compare-to DIR",
     )
+    parser.add_argument(
+        "--weight-by-use",
+        action="store_true",
+        help="split a time-sliced or MPS GPU's held part between its pods by their use (dcgm-exporter's per-pod "
+        "DCGM_FI_DEV_GPU_UTIL, 4.5.3-4.8.2 or later with --kubernetes-virtual-gpus) instead of by replicas held; "
+        "a step without per-pod figures is split by replicas (docs/report.md)",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many idle workloads to list (default 10)")
     parser.add_argument("-o", "--output", choices=FORMATS, default="table", help="table (default), csv, json, html")
     parser.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
@@ -241,7 +249,13 @@ def _compute(args: argparse.Namespace, progress: _Steps) -> Report:
     if prices is not None and (prices.node_label or prices.node_series):
         prices = node_prices(prometheus, prices, start=start, end=end, notes=notes)
     integrator = Integrator(
-        step=step, group_by=args.group, threshold=args.threshold, prices=prices, top=args.top, bucket=bucket
+        step=step,
+        group_by=args.group,
+        threshold=args.threshold,
+        prices=prices,
+        top=args.top,
+        bucket=bucket,
+        weight_by_use=args.weight_by_use,
     )
     for chunk in stream_inputs(prometheus, start=start, end=end, step=step, progress=progress):
         integrator.add(chunk)

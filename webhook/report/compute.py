@@ -11,7 +11,8 @@ explains each rule and its source.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
 
 from .accounting import (
     MIG_PREFIX,
@@ -29,6 +30,7 @@ from .accounting import (
     mig_profile_of,
     model_memory_mib,
     sanitize,
+    split_by_use,
 )
 from .chunk import Chunk, Claim, DeviceSeries, StepDevices
 from .model import (
@@ -79,6 +81,7 @@ class Integrator(Totals):
         top: int = 10,
         bucket: int | None = None,
         keep_timeline: bool = True,
+        weight_by_use: bool = False,
     ) -> None:
         super().__init__(
             step=step,
@@ -88,6 +91,7 @@ class Integrator(Totals):
             top=top,
             bucket=bucket,
             keep_timeline=keep_timeline,
+            weight_by_use=weight_by_use,
         )
         self.known_units: dict[Pod, list[Unit]] = {}
         self.time_sliced: set[str] = set()  # GPU UUIDs seen with dcgm-exporter's vgpu label, or requested as shared
@@ -144,6 +148,7 @@ class Integrator(Totals):
             self.devices_seen.update(devices.meta)
             held = {key: {pod for pod, _ in holders} for key, holders in devices.holders.items()}
             self._bill_claims(chunk.claims(i, held), devices, requested, ksm, index, t)
+        use = self._split_shared(devices)
         pod_devices: dict[Pod, list[DeviceKey]] = defaultdict(list)
         for key in sorted(devices.holders):
             for pod in sorted({pod for pod, _ in devices.holders[key]}):
@@ -152,7 +157,9 @@ class Integrator(Totals):
             accumulator, workload = self._owner(pod, ksm.get(pod), devices.dcgm_attribution.get(pod))
             self.last_group[pod] = (accumulator.row.group, workload.key)
             units = sorted(requested.get(pod, ()))
-            seen = self._bill_devices(pod, pod_devices.get(pod, ()), units, devices, accumulator, workload, index, t)
+            seen = self._bill_devices(
+                pod, pod_devices.get(pod, ()), units, devices, accumulator, workload, index, t, use=use
+            )
             if seen:
                 self.known_units[pod] = seen
             self._bill_missing(pod, units, nodes.get(pod, ""), len(seen), accumulator, workload, index, t)
@@ -167,6 +174,28 @@ class Integrator(Totals):
             self.total.merge_step(accumulator)
             accumulator.close_step()
         self.total.close_step()
+
+    def _split_shared(self, devices: StepDevices) -> dict[tuple[DeviceKey, Pod], float]:
+        """The time-sliced or MPS GPUs several pods hold in the step (dcgm-exporter's vgpu copies), counted by how
+        their held part is split; with --weight-by-use, each pod's part of the device by its use where the step has
+        per-pod figures (:func:`split_by_use`), else nothing: the pods are billed by their replicas."""
+        out: dict[tuple[DeviceKey, Pod], float] = {}
+        for key, holders in devices.holders.items():
+            if len(holders) < 2 or not any(vgpu for _, vgpu in holders):
+                continue
+            pods = {pod for pod, _ in holders}
+            if len(pods) < 2:
+                continue
+            parts = None
+            if self.weight_by_use and key in devices.util_device_level:
+                device = devices.meta[key]
+                # as _bill_devices bills them: each replica 1/R where GFD names R, else the holders split the GPU
+                replicas = 0 if device.profile else self.replicas.get(device.host, 0)
+                held = len(holders) / max(len(holders), replicas)
+                parts = split_by_use({pod: devices.dev_of_pod.get((key, pod)) for pod in pods}, held)
+            self.shared_steps["replicas" if parts is None else "use"] += 1
+            out.update(((key, pod), part) for pod, part in (parts or {}).items())
+        return out
 
     def _owner(self, pod: Pod, ksm: dict[str, str] | None, dcgm: dict[str, str] | None) -> tuple[Accumulator, Workload]:
         """The group and workload a pod's step is billed to (kube_pod_labels first, then dcgm-exporter's copies)."""
@@ -345,28 +374,17 @@ class Integrator(Totals):
         workload: Workload,
         index: int,
         t: float,
+        *,
+        use: Mapping[tuple[DeviceKey, Pod], float],
     ) -> list[Unit]:
-        """Bill the devices telemetry shows the pod holding; each uses up the requested units it stands for."""
+        """Bill the devices telemetry shows the pod holding; each uses up the requested units it stands for.
+        ``use``: a time-sliced GPU's part of the pod by its use (--weight-by-use), in place of its replicas'."""
         seen: list[Unit] = []
         for key in keys:
             device = devices.meta[key]
             holders = devices.holders[key]
             replicas = sum(1 for holder, _ in holders if holder == pod)
-            time_sliced = key[0] in self.time_sliced or any(v for _, v in holders)
-            kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
-            # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
-            wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
-            if not device.profile and (time_sliced or len(holders) > 1):
-                wanted = (SHARED, WHOLE)
-            for _ in range(replicas):
-                for resource in wanted:
-                    if resource in units:
-                        units.remove(resource)
-                        if resource == SHARED:
-                            kind = "shared"
-                            self.time_sliced.add(key[0])
-                        self.capacity.requested_as.setdefault((device.model, kind), resource)
-                        break
+            kind = self._use_requests(key, device, len(holders), replicas, units, any(v for _, v in holders))
             # Several pods on one device in one step of a GPU never seen time-sliced is a hand-over (one pod
             # ended, the next started): the hours are split, but the GPU is not a shared one.
             unit = self._unit(
@@ -379,6 +397,8 @@ class Integrator(Totals):
                 node=device.host,
             )
             seen.extend([unit] * replicas)
+            part = use.get((key, pod))
+            billed = unit if part is None else replace(unit, share=unit.fraction * part, price_share=part)
             own = kind != "shared" and len(holders) > 1
             utilisation = devices.prof_of_pod.get((key, pod)) if own else devices.prof.get(key)
             source = SOURCE_PROF
@@ -389,11 +409,32 @@ class Integrator(Totals):
             for replica in range(1, replicas if kind == "shared" else 1):  # each replica a pod holds counts
                 accumulator.counts[kind].add((pod, key, replica))
             self._account(
-                unit, accumulator, workload, held=held, index=index, t=t, utilisation=utilisation, source=source
+                billed, accumulator, workload, held=held, index=index, t=t, utilisation=utilisation, source=source
             )
             if utilisation is not None:
                 workload.samples += 1
         return seen
+
+    def _use_requests(
+        self, key: DeviceKey, device: DeviceSeries, holders: int, replicas: int, units: list[str], vgpu: bool
+    ) -> str:
+        """The requested units a device's replicas held by the pod stand for, used up; the kind it is billed as."""
+        time_sliced = key[0] in self.time_sliced or vgpu
+        kind = device.profile or ("shared" if time_sliced else "dra" if device.dra else "whole")
+        # mixed strategy names the profile; single strategy requests it as nvidia.com/gpu
+        wanted = (MIG_PREFIX + sanitize(device.profile), WHOLE) if device.profile else (WHOLE, SHARED)
+        if not device.profile and (time_sliced or holders > 1):
+            wanted = (SHARED, WHOLE)
+        for _ in range(replicas):
+            for resource in wanted:
+                if resource in units:
+                    units.remove(resource)
+                    if resource == SHARED:
+                        kind = "shared"
+                        self.time_sliced.add(key[0])
+                    self.capacity.requested_as.setdefault((device.model, kind), resource)
+                    break
+        return kind
 
     def _bill_missing(
         self,
@@ -602,10 +643,17 @@ def compute_report(
     prices: Prices | None = None,
     top: int = 10,
     bucket: int | None = None,
+    weight_by_use: bool = False,
 ) -> Report:
     """The report of one chunk that holds the whole window (tests; the command streams chunks)."""
     integrator = Integrator(
-        step=inputs.step, group_by=group_by, threshold=threshold, prices=prices, top=top, bucket=bucket
+        step=inputs.step,
+        group_by=group_by,
+        threshold=threshold,
+        prices=prices,
+        top=top,
+        bucket=bucket,
+        weight_by_use=weight_by_use,
     )
     integrator.add(inputs)
     integrator.memory(inputs.memory_peak)

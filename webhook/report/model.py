@@ -145,6 +145,10 @@ class Report:
     buckets: dict[str, list[Bucket]] = field(default_factory=dict)  # "fleet" and each group
     all_workloads: list[Workload] = field(default_factory=list)
     recommendations: list[dict[str, Any]] | None = None  # --recommend (webhook/report/recommend.py)
+    # How a time-sliced or MPS GPU's held part is split between its pods: "replicas" held, or "use"
+    # (--weight-by-use); and the device-steps with several pods split each way
+    shared_gpus_split_by: str = "replicas"
+    shared_gpu_steps: dict[str, int] = field(default_factory=lambda: {"use": 0, "replicas": 0})
 
 
 Pod = tuple[str, str]

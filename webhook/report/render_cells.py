@@ -122,4 +122,5 @@ def summary(report: Report) -> str:
         f"GPU-hours from {_time(report.start)} to {_time(report.end)} UTC, step {report.step:g} s; idle = "
         f"utilisation below {report.threshold:g}%; {100 * report.total.telemetry_share:.0f}% of allocated "
         "GPU-hours had telemetry"
+        + ("; time-sliced and MPS GPUs split by use (--weight-by-use)" if report.shared_gpus_split_by == "use" else "")
     )

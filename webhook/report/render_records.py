@@ -16,7 +16,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-SCHEMA_VERSION = "gpugate.io/report/v1.3"
+SCHEMA_VERSION = "gpugate.io/report/v1.4"
 ROW_FIELDS = (
     "allocated_gpu_hours",
     "busy_gpu_hours",
@@ -163,6 +163,8 @@ def document(report: Report) -> dict[str, Any]:
         "group_by": report.group_by,
         "idle_threshold": _r(report.threshold / 100, 4),
         "currency": report.currency,
+        "shared_gpus_split_by": report.shared_gpus_split_by,
+        "shared_gpu_steps": dict(report.shared_gpu_steps),
         "capacity": _capacity_dict(report),
         "groups": [_row_dict(row, priced=priced) for row in report.rows],
         "total": _row_dict(report.total, priced=priced),

@@ -23,6 +23,7 @@ class Totals:
         top: int = 10,
         bucket: int | None = None,
         keep_timeline: bool = True,
+        weight_by_use: bool = False,
     ) -> None:
         if group_by not in GROUPS:
             raise ValueError(f"group_by must be one of {', '.join(GROUPS)}, not {group_by!r}")
@@ -39,6 +40,10 @@ class Totals:
         self.unknown_models: set[str] = set()
         self.unknown_memory: set[str] = set()  # models whose framebuffer a KAI gpu-memory share needed
         self.overcommitted: set[str] = set()  # GPU UUIDs whose shares added up to more than the GPU
+        # --weight-by-use: a time-sliced or MPS GPU's held part split by its pods' use, not by their replicas.
+        # Device-steps of such GPUs held by several pods, by how they were split.
+        self.weight_by_use = weight_by_use
+        self.shared_steps = {"use": 0, "replicas": 0}
 
     def memory(self, peaks: Sequence[Series]) -> None:
         """Peak framebuffer memory per pod over the window, to the group and workload it was last seen in."""
@@ -79,6 +84,8 @@ class Totals:
             bucket=self.bucket,
             buckets=self._buckets(),
             all_workloads=ranked,
+            shared_gpus_split_by="use" if self.weight_by_use else "replicas",
+            shared_gpu_steps=dict(self.shared_steps),
         )
 
     def _timeline(self, rows: Sequence[Row]) -> Timeline:
@@ -118,6 +125,14 @@ class Totals:
             notes.append(
                 f"{len(self.overcommitted)} GPU(s) were held by shares adding up to more than the GPU "
                 f"({', '.join(sorted(self.overcommitted)[:3])}): their pods were billed in proportion to their shares"
+            )
+        evenly = self.shared_steps["replicas"]
+        if self.weight_by_use and evenly:
+            notes.append(
+                f"--weight-by-use: {evenly:,} of {evenly + self.shared_steps['use']:,} steps of time-sliced or MPS "
+                "GPUs held by several pods had no per-pod DCGM_FI_DEV_GPU_UTIL beside the device's (dcgm-exporter "
+                "before 4.5.3-4.8.2 copies the device's value to every pod; run it with --kubernetes-virtual-gpus) "
+                "or only zeros: those were split by replicas held"
             )
         if self.unknown_models:
             notes.append(
