@@ -540,7 +540,7 @@ def test_static_overlay_certs_are_ignored_by_git() -> None:
 
 # ---- CEL ---------------------------------------------------------------------------------------
 
-ENV = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "oldObject", "request", "variables")})
+ENV = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "oldObject", "request", "variables", "params")})
 
 
 def compile_cel(expression: str) -> Any:
@@ -1176,8 +1176,9 @@ def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 13 variables, 4 validations and the message expression of one
-    assert len(expressions) == 2 + 13 + 4 + 1
+    # a match condition per webhook; gpugate-backstop's 13 variables, 4 validations and the message expression of
+    # one; gpugate-runtime-handlers' 8 variables, its validation with its message expression and a match condition
+    assert len(expressions) == 2 + 13 + 4 + 1 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
