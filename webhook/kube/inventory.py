@@ -52,7 +52,8 @@ class _Kind:
 
 
 def _runtime_class(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+    """A RuntimeClass is kept as its handler, by its name (the informer's key)."""
+    return str(obj.get("handler") or "")
 
 
 KINDS = (
@@ -132,7 +133,8 @@ class FleetWatcher:
             if self._dirty or self._snapshot is None:
                 self._snapshot = Inventory(
                     nodes=tuple(self._records["nodes"].values()),
-                    runtime_classes=frozenset(self._records["runtimeclasses"].values()),
+                    runtime_classes=frozenset(self._records["runtimeclasses"]),
+                    runtime_handlers=dict(self._records["runtimeclasses"]),
                     device_classes={c.name: c for c in self._records["deviceclasses"].values()},
                     slices=tuple(self._records["resourceslices"].values()),
                     pools=tuple(self._records["nodepools"].values()),
