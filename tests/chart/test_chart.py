@@ -308,8 +308,10 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(
 @pytest.mark.parametrize(
     "kind",
     [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy/gpugate-backstop",
+        "ValidatingAdmissionPolicyBinding/gpugate-backstop",
+        "ValidatingAdmissionPolicy/gpugate-runtime-handlers",
+        "ValidatingAdmissionPolicyBinding/gpugate-runtime-handlers",
         "ClusterRole/gpugate-namespace-reader",
         "ClusterRole/gpugate-inventory-reader",
         "Service",
@@ -389,8 +391,10 @@ def test_release_name_and_namespace_reach_every_name(helm: Path) -> None:
         assert hook["clientConfig"]["service"]["name"] == "fleet-gpugate"
         assert hook["clientConfig"]["service"]["namespace"] == "platform"
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "platform"]
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == find(objects, "ValidatingAdmissionPolicy")["metadata"]["name"]
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    policies = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    assert sorted(policies) == ["fleet-gpugate-backstop", "fleet-gpugate-runtime-handlers"]
     leaf = x509.load_pem_x509_certificate(base64.b64decode(find(objects, "Secret")["data"]["tls.crt"]))
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "fleet-gpugate.platform.svc" in names.get_values_for_type(x509.DNSName)
@@ -431,12 +435,12 @@ def test_failure_policies_and_exclusions(helm: Path) -> None:
     assert hooks["validate.gpugate.io"]["failurePolicy"] == "Ignore"
     for hook in hooks.values():
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-operator", "gpugate"]
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "kube-system",
-        "gpu-operator",
-        "gpugate",
-    ]
+    for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+            "kube-system",
+            "gpu-operator",
+            "gpugate",
+        ]
     deployment = find(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 3
     pod = deployment["spec"]["template"]["spec"]

@@ -17,12 +17,15 @@ import pytest
 import yaml
 
 from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries
+from tests.harness.polling import eventually
 
 from .test_manifests import BACKSTOP_CASES, DEPLOY, GPU_TOLERATION, container, kustomize_command, pod, pod_spec
 
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "ml"
+#: RuntimeClasses of other names: two aliases of GPU runtimes, one of another runtime.
+ALIASES = {"my-gpu": "nvidia", "k3s-gpu": "nvidia-experimental", "sandboxed": "runsc"}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +43,10 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         for obj in yaml.safe_load_all(text):
             if obj and obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
                 plane.kubectl("apply", "-f", "-", stdin=obj)
-        for runtime in ("nvidia", "nvidia-cdi", "nvidia-legacy", "runc"):  # pods may only name ones that exist
-            plane.ensure_runtime_class(runtime)
+        for runtime in ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental", "runc"):
+            plane.ensure_runtime_class(runtime)  # pods may only name ones that exist
+        for alias, handler in ALIASES.items():
+            plane.ensure_runtime_class(alias, handler)
         plane.kubectl("create", "namespace", NAMESPACE)
         plane.ensure_default_service_account(NAMESPACE)
         plane.ensure_default_service_account("kube-system")
@@ -123,3 +128,30 @@ def test_a_status_update_rewriting_gpugate_labels_is_refused(apiserver: ControlP
     assert status({"metadata": {"labels": {"app": "renamed"}}}).ok
     # The same edit through the pod itself is gpugate's to judge (spec.security.attributionEdits).
     assert apiserver.kubectl("label", "pod", "status", "-n", NAMESPACE, "gpugate.io/team=x", "--overwrite").ok
+
+
+def test_a_pod_without_gpus_under_an_alias_of_a_gpu_runtime_is_refused_by_its_handler(apiserver: ControlPlane) -> None:
+    """gpugate-runtime-handlers reads the RuntimeClasses as its parameters: ``my-gpu`` (handler nvidia) and
+    ``k3s-gpu`` (handler nvidia-experimental) are GPU runtime classes no list names; ``sandboxed`` is not."""
+
+    def refused(runtime: str) -> Any:
+        result = create(apiserver, pod(pod_spec(runtimeClassName=runtime)))
+        return None if result.ok else result
+
+    for alias, handler in (("my-gpu", "nvidia"), ("k3s-gpu", "nvidia-experimental")):
+        # The apiserver reads a new parameter from its informer a moment after it is stored.
+        result = eventually(lambda alias=alias: refused(alias), timeout=30)
+        assert result, f"a pod without GPUs under {alias} (handler {handler}) was admitted"
+        assert "ValidatingAdmissionPolicy 'gpugate-runtime-handlers'" in result.stderr, result
+        assert (
+            f'must not run under the GPU runtime class "{alias}" (RuntimeClass "{alias}" has handler "{handler}", a '
+            "GPU runtime's), which can expose every GPU of its node; remove runtimeClassName or request a GPU"
+        ) in result.stderr, result
+    assert create(apiserver, pod(pod_spec(runtimeClassName="sandboxed"))).ok
+    gpu = pod(pod_spec(container(limits={"nvidia.com/gpu": "1"}), runtimeClassName="my-gpu"))
+    assert create(apiserver, gpu).ok, "a GPU pod under an alias of nvidia was refused"
+    # gpugate-backstop answers for the classes it names, once: the handler policy leaves them to it.
+    named = create(apiserver, pod(pod_spec(runtimeClassName="nvidia")))
+    assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in named.stderr, named
+    assert "gpugate-runtime-handlers" not in named.stderr, named
+    assert create(apiserver, pod(pod_spec(runtimeClassName="my-gpu")), "kube-system").ok  # excluded namespace

@@ -178,6 +178,8 @@ def test_base_holds_exactly_these_objects(base: list[dict[str, Any]]) -> None:
             ("ValidatingWebhookConfiguration", "gpugate"),
             ("ValidatingAdmissionPolicy", "gpugate-backstop"),
             ("ValidatingAdmissionPolicyBinding", "gpugate-backstop"),
+            ("ValidatingAdmissionPolicy", "gpugate-runtime-handlers"),
+            ("ValidatingAdmissionPolicyBinding", "gpugate-runtime-handlers"),
         ]
     )
     cluster_scoped = {
@@ -202,6 +204,8 @@ def test_the_inventory_role_reads_exactly_its_kinds(base: list[dict[str, Any]]) 
     watch = ("get", "list", "watch")
     assert granted == {
         ("", "nodes"): watch,
+        # a ResourceClaim's CREATE: the pods labelled gpugate.io/claims-pending for it, or its owner pod
+        ("", "pods"): ("get", "list"),
         ("node.k8s.io", "runtimeclasses"): watch,
         ("resource.k8s.io", "deviceclasses"): watch,
         ("resource.k8s.io", "resourceslices"): watch,
@@ -484,8 +488,8 @@ def test_exclusion_component_extends_every_namespace_list(tmp_path: Path) -> Non
     wanted = [*EXCLUDED, "gpu-operator"]
     for hook in webhooks(objects):
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
-    binding = find(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
+    for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == wanted
 
 
 # ---- overlays ----------------------------------------------------------------------------------
@@ -538,7 +542,7 @@ def test_static_overlay_certs_are_ignored_by_git() -> None:
 
 # ---- CEL ---------------------------------------------------------------------------------------
 
-ENV = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "oldObject", "request", "variables")})
+ENV = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "oldObject", "request", "variables", "params")})
 
 
 def compile_cel(expression: str) -> Any:
@@ -669,6 +673,8 @@ MATCH_CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None, bool]
     # The GPU Operator's other runtime classes (assets/pre-requisites/0210_*, 0220_*): gpuRuntimeClasses.
     ("CPU pod under nvidia-cdi", pod(pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     ("CPU pod under nvidia-legacy", pod(pod_spec(runtimeClassName="nvidia-legacy")), None, True),
+    # k3s's and RKE2's (k3s-io/k3s manifests/runtimes.yaml).
+    ("CPU pod under nvidia-experimental", pod(pod_spec(runtimeClassName="nvidia-experimental")), None, True),
     ("Deployment under nvidia-cdi", workload("Deployment", pod_spec(runtimeClassName="nvidia-cdi")), None, True),
     (
         "GPU only in an init container",
@@ -895,7 +901,7 @@ class Backstop:
 
 @pytest.fixture(scope="module")
 def backstop(base: list[dict[str, Any]]) -> Backstop:
-    return Backstop(find(base, "ValidatingAdmissionPolicy"))
+    return Backstop(find(base, "ValidatingAdmissionPolicy", "gpugate-backstop"))
 
 
 NVIDIA = {"runtimeClassName": "nvidia"}
@@ -926,6 +932,12 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         pod(pod_spec(runtimeClassName="nvidia-legacy")),
         None,
         ['GPU runtime class "nvidia-legacy"'],
+    ),
+    (
+        "CPU pod under nvidia-experimental",
+        pod(pod_spec(runtimeClassName="nvidia-experimental")),
+        None,
+        ['GPU runtime class "nvidia-experimental"'],
     ),
     ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
     ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),
@@ -1166,8 +1178,9 @@ def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook, 13 variables, 4 validations and the message expression of one
-    assert len(expressions) == 2 + 13 + 4 + 1
+    # a match condition per webhook; gpugate-backstop's 13 variables, 4 validations and the message expression of
+    # one; gpugate-runtime-handlers' 8 variables, its validation with its message expression and a match condition
+    assert len(expressions) == 2 + 13 + 4 + 1 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

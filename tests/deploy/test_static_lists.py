@@ -16,7 +16,12 @@ import yaml
 
 from webhook.policy.files import load_policies
 from webhook.policy.model import Policy
-from webhook.policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES, DEFAULT_HOLDER_SCHEDULERS, NVIDIA_DEVICE_VARIABLES
+from webhook.policy.vendors import (
+    DEFAULT_GPU_RUNTIME_CLASSES,
+    DEFAULT_HOLDER_SCHEDULERS,
+    GPU_RUNTIME_HANDLERS,
+    NVIDIA_DEVICE_VARIABLES,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 COPIES = [REPO / "deploy" / "base", REPO / "charts" / "gpugate" / "files" / "base"]
@@ -50,19 +55,19 @@ def shipped_annotation_schedulers() -> set[str]:
     return _shipped(DEFAULT_HOLDER_SCHEDULERS, lambda p: p.holders.annotation_schedulers)
 
 
-def backstop_variables(base: Path) -> dict[str, str]:
+def backstop_variables(base: Path, name: str = "gpugate-backstop") -> dict[str, str]:
     [policy] = [
         d
         for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
-        if d["kind"] == "ValidatingAdmissionPolicy"
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == name
     ]
     return {v["name"]: v["expression"] for v in policy["spec"]["variables"]} | {
         f"validations[{i}]": v["expression"] for i, v in enumerate(policy["spec"]["validations"])
     }
 
 
-def test_the_shipped_default_is_the_gpu_operators_runtime_classes():
-    assert DEFAULT_GPU_RUNTIME_CLASSES == ("nvidia", "nvidia-cdi", "nvidia-legacy")
+def test_the_shipped_default_is_the_gpu_operators_and_k3s_s_runtime_classes():
+    assert DEFAULT_GPU_RUNTIME_CLASSES == ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
 
 
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
@@ -99,3 +104,23 @@ def test_the_backstop_knows_the_schedulers_of_the_fraction_annotations(base: Pat
     variables = backstop_variables(base)
     assert set(_cel_list(variables["annotationSchedulers"].strip())) == shipped_annotation_schedulers()
     assert "variables.annotationSchedulers" in variables["holdsGPU"]
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_the_runtime_handler_backstop_knows_the_gpu_handlers_and_holds_gpus_as_the_backstop(base: Path):
+    """gpugate-runtime-handlers refuses by handler what gpugate-backstop does not name, with its test of what
+    holds a GPU: the same lists, word for word."""
+    handlers = backstop_variables(base, "gpugate-runtime-handlers")
+    assert tuple(_cel_list(handlers["gpuRuntimeHandlers"].strip())) == GPU_RUNTIME_HANDLERS
+    backstop = backstop_variables(base)
+    for name in ("containers", "resourceMaps", "gpuResources", "auxiliaryResources", "namesGPU", "holdsGPU"):
+        assert handlers[name] == backstop[name], name
+    assert handlers["annotationSchedulers"] == backstop["annotationSchedulers"]
+    [policy] = [
+        d
+        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpugate-runtime-handlers"
+    ]
+    [condition] = policy["spec"]["matchConditions"]
+    found = re.findall(r"runtimeClassName in (\[[^\]]*\])", condition["expression"])
+    assert [set(_cel_list(f)) for f in found] == [shipped_runtime_classes()]  # the backstop's names are its own

@@ -179,3 +179,106 @@ def resource_slice(node: str, devices: int) -> dict[str, Any]:
             "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(devices)],
         },
     }
+
+
+def resource_claim(name: str, namespace: str, *requests: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": DRA_API,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+
+
+def naming(name: str, namespace: str, *entries: dict[str, str]) -> dict[str, Any]:
+    """A pod whose one container uses every claim entry it names."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resourceClaims": list(entries),
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ubuntu:22.04",
+                    "resources": {"claims": [{"name": e["name"]} for e in entries]},
+                }
+            ],
+        },
+    }
+
+
+def test_claims_created_after_the_pod_that_names_them_add_up(fleet: Stack) -> None:
+    """A pod naming two claims of 6 GPUs each under `default`'s 8 per pod, created before both: /mutate labels it
+    gpugate.io/claims-pending=Several, the first claim is created (6), the second is refused (12), found by one
+    label-selected list of the namespace's pods. Before, each claim was judged alone and both were created. The
+    label cannot be removed to hide the pod."""
+    cp = fleet.cluster
+    ns = cp.create_namespace("e2e-dra-pending")
+    made = create(
+        cp,
+        naming("p", ns, {"name": "a", "resourceClaimName": "first"}, {"name": "b", "resourceClaimName": "second"}),
+    )
+    assert made.ok, made
+    assert made.json()["metadata"]["labels"]["gpugate.io/claims-pending"] == "Several"
+    assert create(cp, resource_claim("first", ns, exactly(6))).ok
+    message = refused(create(cp, resource_claim("second", ns, exactly(6))))
+    assert message.startswith(
+        f'ResourceClaim "second" in namespace "{ns}", named by pod "p", which was admitted before the claim existed '
+        '(label gpugate.io/claims-pending), would put the pod over GPU policy "default"'
+    ), message
+    assert (
+        "spec.resourceClaims: pod: requests 12 GPUs in all (0 in its containers' resources, 12 through claims: "
+        'spec.resourceClaims[0] claim "a" (ResourceClaim "first") request "gpu": 6 of DeviceClass "gpu.nvidia.com"; '
+        'spec.resourceClaims[1] claim "b" (ResourceClaim "second") request "gpu": 6 of DeviceClass '
+        '"gpu.nvidia.com"), more than the 8 per pod that policy "default" allows'
+    ) in message, message
+    assert 'To fix: create ResourceClaim "second" with fewer GPU devices' in message, message
+    # the tenant cannot shed the label (in every mode: tests/rules/test_claims_pending.py)
+    shed = cp.kubectl("label", "pod", "p", "-n", ns, "gpugate.io/claims-pending-", check=False)
+    assert not shed.ok and "label gpugate.io/claims-pending=Several was removed" in shed.stderr, shed
+    assert create(cp, resource_claim("second", ns, exactly(2))).ok  # 8 in all: within the limit
+
+
+def test_a_claim_made_from_a_template_is_added_to_its_owner_pod(fleet: Stack) -> None:
+    """A pod names a claim that exists (6 GPUs) and a template that does not yet: admitted with 6. The template (6)
+    is created; the claim kube-controller-manager then makes from it for the pod (annotation
+    resource.kubernetes.io/pod-claim-name, a controller ownerReference to the pod: kubernetes
+    pkg/controller/resourceclaim/controller.go; made here as it makes it, this control plane runs no controllers)
+    is added to its owner, read by name, and refused: 12 GPUs."""
+    cp = fleet.cluster
+    ns = cp.create_namespace("e2e-dra-owner")
+    assert create(cp, resource_claim("shared", ns, exactly(6))).ok
+    made = create(
+        cp,
+        naming(
+            "p",
+            ns,
+            {"name": "own", "resourceClaimTemplateName": "per-pod"},
+            {"name": "s", "resourceClaimName": "shared"},
+        ),
+    )
+    assert made.ok, made
+    # a template: no list needed, the claim made from it names its owner
+    assert "gpugate.io/claims-pending" not in (made.json()["metadata"].get("labels") or {})
+    assert create(cp, template("per-pod", ns, exactly(6))).ok
+    claim = resource_claim("p-own-x7k2q", ns, exactly(6))
+    claim["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "own"}
+    claim["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "p",
+            "uid": made.json()["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    message = refused(create(cp, claim))
+    assert message.startswith(
+        f'ResourceClaim "p-own-x7k2q" in namespace "{ns}", made from ResourceClaimTemplate "per-pod" for pod "p", '
+        'which owns it, would put the pod over GPU policy "default"'
+    ), message
+    assert "requests 12 GPUs in all (0 in its containers' resources, 12 through claims:" in message, message
+    assert 'To fix: give ResourceClaimTemplate "per-pod" fewer GPU devices' in message, message

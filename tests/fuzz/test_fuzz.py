@@ -115,7 +115,20 @@ def _set(obj: Any, path: tuple[Any, ...], value: Any) -> None:
 
 @st.composite
 def reviews(draw: Any) -> bytes:
-    base = draw(st.sampled_from([gpu_pod(1), gpu_pod(2, labels={"gpugate.io/team": "x"}), pod(container())]))
+    base = draw(
+        st.sampled_from(
+            [
+                gpu_pod(1),
+                gpu_pod(2, labels={"gpugate.io/team": "x"}),
+                gpu_pod(
+                    1,
+                    labels={"gpugate.io/claims-pending": "c"},
+                    resourceClaims=[{"name": "a", "resourceClaimName": "c"}],
+                ),
+                pod(container()),
+            ]
+        )
+    )
     body = review(base, operation=draw(st.sampled_from(["CREATE", "UPDATE"])), old=copy.deepcopy(base))
     for _ in range(draw(st.integers(1, 4))):
         path = draw(st.sampled_from(PATHS))
@@ -187,6 +200,8 @@ REQUEST = st.fixed_dictionaries(
 )
 CLAIM_PATHS: list[tuple[Any, ...]] = [
     ("metadata",),
+    ("metadata", "annotations"),
+    ("metadata", "ownerReferences"),
     ("spec",),
     ("spec", "devices"),
     ("spec", "devices", "requests"),
@@ -239,6 +254,16 @@ class ClaimsFleet:
 
     cached_claim = claim
 
+    def pending_pods(self, namespace: str, claim: str, *, timeout: float, limit: int) -> list[dict[str, Any]]:
+        """Pods labelled for the claim being created (gpugate.io/claims-pending), naming it beside known claims."""
+        return [_waiting(claim, "sixteen"), _waiting(claim, "pick"), {"spec": None}, {"metadata": 3}]
+
+    def pod(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
+        """The owner pod of a claim made from a template (its entry "a")."""
+        made = _waiting("x", "all")
+        made["spec"]["resourceClaims"][0] = {"name": "a", "resourceClaimTemplateName": "t"}
+        return made
+
     def stats(self) -> dict[str, int]:
         return {}
 
@@ -246,10 +271,26 @@ class ClaimsFleet:
         return True
 
 
+def _waiting(claim: str, other: str) -> dict[str, Any]:
+    entries = [{"name": "a", "resourceClaimName": claim}, {"name": "b", "resourceClaimTemplateName": other}]
+    waiting = gpu_pod(1, labels={"gpugate.io/claims-pending": claim}, resourceClaims=entries)
+    waiting["spec"]["containers"][0]["resources"]["claims"] = [{"name": "a"}, {"name": "b"}]
+    return waiting
+
+
+#: What kube-controller-manager writes on a claim it makes from a template for one pod (admission/claims.py).
+MADE_FOR_A_POD = {
+    "annotations": {"resource.kubernetes.io/pod-claim-name": "a"},
+    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "controller": True}],
+}
+
+
 @st.composite
 def claim_reviews(draw: Any) -> bytes:
     kind = draw(st.sampled_from(["ResourceClaim", "ResourceClaimTemplate"]))
     base = _claim_object(kind, "c", [draw(REQUEST)])
+    if draw(st.booleans()):
+        base["metadata"].update(copy.deepcopy(MADE_FOR_A_POD))
     body = review(base, operation=draw(st.sampled_from(["CREATE", "UPDATE"])), old=copy.deepcopy(base))
     for _ in range(draw(st.integers(0, 3))):
         path = draw(st.sampled_from(CLAIM_PATHS))

@@ -279,15 +279,11 @@ class ControlPlane:
         self.ensure_default_service_account(name)
         return name
 
-    def ensure_runtime_class(self, name: str) -> None:
-        """The RuntimeClass `name` (handler of the same name): the RuntimeClass admission plugin refuses pods
-        naming a RuntimeClass that does not exist."""
-        self.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name},
-        )
+    def ensure_runtime_class(self, name: str, handler: str | None = None) -> None:
+        """The RuntimeClass `name` (handler of the same name unless `handler` says another: an alias): the
+        RuntimeClass admission plugin refuses pods naming a RuntimeClass that does not exist."""
+        body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}}
+        self.kubectl("apply", "-f", "-", stdin={**body, "handler": handler or name})
 
     def ensure_default_service_account(self, namespace: str) -> None:
         # Normally the controller-manager's serviceaccount controller creates it.

@@ -137,6 +137,7 @@ def test_claim_requests_in_every_api_shape(request_, classes, count, admin):
 def test_the_reference_snapshot_and_what_it_serves():
     fleet = load_snapshot(REFERENCE)
     assert len(fleet.nodes) == 10 and fleet.runtime_classes == {"nvidia"}
+    assert fleet.runtime_handlers == {"nvidia": "nvidia"}
     gpu, cpu = (
         fleet.class_for_resource("nvidia.com/gpu"),
         fleet.class_for_resource("deviceclass.resource.kubernetes.io/dra.cpu"),
@@ -165,3 +166,16 @@ def test_a_file_without_inventory_objects_is_an_error(tmp_path):
         load_snapshot(path)
     with pytest.raises(SnapshotError):
         load_snapshot(tmp_path / "missing.yaml")
+
+
+def test_runtime_classes_are_kept_with_their_handler():
+    """An alias is a RuntimeClass of another name with a GPU runtime's handler; one without a handler keeps ''."""
+    fleet = Inventory.of(
+        [
+            {"kind": "RuntimeClass", "metadata": {"name": "nvidia-experimental"}, "handler": "nvidia-experimental"},
+            {"kind": "RuntimeClass", "metadata": {"name": "my-gpu"}, "handler": "nvidia"},
+            {"kind": "RuntimeClass", "metadata": {"name": "broken"}},
+        ]
+    )
+    assert fleet.runtime_classes == {"nvidia-experimental", "my-gpu", "broken"}
+    assert fleet.runtime_handlers == {"nvidia-experimental": "nvidia-experimental", "my-gpu": "nvidia", "broken": ""}

@@ -345,6 +345,8 @@ class FakeAdmissionAPI:
         self.objects: dict[str, dict[str, Any]] = {}  # path -> object
         self.requests: list[str] = []
         self.managers: dict[str, str] = {}  # path -> field manager of the last apply
+        #: (path, webhook, manager) -> the matchConditions entries that manager applied last
+        self.owned: dict[tuple[str, str, str], set[str]] = {}
         self.forbidden: set[str] = set()  # paths answered 403
         self.conflicts = 0  # Lease updates answered 409 as if another writer had just updated it
         self.rv = 1
@@ -453,6 +455,12 @@ class FakeAdmissionAPI:
                     if hook["name"] != applied["name"]:
                         continue
                     conditions = {c["name"]: c for c in hook.get("matchConditions", [])}
+                    # An entry this manager applied before and states no more is removed (structured merge).
+                    stated = {c["name"] for c in applied.get("matchConditions", [])}
+                    key = (path, hook["name"], self.managers[path])
+                    for gone in self.owned.get(key, set()) - stated:
+                        conditions.pop(gone, None)
+                    self.owned[key] = stated
                     conditions.update({c["name"]: c for c in applied.get("matchConditions", [])})
                     hook["matchConditions"] = list(conditions.values())
             return self._store(req, path, merged, 200)

@@ -50,3 +50,31 @@ def test_a_kind_gpugate_may_not_list_is_listed_as_unread(tmp_path: Path) -> None
     finally:
         watcher.stop()
         api.close()
+
+
+def test_the_fleet_keeps_each_runtime_class_s_handler_from_list_and_watch(tmp_path: Path) -> None:
+    """RuntimeClasses by name with their handler (an alias of nvidia is one by its handler), kept current by the
+    watch: a class re-pointed at another handler, and one deleted."""
+    api = FakeAPI("/apis/node.k8s.io/v1/runtimeclasses", "RuntimeClass")
+
+    def runtime_class(name: str, handler: str) -> dict[str, object]:
+        return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": handler}
+
+    api.put_object("nvidia", runtime_class("nvidia", "nvidia"))
+    api.put_object("my-gpu", runtime_class("my-gpu", "nvidia"))
+    configured = configuration(write_kubeconfig(tmp_path / "kubeconfig", api.url))
+    watcher = FleetWatcher(kubernetes.client.ApiClient(configured), backoff_initial=0.05, backoff_max=0.2)
+    try:
+        started(watcher)
+        inventory = watcher.inventory()
+        assert inventory is not None and inventory.runtime_handlers == {"nvidia": "nvidia", "my-gpu": "nvidia"}
+        assert inventory.runtime_classes == {"nvidia", "my-gpu"}
+        api.put_object("my-gpu", runtime_class("my-gpu", "crun"))
+        api.delete("nvidia")
+        wait_until(
+            lambda: (watcher.inventory() or inventory).runtime_handlers == {"my-gpu": "crun"}, "the watch's changes"
+        )
+        assert (watcher.inventory() or inventory).runtime_classes == {"my-gpu"}
+    finally:
+        watcher.stop()
+        api.close()

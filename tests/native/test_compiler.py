@@ -324,3 +324,25 @@ def test_the_governing_policy_of_many_team_policies_nests_no_deeper_than_of_thre
                 namespace=namespace, pod_labels=labels, namespace_labels=_returning(ns_labels)
             )
             assert result.plain_value() == expected.name, (obj["metadata"]["name"], namespace, labels)
+
+
+def test_a_pod_carrying_claims_pending_is_left_to_the_webhook() -> None:
+    """``gpugate.io/claims-pending`` is /mutate's (a pod naming claims is never plain): a pod that carries it is not
+    one the narrowed webhooks skip, however formed it looks, so /mutate removes it and /validate judges it."""
+    from tests.support import container, mutated, pod
+
+    policies = load_policies(SHIPPED)
+    program = cel.NewEnv(variables={n: cel.Type.DYN for n in ("object", "request")}).compile(
+        decided_natively(policies.policies)
+    )
+
+    def skipped(obj: dict[str, Any]) -> bool:
+        request = {"operation": "CREATE", "resource": {"resource": "pods"}, "namespace": "default"}
+        result = program.eval(data={"object": obj, "request": request})
+        assert result.type() != cel.Type.ERROR, result.value()
+        return bool(result.plain_value())
+
+    formed, _ = mutated(pod(container(limits={"nvidia.com/gpu": 1})), policies)
+    assert skipped(formed)  # formed exactly as gpugate-mutate forms it
+    formed["metadata"]["labels"]["gpugate.io/claims-pending"] = "train"
+    assert not skipped(formed)

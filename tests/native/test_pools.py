@@ -5,8 +5,10 @@ same digest the same fingerprint. What it refuses, through the real apiserver: t
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import kubernetes_validate
+from cel_expr_python import cel
 
 from tests.support import REPO
 from webhook.inventory.model import Inventory
@@ -26,6 +28,7 @@ def test_the_reference_fleet_s_digest_names_the_largest_per_resource_and_the_cla
     assert digest["largest"]["amd.com/gpu"] == most > 0
     assert digest["runtimeClasses"] == sorted(fleet.runtime_classes)
     assert digest["deviceClasses"] == sorted(fleet.device_classes)
+    assert digest["gpuRuntimeClasses"] == {}  # only nvidia, which the static lists name
     assert fingerprint(digest) == fingerprint(digest_of(load_snapshot(FLEET), load_policies(SHIPPED)))
 
 
@@ -57,3 +60,64 @@ def test_gpugate_pools_is_valid_small_and_refuses_only_what_the_webhooks_skip() 
             '!(variables.policy in ["default", "serving"]) || !variables.claimsFormed'
         )
     assert '"amd.com/gpu": ' in vap["spec"]["variables"][-2]["expression"]
+
+
+def _with_runtime_classes(fleet: Inventory, **handlers: str) -> Inventory:
+    return dataclasses.replace(
+        fleet,
+        runtime_classes=fleet.runtime_classes | set(handlers),
+        runtime_handlers={**fleet.runtime_handlers, **handlers},
+        _cache={},
+    )
+
+
+def _evaluate(expression: str, pod: dict[str, Any], variables: dict[str, Any], operation: str = "CREATE") -> Any:
+    env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "request", "variables")})
+    value = env.compile(expression).eval(
+        data={"object": pod, "request": {"operation": operation}, "variables": variables}
+    )
+    assert value.type() != cel.Type.ERROR, value.value()
+    return value.plain_value()
+
+
+def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_under_it_refused() -> None:
+    """``my-gpu`` (handler nvidia) and k3s's ``nvidia-experimental`` are GPU runtime classes; the digest carries the
+    one the static lists do not name, gpugate-pools sees pods under it (the webhooks never do) and refuses one
+    without GPUs in every mode of a policy that denies GPU runtime classes to such pods, naming class and handler."""
+    policies = load_policies(SHIPPED)
+    fleet = _with_runtime_classes(
+        load_snapshot(FLEET), **{"my-gpu": "nvidia", "nvidia-experimental": "nvidia-experimental", "crun": "crun"}
+    )
+    digest = digest_of(fleet, policies)
+    assert digest["gpuRuntimeClasses"] == {"my-gpu": "nvidia"}
+    vap, _ = compile_pools(compile_policies(policies), policies, digest)
+    kubernetes_validate.validate(vap, "1.36.0", strict=True)
+    [condition] = vap["spec"]["matchConditions"]
+    assert condition["expression"].endswith(
+        '|| (has(object.spec.runtimeClassName) && object.spec.runtimeClassName in ["my-gpu"])'
+    )
+    alias = vap["spec"]["validations"][-1]
+    assert alias["expression"].startswith("request.operation != 'CREATE' || ")  # every mode, not enforce only
+    assert "holdsGPU" in {v["name"] for v in vap["spec"]["variables"]}
+    cpu: dict[str, Any] = {
+        "metadata": {"name": "p"},
+        "spec": {"runtimeClassName": "my-gpu", "containers": [{"name": "c"}]},
+    }
+    research = {"policy": "research", "holdsGPU": False}  # a warn-mode policy: refused all the same
+    assert _evaluate(alias["expression"], cpu, research) is False
+    assert _evaluate(alias["messageExpression"], cpu, research) == (
+        'pod: requests no GPU but runs under the GPU runtime class "my-gpu" (RuntimeClass "my-gpu" has handler '
+        "\"nvidia\", a GPU runtime's), which can expose the node's GPUs to it; remove runtimeClassName, or request a "
+        'GPU in resources.limits (policy "research", gpugate pool digest)'
+    )
+    assert _evaluate(alias["expression"], cpu, {**research, "holdsGPU": True}) is True
+    assert _evaluate(alias["expression"], cpu, {"policy": "", "holdsGPU": False}) is True  # no governing policy
+    assert _evaluate(alias["expression"], cpu, research, operation="UPDATE") is True
+    crun = {**cpu, "spec": {**cpu["spec"], "runtimeClassName": "crun"}}
+    assert _evaluate(alias["expression"], crun, research) is True
+    claimed = {**cpu, "spec": {**cpu["spec"], "resourceClaims": [{"name": "gpu"}]}}
+    assert _evaluate(alias["expression"], claimed, research) is True  # DRA: the webhook judges its claims
+    allowing = dataclasses.replace(policies.policies[0], non_gpu_runtime_class="allow")
+    relaxed = dataclasses.replace(policies, policies=(allowing, *policies.policies[1:]))
+    vap, _ = compile_pools(compile_policies(relaxed), relaxed, digest_of(fleet, relaxed))
+    assert f'"{allowing.name}"' not in vap["spec"]["validations"][-1]["expression"].split("variables.policy in")[1]

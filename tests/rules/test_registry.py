@@ -41,6 +41,7 @@ def test_the_shipped_rules_are_all_registered_once_in_a_declared_order() -> None
         "gpu-taint-toleration",
         "model-selection",
         "attribution",
+        "attribution",  # gpugate.io/claims-pending
         "visible-devices",
     ]
     registry.REGISTRY.seal("webhook.rules", webhook.rules.__path__)

@@ -12,7 +12,16 @@ import pytest
 from tests.support import REPO, gpu_pod, review
 from webhook.inventory.model import ClaimSpec
 from webhook.serve.app import create_app
-from webhook.serve.lookups import CLAIM_BUDGET, MAX_CLAIM_READS, RequestLookups, go_duration, request_deadline
+from webhook.serve.lookups import (
+    CLAIM_BUDGET,
+    MAX_CLAIM_READS,
+    POD_LIMIT,
+    POD_TIMEOUT,
+    RequestLookups,
+    RequestPods,
+    go_duration,
+    request_deadline,
+)
 from webhook.serve.policies import PolicyStore
 
 
@@ -73,6 +82,12 @@ class Fleet:
     def inventory(self) -> None:
         return None  # not synced: claims come only from reads
 
+    def pending_pods(self, namespace: str, claim: str, *, timeout: float, limit: int) -> list[dict]:
+        return []
+
+    def pod(self, namespace: str, name: str, *, timeout: float) -> None:
+        return None
+
     def stats(self) -> dict[str, int]:
         return {}
 
@@ -115,3 +130,26 @@ def test_the_apiservers_timeout_ends_the_reads(app_and_reads):
     client, reads = app_and_reads
     client.post("/validate?timeout=0.5s", data=json.dumps(review(claims_pod(8))), content_type="application/json")
     assert reads.keys == []  # 0.5 s less the margin leaves no time to read
+
+
+def test_a_claims_pod_reads_are_one_list_and_one_read_under_the_budget():
+    """A ResourceClaim's CREATE reads pods (webhook/admission/claims.py claim_pods): one list, bounded, and its owner
+    pod, each within what is left of the request's budget; none once it is spent."""
+    calls: list[tuple] = []
+
+    def list_pods(namespace: str, claim: str, *, timeout: float, limit: int) -> list[dict]:
+        calls.append(("list", namespace, claim, limit, timeout))
+        return [{"metadata": {"name": "p"}}]
+
+    def get_pod(namespace: str, name: str, *, timeout: float) -> dict:
+        calls.append(("get", namespace, name, timeout))
+        return {"metadata": {"name": name}}
+
+    pods = RequestPods(list_pods, get_pod, deadline=time.monotonic() + 60)
+    assert pods.pending("ml", "train") == [{"metadata": {"name": "p"}}]
+    assert pods.pod("ml", "p") == {"metadata": {"name": "p"}}
+    assert pods.pending("ml", "again") is None  # a third read: never
+    assert [c[:4] for c in calls] == [("list", "ml", "train", POD_LIMIT), ("get", "ml", "p", 1.0)]
+    assert calls[0][4] == POD_TIMEOUT
+    spent = RequestPods(list_pods, get_pod, deadline=time.monotonic() - 0.1)
+    assert spent.pending("ml", "train") is None and spent.pod("ml", "p") is None and len(calls) == 2

@@ -258,3 +258,35 @@ def test_the_pool_digest_is_applied_once_the_inventory_syncs_and_again_only_when
         second["metadata"]["annotations"]["gpugate.io/pool-digest"]
         != first["metadata"]["annotations"]["gpugate.io/pool-digest"]
     )
+
+
+def test_the_claim_route_is_narrowed_once_the_inventory_syncs_on_the_validating_webhook_only(
+    api: FakeAdmissionAPI, tmp_path: Path, policies: Path
+) -> None:
+    """``gpu-device-classes`` (webhook/native/claims.py) joins the narrowing entry in the same apply once the
+    inventory has a DeviceClass that serves no GPU, and leaves when none is left; the install's entries stay."""
+    fleet: list[Inventory | None] = [None]
+    sync = _sync(api, tmp_path, PolicyStore(policies), inventory=lambda: fleet[0])
+    sync.step()
+
+    def names(path: str) -> list[str]:
+        return [c["name"] for c in api.objects[path]["webhooks"][0]["matchConditions"]]
+
+    assert names(VALIDATING) == ["involves-gpus", NARROWING]  # no inventory yet: every claim routed
+    reference = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+    fleet[0] = reference
+    sync.step()
+    assert names(VALIDATING) == ["involves-gpus", NARROWING, "gpu-device-classes"]
+    assert names(MUTATING) == ["involves-gpus", NARROWING]  # the mutating webhook routes no claims
+    [claim] = [
+        c for c in api.objects[VALIDATING]["webhooks"][0]["matchConditions"] if c["name"] == "gpu-device-classes"
+    ]
+    assert '["dra.cpu"]' in claim["expression"]
+    written = len(api.writes())
+    sync.step()
+    assert [w for w in api.writes()[written:] if "webhookconfigurations" in w] == [], "narrowed again for nothing"
+    fleet[0] = dataclasses.replace(
+        reference, device_classes={n: c for n, c in reference.device_classes.items() if n != "dra.cpu"}, _cache={}
+    )
+    sync.step()
+    assert names(VALIDATING) == ["involves-gpus", NARROWING]

@@ -12,6 +12,17 @@ DeviceClasses, never admin-access requests, ``firstAvailable`` at its worst alte
 
 On UPDATE only what the update made worse counts (a claim's spec is immutable, so in practice nothing does: a
 label edit of a claim made before gpugate judged claims is not refused).
+
+And a ResourceClaim is added to the pods that name it and were admitted before it existed, so that several
+claims each within the limits cannot add up unseen: ``/mutate`` labels a pod naming a ResourceClaim it cannot read
+``gpugate.io/claims-pending`` (``rules.attribution``), and at the claim's CREATE one label-selected list of the
+namespace's pods (:func:`claim_pods`, at most ``PENDING_LIMIT``, under the request's lookup budget) finds them; a
+claim kube-controller-manager makes from a template for one pod (annotation ``resource.kubernetes.io/pod-claim-name``
+naming the pod's entry, a controller ownerReference to the pod: kubernetes/kubernetes
+pkg/controller/resourceclaim/controller.go ``handleClaim``, ``podResourceClaimAnnotation``) is added to that pod,
+read by name. Each pod is judged by its own policy's limits (``gpu-limits``), with this claim known and the other
+claims it names as they are now; only what this claim makes over the limits counts, in that policy's mode
+(``engine``). Pods that cannot be listed or read are not judged (gpugate never refuses on missing data).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from typing import Any
 
 from ..inventory.model import Inventory, claim_of
 from ..pods.claims import gpu_requests, request_devices
+from ..policy.keys import CLAIMS_PENDING_LABEL
 from ..policy.model import NamespaceLabelsUnavailable, Policy
 from ..rules.base import Violation
 from .decision import Decision, Environment, allowed, denied, fit, labels_unavailable
@@ -30,6 +42,11 @@ from .decision import Decision, Environment, allowed, denied, fit, labels_unavai
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 GROUP = "resource.k8s.io"
 RULE = "gpu-limits"
+#: Set by kube-controller-manager on a claim it makes from a template: the pod's ``spec.resourceClaims`` entry
+#: (kubernetes/kubernetes pkg/controller/resourceclaim/controller.go, ``podResourceClaimAnnotation``).
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+#: Pods one claim's CREATE lists (``limit`` of the one list): a claim is shared by a handful of pods at most.
+PENDING_LIMIT = 32
 
 
 def is_claim(request: Mapping[str, Any]) -> bool:
@@ -157,3 +174,151 @@ def validate_claim(request: Mapping[str, Any], env: Environment, inventory: Inve
             **common,
         )
     return allowed(warnings=[w for v in found for w in fit(f"gpugate: {kind} {name}: {v.short()}")], **common)
+
+
+def template_owner(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(pod name, pod uid, entry name) of a claim kube-controller-manager made from a template for one pod: the
+    ``resource.kubernetes.io/pod-claim-name`` annotation and a controller ownerReference to a v1 Pod."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    annotations = meta.get("annotations")
+    entry = annotations.get(POD_CLAIM_ANNOTATION) if isinstance(annotations, Mapping) else None
+    refs = meta.get("ownerReferences")
+    if not isinstance(entry, str) or not entry or not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == "Pod"
+            and ref.get("apiVersion") == "v1"
+            and ref.get("controller") is True
+            and isinstance(ref.get("name"), str)
+            and ref["name"]
+        ):
+            return ref["name"], str(ref.get("uid") or ""), entry
+    return None
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    """A pod that will never run again: being deleted, or Succeeded or Failed."""
+    meta, status = pod.get("metadata"), pod.get("status")
+    deleting = isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
+    return deleting or (isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"))
+
+
+def _entries(pod: Mapping[str, Any]) -> list[Any]:
+    spec = pod.get("spec")
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    return entries if isinstance(entries, list) else []
+
+
+def _names(pod: Mapping[str, Any], claim: str) -> bool:
+    return any(isinstance(e, Mapping) and e.get("resourceClaimName") == claim for e in _entries(pod))
+
+
+def _with_entry(pod: Mapping[str, Any], entry: str, claim: str) -> tuple[Mapping[str, Any], str] | None:
+    """The pod with its entry ``entry`` naming ResourceClaim ``claim`` (as the controller resolves it), and the
+    template that entry names; None when the pod has no such entry."""
+    entries = _entries(pod)
+    for index, e in enumerate(entries):
+        if isinstance(e, Mapping) and e.get("name") == entry:
+            made = [*entries[:index], {"name": entry, "resourceClaimName": claim}, *entries[index + 1 :]]
+            spec = pod.get("spec")
+            return {**pod, "spec": {**(spec if isinstance(spec, Mapping) else {}), "resourceClaims": made}}, str(
+                e.get("resourceClaimTemplateName") or ""
+            )
+    return None
+
+
+def claim_pods(
+    obj: Mapping[str, Any], namespace: str, name: str, env: Environment
+) -> list[tuple[Mapping[str, Any], str]]:
+    """The pods a ResourceClaim being created is added to, each with its ``spec.resourceClaims`` naming the claim,
+    and the template the claim was made from ("" when none): its owner pod for a claim made from a template
+    (read by name), else the pods labelled ``gpugate.io/claims-pending`` with its name or ``Several`` that name it
+    (one list). Pods being deleted or finished are left out."""
+    owner = template_owner(obj)
+    if owner is not None:
+        pod_name, uid, entry = owner
+        pod = env.pod(namespace, pod_name) if env.pod is not None else None
+        if not isinstance(pod, Mapping) or _finished(pod):
+            return []
+        meta = pod.get("metadata")
+        if uid and isinstance(meta, Mapping) and meta.get("uid") not in (None, uid):
+            return []  # another pod of the same name: the claim's owner is gone
+        made = _with_entry(pod, entry, name)
+        return [made] if made is not None else []
+    listed = env.pending_pods(namespace, name) if env.pending_pods is not None else None
+    return [
+        (pod, "")
+        for pod in (listed or [])[:PENDING_LIMIT]
+        if isinstance(pod, Mapping) and not _finished(pod) and _names(pod, name)
+    ]
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def over_with_pods(
+    alone: Decision,
+    name: str,
+    namespace: str,
+    found: list[tuple[Mapping[str, Any], str, Policy, list[Violation]]],
+) -> Decision:
+    """``alone`` (the claim judged on its own, allowed), with what the claim makes over the limits of each pod
+    that names it (pod, the template it was made from, the pod's policy, the new violations), in each pod's mode."""
+    found = [f for f in found if f[3]]
+    if not found:
+        return alone
+    where = f' in namespace "{namespace}"' if namespace else ""
+    enforced = [f for f in found if f[2].mode == "enforce"]
+    if enforced:
+        lines = []
+        for pod, made_from, policy, violations in enforced:
+            origin = f" ({policy.source})" if policy.source not in ("built-in", "<inline>") else ""
+            named = pod_name(pod)
+            how = (
+                f'made from ResourceClaimTemplate "{made_from}" for pod "{named}", which owns it'
+                if made_from
+                else f'named by pod "{named}", which was admitted before the claim existed (label '
+                f"{CLAIMS_PENDING_LABEL})"
+            )
+            lines.append(
+                f'ResourceClaim "{name}"{where}, {how}, would put the pod over GPU policy "{policy.name}"{origin}:'
+            )
+            lines += [f"- {v.message()}" for v in violations]
+            fix = (
+                f'give ResourceClaimTemplate "{made_from}" fewer GPU devices, or delete pod "{named}" and create it '
+                "again with fewer GPUs in all"
+                if made_from
+                else f'create ResourceClaim "{name}" with fewer GPU devices, or delete pod "{named}" and create it '
+                "again naming fewer GPUs in all (a pod's claims cannot change)"
+            )
+            lines.append(f"To fix: {fix}.")
+        _, _, policy, _ = enforced[0]
+        return denied(
+            "\n".join(lines),
+            violations=[v for f in enforced for v in f[3]],
+            policy=policy.name,
+            mode=policy.mode,
+            warnings=alone.warnings,
+        )
+    warnings = list(alone.warnings)
+    audit = dict(alone.audit_annotations)
+    for pod, _, policy, violations in found:
+        if policy.mode == "audit":
+            audit = {"policy": policy.name, "violations": json.dumps([v.message() for v in violations])}
+        else:
+            warnings += [
+                w for v in violations for w in fit(f"gpugate: ResourceClaim {name}: pod {pod_name(pod)}: {v.short()}")
+            ]
+    _, _, policy, _ = found[0]
+    return allowed(
+        warnings=warnings,
+        audit_annotations=audit,
+        violations=[*alone.violations, *(v for f in found for v in f[3])],
+        policy=alone.policy or policy.name,
+        mode=alone.mode or policy.mode,
+    )

@@ -69,6 +69,12 @@ class Environment:
     fleet: Callable[[], Inventory | None] = lambda: None
     #: Reads a ResourceClaim or ResourceClaimTemplate a pod names, or None when it cannot be known now.
     claims: ClaimLookup | None = None
+    #: At a ResourceClaim's CREATE, the pods of a namespace that may name it: (namespace, claim name) -> the pods
+    #: labelled ``gpugate.io/claims-pending`` with its name or ``Several`` (one bounded list), None when they
+    #: cannot be listed now (no cluster, RBAC, the budget spent).
+    pending_pods: Callable[[str, str], list[Mapping[str, Any]] | None] | None = None
+    #: (namespace, name) -> that Pod, or None when it cannot be read now: the owner of a claim made from a template.
+    pod: Callable[[str, str], Mapping[str, Any] | None] | None = None
     #: Finds a TrainJob's TrainingRuntime or ClusterTrainingRuntime where it is visible (``gpugate check`` of a
     #: manifest holding it); None in the server, which judges a runtime when it is applied.
     runtimes: RuntimeLookup | None = None

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import rules  # noqa: F401  (registers every rule)
-from ..inventory.model import Inventory, ScalablePool, declared_pool
+from ..inventory.model import Inventory, ScalablePool, claim_of, declared_pool
 from ..pods.gpus import gpu_use
 from ..pods.objects import DEFAULTED_GROUPS, PodShape, dig, group_of, shapes_of, workload_kinds
 from ..pods.operated import operated_pods, operator_scheduler, runtime_note
@@ -16,7 +16,8 @@ from ..policy.model import BUILTIN, NamespaceLabelsUnavailable, NodePoolDecl
 from ..rules.base import Change, PodContext, PodEditor, PodView, Violation
 from ..rules.choice import resolve
 from ..rules.registry import REGISTRY, Check, mutations, validate_pod, validations
-from .claims import is_claim, validate_claim
+from .claims import RULE as LIMITS_RULE
+from .claims import claim_pods, is_claim, over_with_pods, validate_claim
 from .decision import Decision, Environment, Subject, allowed, denied, fit, labels_unavailable, pack, verdict
 from .patch import make_patch
 
@@ -249,7 +250,7 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
     if _is_binding(request):
         return _binding(obj, request, env)
     if is_claim(request):  # a claim is judged on its own too: created after its pod, it is still judged
-        return validate_claim(request, env, _fleet(env))
+        return _claim(request, env)
     old_obj = request.get("oldObject") if operation == "UPDATE" else None
     try:
         subjects = _subjects(obj, request, env, old=old_obj if isinstance(old_obj, Mapping) else None)
@@ -292,6 +293,68 @@ def validate(request: Mapping[str, Any], env: Environment) -> Decision:
             violations += [v for v in unapplied if (v.rule, v.path, v.text) not in before]
         found += [(subject, subject.located(v)) for v in violations]
     return verdict(subjects, found, warnings=warnings)
+
+
+def _claim(request: Mapping[str, Any], env: Environment) -> Decision:
+    """A ResourceClaim or template alone (``admission.claims``); a ResourceClaim being created, also added to
+    the pods that name it and were admitted before it existed (``claim_pods``)."""
+    alone = validate_claim(request, env, _fleet(env))
+    obj = request.get("object")
+    kind = (request.get("kind") or {}).get("kind")
+    if (
+        not alone.allowed
+        or request.get("operation") != "CREATE"
+        or kind != "ResourceClaim"
+        or not isinstance(obj, Mapping)
+    ):
+        return alone
+    raw = obj.get("metadata")
+    meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    name = str(meta.get("name") or request.get("name") or "")
+    key = ("ResourceClaim", namespace, name)
+    created = claim_of({**obj, "kind": "ResourceClaim"})
+    found = []
+    try:
+        for pod, made_from in claim_pods(obj, namespace, name, env):
+            before = _limits(pod, namespace, env, key, None)
+            after = _limits(pod, namespace, env, key, created)
+            if after is None:
+                continue
+            policy, violations = after
+            seen = {(v.path, v.text) for v in (before[1] if before is not None else [])}
+            found.append((pod, made_from, policy, [v for v in violations if (v.path, v.text) not in seen]))
+    except NamespaceLabelsUnavailable as err:
+        return labels_unavailable(err)
+    return over_with_pods(alone, name, namespace, found)
+
+
+def _limits(
+    pod: Mapping[str, Any], namespace: str, env: Environment, key: tuple[str, str, str], claim: Any
+) -> tuple[Any, list[Violation]] | None:
+    """The pod's policy and its ``gpu-limits`` violations with the claim ``key`` read as ``claim`` (None: not
+    created yet), every other claim as ``env`` reads it."""
+    claims = env.claims
+
+    def lookup(kind: str, ns: str, name: str) -> Any:
+        if (kind, ns, name) == key:
+            return claim
+        return claims(kind, ns, name) if claims is not None else None
+
+    raw = pod.get("metadata")
+    meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    as_created = {
+        "operation": "CREATE",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "namespace": namespace,
+        "name": str(meta.get("name") or ""),
+        "object": {**pod, "apiVersion": "v1", "kind": "Pod"},
+    }
+    subjects = _subjects(as_created["object"], as_created, dataclasses.replace(env, claims=lookup))
+    if not subjects:
+        return None
+    subject = subjects[0]
+    return subject.policy, [v for v in validate_pod(subject.view, subject.ctx) if v.rule == LIMITS_RULE]
 
 
 def _scheduler_unknown(subject: Subject) -> str:

@@ -640,12 +640,16 @@ class Inventory:
     pools: tuple[ScalablePool, ...] = ()
     #: Kinds gpugate may not read (``nodepools`` when its RBAC forbids them): what they would add is unknown.
     unread: frozenset[str] = frozenset()
+    #: Each RuntimeClass's ``handler`` by its name (the CRI runtime handler its pods run under): what makes an
+    #: alias of ``nvidia`` a GPU runtime class (``webhook.pods.runtime_classes``).
+    runtime_handlers: Mapping[str, str] = field(default_factory=dict)
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(objects: Iterable[Mapping[str, Any]]) -> Inventory:
         """The inventory of a list of Kubernetes objects (kinds other than the seven it reads are ignored)."""
         nodes, runtime_classes, classes, slices, claims, pools = [], set(), {}, [], {}, []
+        handlers: dict[str, str] = {}
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Node":
@@ -653,7 +657,9 @@ class Inventory:
             elif kind == "NodePool" and str(obj.get("apiVersion", "")).startswith("karpenter.sh/"):
                 pools.append(nodepool_of(obj))
             elif kind == "RuntimeClass":
-                runtime_classes.add(str((obj.get("metadata") or {}).get("name", "")))
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                runtime_classes.add(name)
+                handlers[name] = str(obj.get("handler") or "")
             elif kind == "DeviceClass":
                 found = device_class_of(obj)
                 classes[found.name] = found
@@ -662,7 +668,15 @@ class Inventory:
             elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
                 claim = claim_of(obj)
                 claims[(claim.kind, claim.namespace, claim.name)] = claim
-        return Inventory(tuple(nodes), frozenset(runtime_classes), classes, tuple(slices), claims, tuple(pools))
+        return Inventory(
+            tuple(nodes),
+            frozenset(runtime_classes),
+            classes,
+            tuple(slices),
+            claims,
+            tuple(pools),
+            runtime_handlers=handlers,
+        )
 
     def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> Inventory:
         """This inventory plus the claims and claim templates among ``objects`` (a manifest's own)."""

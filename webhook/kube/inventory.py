@@ -33,6 +33,8 @@ from ..inventory.model import (
     nodepool_of,
     slice_of,
 )
+from ..policy.keys import CLAIMS_PENDING_LABEL, CLAIMS_PENDING_SEVERAL
+from ..policy.labels import is_label_value
 from .claims import DRA_VERSIONS, ClaimsCache
 from .client import get, read_json
 from .informer import Informer
@@ -50,7 +52,8 @@ class _Kind:
 
 
 def _runtime_class(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+    """A RuntimeClass is kept as its handler, by its name (the informer's key)."""
+    return str(obj.get("handler") or "")
 
 
 KINDS = (
@@ -89,7 +92,7 @@ class FleetWatcher:
         self._snapshot: Inventory | None = None
         self._dirty = True
         self._claims: dict[tuple[str, str, str], tuple[float, ClaimSpec | None]] = {}
-        self._counts = dict.fromkeys(("claim_reads", "claim_failures"), 0)
+        self._counts = dict.fromkeys(("claim_reads", "claim_failures", "pod_reads", "pod_failures"), 0)
         self._informers = {
             kind.name: Informer(
                 api_client,
@@ -130,7 +133,8 @@ class FleetWatcher:
             if self._dirty or self._snapshot is None:
                 self._snapshot = Inventory(
                     nodes=tuple(self._records["nodes"].values()),
-                    runtime_classes=frozenset(self._records["runtimeclasses"].values()),
+                    runtime_classes=frozenset(self._records["runtimeclasses"]),
+                    runtime_handlers=dict(self._records["runtimeclasses"]),
                     device_classes={c.name: c for c in self._records["deviceclasses"].values()},
                     slices=tuple(self._records["resourceslices"].values()),
                     pools=tuple(self._records["nodepools"].values()),
@@ -174,6 +178,36 @@ class FleetWatcher:
                 self._claims.clear()  # bounded: start again rather than grow with tenants' names
             self._claims[key] = (now + self._claim_ttl, found)
         return found
+
+    def pending_pods(self, namespace: str, claim: str, *, timeout: float, limit: int) -> list[dict[str, Any]] | None:
+        """The pods of ``namespace`` labelled ``gpugate.io/claims-pending`` with ``claim``'s name or ``Several``: one
+        list of at most ``limit`` pods (a label selector, no paging), or None when it fails (unreachable,
+        forbidden, too slow). No cache: a pod informer costs too much memory (module docstring)."""
+        values = sorted({CLAIMS_PENDING_SEVERAL, *([claim] if is_label_value(claim) else [])})
+        query = {"labelSelector": f"{CLAIMS_PENDING_LABEL} in ({','.join(values)})", "limit": limit}
+        body = self._read_pods(f"/api/v1/namespaces/{namespace}/pods", query, timeout=timeout)
+        items = body.get("items") if isinstance(body, Mapping) else None
+        return [i for i in items if isinstance(i, dict)][:limit] if isinstance(items, list) else None
+
+    def pod(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
+        """One pod by name (the owner of a claim made from a template), or None: absent, or the read failed."""
+        body = self._read_pods(f"/api/v1/namespaces/{namespace}/pods/{name}", {}, timeout=timeout)
+        return body if isinstance(body, dict) else None
+
+    def _read_pods(self, path: str, query: Mapping[str, Any], *, timeout: float) -> Any:
+        try:
+            body = read_json(get(self._client, path, query, timeout=timeout))
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            log.warning("inventory: reading %s failed: %s", path, exc.status)
+            body = None
+        except Exception as exc:  # unreachable or too slow: unknown, never a refusal
+            log.warning("inventory: reading %s failed: %s", path, exc)
+            body = None
+        with self._lock:
+            self._counts["pod_reads" if body is not None else "pod_failures"] += 1
+        return body
 
     def synced(self) -> bool:
         return all(informer.synced() for informer in self._informers.values())

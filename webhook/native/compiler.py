@@ -24,6 +24,7 @@ from typing import Any
 
 from ..policy.classes import ModelClass
 from ..policy.keys import (
+    CLAIMS_PENDING_LABEL,
     GROUP,
     MODEL_LABEL,
     MUTATED_ANNOTATION,
@@ -492,6 +493,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             f"size({spec}.containers) <= {MAX_CONTAINERS} && size(variables.init) <= {MAX_CONTAINERS}",
             f"!has({spec}.nodeName)",
             f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || k in variables.holders)",
+            # gpugate.io/claims-pending is /mutate's alone (a pod naming claims is never plain): the webhook removes it.
+            f"!({string(CLAIMS_PENDING_LABEL)} in variables.labels)",
             "!variables.labels.exists(k, "
             + _chain(
                 "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
@@ -1230,7 +1233,8 @@ def decided_natively(policies: tuple[Policy, ...]) -> str:
             f"{string(MUTATED_ANNOTATION)} in {meta}.annotations",
             f"{meta}.annotations.all(k, (!k.startsWith({string(GROUP + '/')}) || k in {literal(list(BOOKKEEPING))}) "
             f"&& !({CDI}) && !(k in {literal(holders)}))",
-            f"(!has({meta}.labels) || !({string(MODEL_LABEL)} in {meta}.labels))",
+            f"(!has({meta}.labels) || ![{string(MODEL_LABEL)}, {string(CLAIMS_PENDING_LABEL)}].exists(k, "
+            f"k in {meta}.labels))",
             f"!has({spec}.nodeName)",
             f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
             f"size({spec}.containers) <= {MAX_CONTAINERS}",

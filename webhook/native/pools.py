@@ -2,7 +2,12 @@
 that a pod the narrowed webhooks skip (``gpugate-always``'s ``claimsFormed``) still meets feasibility. No I/O.
 
 The digest is small and changes only when the pools do: per GPU resource a plain pod can be formed for, the
-largest amount one node (or a pool that scales up) offers, and the RuntimeClasses and DeviceClasses present.
+largest amount one node (or a pool that scales up) offers, the RuntimeClasses and DeviceClasses present, and the
+GPU runtime classes only the inventory knows: RuntimeClasses whose handler is a GPU runtime's under a name the
+static lists do not hold (an alias ``my-gpu`` with ``handler: nvidia``, ``webhook.pods.runtime_classes``). A pod
+without GPUs under one of those is refused here in every mode, as the webhook's rule refuses it (a security rule),
+where the policy governing it denies GPU runtime classes to pods without GPUs: the webhooks' ``involves-gpus``
+and the backstop name classes by their names only, so such a pod never reaches the webhook.
 It judges only what the webhook's feasibility rule (``webhook.rules.feasibility``) would refuse in every
 reading of the fleet, and never more: it ignores selectors and taints (any node counts), a resource no node
 of its vendor offers gets no verdict (a fleet scaling from zero), and a pool whose GPUs are unknown (or
@@ -17,7 +22,9 @@ import re
 from typing import Any
 
 from ..inventory.model import Inventory, ScalablePool, declared_pool
+from ..pods.runtime_classes import by_handler
 from ..policy.model import PolicySet
+from ..policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES
 from .cel import literal
 from .compiler import API_VERSION, MANAGED, PREFIX, Compiled, _plain_tables
 
@@ -41,7 +48,9 @@ def _whole(value: str) -> int:
 
 def digest_of(inventory: Inventory, policies: PolicySet) -> dict[str, Any]:
     """The digest: ``largest`` (resource -> the most one node or pool offers; only resources with a verdict),
-    ``runtimeClasses`` and ``deviceClasses`` (sorted names)."""
+    ``runtimeClasses`` and ``deviceClasses`` (sorted names), and ``gpuRuntimeClasses``: the RuntimeClasses found
+    to be GPU ones by their handler, beside the names the static lists (webhooks, backstop) already hold, each with
+    its handler."""
     pools = [*inventory.pools, *_declared(policies)]
     unknown = "nodepools" in inventory.unread or any(p.gpus_unknown for p in pools)
     resources = sorted({r for profile in _plain_tables(policies.policies)["candidates"].values() for r in profile})
@@ -62,6 +71,9 @@ def digest_of(inventory: Inventory, policies: PolicySet) -> dict[str, Any]:
         "largest": largest,
         "runtimeClasses": sorted(inventory.runtime_classes),
         "deviceClasses": sorted(inventory.device_classes),
+        "gpuRuntimeClasses": {
+            n: inventory.runtime_handlers[n] for n in by_handler(inventory) if n not in DEFAULT_GPU_RUNTIME_CLASSES
+        },
     }
 
 
@@ -112,11 +124,22 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "reason": "Forbidden",
         },
     ]
-    needed = _closure(["claimsFormed", "resource", "policy", "init"], variables)
+    roots = ["claimsFormed", "resource", "policy", "init"]
+    guarded = [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations]
+    conditions = always["spec"]["matchConditions"]
+    aliases: dict[str, str] = dict(digest.get("gpuRuntimeClasses") or {})
+    if aliases:
+        roots.append("holdsGPU")
+        guarded.append(_alias_validation(aliases, policies))
+        under = f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName in {literal(sorted(aliases))}"
+        # Also the pods without GPUs under an alias: the webhooks' condition (and gpugate-always's) never sees one.
+        conditions = [{**c, "expression": f"({c['expression']}) || ({under})"} for c in conditions]
+    needed = _closure(roots, variables)
     spec = {
-        **{k: v for k, v in always["spec"].items() if k not in ("variables", "validations")},
+        **{k: v for k, v in always["spec"].items() if k not in ("variables", "validations", "matchConditions")},
+        "matchConditions": conditions,
         "variables": [variables[n] for n in variables if n in needed] + own,
-        "validations": [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations],
+        "validations": guarded,
     }
     meta = {
         "name": NAME,
@@ -135,6 +158,25 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "spec": {"policyName": NAME, "validationActions": ["Deny"]},
         },
     )
+
+
+def _alias_validation(aliases: dict[str, str], policies: PolicySet) -> dict[str, Any]:
+    """A pod without GPUs (no GPU or auxiliary resource, no fraction annotation its scheduler honours, no DRA
+    claim: the webhook judges those) under an alias, refused in every mode where its governing policy says
+    ``nonGPUPods.gpuRuntimeClass: deny``; CREATE only, as the backstop (runtimeClassName is immutable)."""
+    deny = sorted(p.name for p in policies.policies if p.non_gpu_runtime_class == "deny")
+    rc = "object.spec.runtimeClassName"
+    return {
+        "expression": f"request.operation != 'CREATE' || !has({rc}) || !({rc} in {literal(sorted(aliases))}) || "
+        f"!({_in(deny)}) || variables.holdsGPU || "
+        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
+        "messageExpression": f"'pod: requests no GPU but runs under the GPU runtime class \"' + {rc} + '\" "
+        f"(RuntimeClass \"' + {rc} + '\" has handler \"' + {literal(aliases)}[{rc}] + '\", a GPU runtime\\'s), "
+        "which can expose the node\\'s GPUs to it; remove runtimeClassName, or request a GPU in resources.limits "
+        "(policy \"' + variables.policy + '\", gpugate pool digest)'",
+        "message": "gpugate: a pod without GPUs runs under a GPU runtime class",
+        "reason": "Forbidden",
+    }
 
 
 def _in(names: list[str]) -> str:

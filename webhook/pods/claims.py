@@ -189,6 +189,9 @@ class ClaimUse:
     observers: list[str] = field(default_factory=list)
     #: Entries that could not be resolved (counted as GPU holders when the policy says claims are).
     unknown: list[str] = field(default_factory=list)
+    #: Names of the ResourceClaims (``resourceClaimName``) that could not be read at all: not created yet, or not
+    #: read within the request's budget (``gpugate.io/claims-pending`` names them).
+    absent: list[str] = field(default_factory=list)
     #: Entries that hold no GPU at all (CPU, NIC and other drivers).
     others: list[str] = field(default_factory=list)
     #: (path, DeviceClass) of requests naming a class a synced inventory does not have.
@@ -245,6 +248,8 @@ def claims_of(
         claim = (inventory.claims.get(key) if inventory is not None else None) or (lookup(*key) if lookup else None)
         if claim is None:
             use.unknown.append(path)
+            if key[0] == "ResourceClaim" and key[2] not in use.absent:
+                use.absent.append(key[2])
             continue
         verdict, device, device_class = _classify(claim, policy, inventory)
         if inventory is not None:

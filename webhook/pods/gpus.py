@@ -61,6 +61,8 @@ class DRAUse:
     missing_classes: tuple[tuple[str, str], ...] = ()
     #: Claim path -> the GPU requests of the claim, with their counts (the limits count them).
     gpu_claims: Mapping[str, ClaimGPUs] = field(default_factory=dict)
+    #: Names of the ResourceClaims the pod names that could not be read (not created yet, or not in budget).
+    absent_claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class GPUUse:
     @property
     def gpu_claims(self) -> Mapping[str, ClaimGPUs]:
         return self.dra.gpu_claims if self.dra is not None else {}
+
+    @property
+    def absent_claims(self) -> tuple[str, ...]:
+        return self.dra.absent_claims if self.dra is not None else ()
 
     @property
     def missing_classes(self) -> tuple[tuple[str, str], ...]:
@@ -220,6 +226,7 @@ def gpu_use(
             use.wants if use is not None else {},
             tuple(use.missing) if use is not None else (),
             use.gpu_claims if use is not None else {},
+            tuple(use.absent) if use is not None else (),
         )
     return GPUUse(
         frozenset(counted),

@@ -19,6 +19,12 @@ WORKLOAD_KIND_LABEL = f"{GROUP}/workload-kind"
 WORKLOAD_NAME_LABEL = f"{GROUP}/workload-name"
 #: The pod label through which a pod names its GPU model class.
 MODEL_LABEL = f"{GROUP}/model"
+#: The pod label that names a ResourceClaim the pod names and gpugate could not read when it admitted the pod
+#: (``Several`` for more than one, or a name that is not a label value): when such a claim is created, the
+#: pods carrying it are found by one label-selected list and the claim is added to what they hold
+#: (``admission.claims``). gpugate's: a tenant may not set, change or remove it (``rules.attribution``).
+CLAIMS_PENDING_LABEL = f"{GROUP}/claims-pending"
+CLAIMS_PENDING_SEVERAL = "Several"
 #: The attribution label the shipped policies and the audit's team tally use.
 TEAM_LABEL = f"{GROUP}/team"
 

@@ -170,7 +170,8 @@ def policy_schema() -> dict[str, Any]:
                 "gpuRuntimeClasses": {
                     **_STRINGS,
                     "description": "runtime classes that can expose GPUs (default: the GPU Operator's nvidia, "
-                    "nvidia-cdi, nvidia-legacy); each device's runtimeClassName counts too",
+                    "nvidia-cdi, nvidia-legacy and k3s's nvidia-experimental); each device's runtimeClassName counts "
+                    "too, and so does any RuntimeClass whose handler is a GPU runtime's",
                 },
                 "nonGPUPods": _object(
                     {

@@ -51,9 +51,18 @@ RUNTIME_CLASS_PODS: tuple[str, ...] = ("device-plugin", "fractional")
 #: ``operator.runtimeClass``) and, unless CDI is turned off (``cdi.enabled`` defaults to true:
 #: api/nvidia/v1/clusterpolicy_types.go ``CDIConfigSpec.IsEnabled``), ``nvidia-cdi`` and ``nvidia-legacy``
 #: (NVIDIA/gpu-operator assets/pre-requisites/0210_runtime_class_legacy.yaml and 0220_runtime_class_cdi.yaml,
-#: created by controllers/object_controls.go ``RuntimeClasses``). A policy's ``gpuRuntimeClasses`` replaces this
-#: list; each device profile's own ``runtimeClassName`` always counts too.
-DEFAULT_GPU_RUNTIME_CLASSES: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy")
+#: created by controllers/object_controls.go ``RuntimeClasses``); k3s and RKE2 ship ``nvidia`` and
+#: ``nvidia-experimental`` (k3s-io/k3s manifests/runtimes.yaml, commit c77d0b8: the runtime of the NVIDIA container
+#: toolkit's ``nvidia-container-runtime.experimental`` binary). A policy's ``gpuRuntimeClasses`` replaces
+#: this list; each device profile's own ``runtimeClassName`` always counts too.
+DEFAULT_GPU_RUNTIME_CLASSES: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
+#: The CRI runtime handlers of those classes (each of them has the handler of its own name: gpu-operator
+#: assets/pre-requisites/0210_runtime_class_legacy.yaml ``handler: "nvidia-legacy"``, 0220_runtime_class_cdi.yaml
+#: ``handler: "nvidia-cdi"``; k3s manifests/runtimes.yaml ``handler: nvidia-experimental``). A RuntimeClass of any
+#: name with one of these handlers runs its pods under the NVIDIA runtime, so it is a GPU runtime class too
+#: (an alias ``my-gpu`` with ``handler: nvidia``: ``webhook.pods.runtime_classes``). Not a policy field: what a
+#: handler does is the node's, not a team's, to say.
+GPU_RUNTIME_HANDLERS: tuple[str, ...] = ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental")
 #: What counts as a GPU when a policy names no devices or ``gpuResources``.
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = tuple(r for res, _ in BUILTIN_DEVICE_RESOURCES.values() for r in res)
 #: Pod annotations of fractional-GPU schedulers that hold a GPU without a GPU resource: KAI Scheduler's

@@ -12,6 +12,14 @@ attribution label, and a workload selecting on one, are refused. The owning work
 resolved through ownerReferences: ReplicaSet -> Deployment via ``pod-template-hash``, Job -> CronJob via
 the CronJob controller's ``<cronjob>-<scheduled minutes>`` Job names (k/k pkg/controller/cronjob
 getJobName).
+
+``gpugate.io/claims-pending`` is gpugate's too, and protected whatever the policy's mode or attribution: on CREATE
+``/mutate`` gives a pod that names ResourceClaims (``resourceClaimName``) gpugate cannot read yet the claim's
+name (``Several`` for more than one, or a name that is not a label value), so that ``admission.claims`` finds the
+pod when the claim is created and adds the claim to what the pod holds. A value the tenant wrote is replaced (a
+value that still covers the pod's claims, ``Several`` or the name of a claim it names, is kept: the claim may have
+been created between the mutating and the validating call); adding, changing or removing it on UPDATE is refused
+in every mode, so a pod cannot shed it before its claims are created.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from ..pods.fields import STRINGS
 from ..pods.objects import controller_ref, through_replica_set
 from ..policy.keys import (
     BOOKKEEPING_ANNOTATIONS,
+    CLAIMS_PENDING_LABEL,
+    CLAIMS_PENDING_SEVERAL,
     GROUP,
     WORKLOAD_ANNOTATION,
     WORKLOAD_KIND_LABEL,
@@ -146,6 +156,88 @@ def attribute_to_team(editor: PodEditor, ctx: PodContext) -> list[Change]:
         if name and editor.annotations.get(WORKLOAD_ANNOTATION) != f"{kind}/{name}":
             editor.set_annotation(WORKLOAD_ANNOTATION, f"{kind}/{name}")
     return changes
+
+
+def named_claims(spec: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims (``resourceClaimName``) a pod spec names, in order, once each."""
+    entries = spec.get("resourceClaims")
+    names = [
+        str(e["resourceClaimName"])
+        for e in (entries if isinstance(entries, list) else [])
+        if isinstance(e, Mapping) and isinstance(e.get("resourceClaimName"), str) and e["resourceClaimName"]
+    ]
+    return list(dict.fromkeys(names))
+
+
+def claims_pending_value(absent: tuple[str, ...] | list[str]) -> str | None:
+    """What ``gpugate.io/claims-pending`` holds for these unread claims: the one name, else ``Several``."""
+    if not absent:
+        return None
+    if len(absent) == 1 and is_label_value(absent[0]) and absent[0] != CLAIMS_PENDING_SEVERAL:
+        return absent[0]
+    return CLAIMS_PENDING_SEVERAL
+
+
+def _covers(current: str, spec: Mapping[str, Any], absent: tuple[str, ...]) -> bool:
+    """A present value that still finds the pod when each of its unread claims is created."""
+    named = named_claims(spec)
+    if current == CLAIMS_PENDING_SEVERAL:
+        return bool(named)
+    return current in named and all(a == current for a in absent)
+
+
+@record.mutator(pods="any", on_update="skip")
+def mark_pending_claims(editor: PodEditor, ctx: PodContext) -> list[Change]:
+    """A pod naming ResourceClaims gpugate cannot read yet carries their name, for when they are created."""
+    if ctx.shape.is_template or ctx.operation != "CREATE":
+        return []  # a template's pods are each judged (and labelled) when they are created
+    current = editor.labels.get(CLAIMS_PENDING_LABEL)
+    absent = ctx.gpu.absent_claims
+    wanted = claims_pending_value(absent)
+    if current is not None and _covers(current, editor.spec, absent):
+        return []
+    if wanted is None:
+        if current is None:
+            return []
+        editor.remove_label(CLAIMS_PENDING_LABEL)
+        return [
+            Change(
+                "labels",
+                f"the removal of label {CLAIMS_PENDING_LABEL}={current}",
+                warning=f"label {CLAIMS_PENDING_LABEL}={current} removed: gpugate sets it, for claims it cannot read",
+            )
+        ]
+    editor.set_label(CLAIMS_PENDING_LABEL, wanted)
+    warning = None
+    if current is not None:
+        warning = f"label {CLAIMS_PENDING_LABEL}={current} replaced with {wanted}: gpugate sets it"
+    return [Change("labels", f"label {CLAIMS_PENDING_LABEL}={wanted}", warning=warning)]
+
+
+@record.validator(pods="any", needs_policy=False, on_update="all")
+def forbid_claims_pending_edits(pod: PodView, ctx: PodContext) -> list[Violation]:
+    """On UPDATE, in every mode and whatever the policy: ``gpugate.io/claims-pending`` stays as gpugate wrote it
+    (``pods/status`` is ``forbid_status_metadata_edits``'s)."""
+    if ctx.old is None or ctx.shape.is_template or ctx.sub_resource == "status":
+        return []
+    old, new = ctx.old.labels.get(CLAIMS_PENDING_LABEL), pod.labels.get(CLAIMS_PENDING_LABEL)
+    if old == new:
+        return []
+    if old is None:
+        text = f"label {CLAIMS_PENDING_LABEL}={new} was added"
+    else:
+        text = f"label {CLAIMS_PENDING_LABEL}={old} " + ("was removed" if new is None else f"was changed to {new}")
+    return [
+        Violation(
+            RULE,
+            ctx.meta_field(f"labels[{CLAIMS_PENDING_LABEL}]"),
+            "pod",
+            f"{text}: gpugate sets it when it admits a pod naming ResourceClaims it cannot read yet, so that their "
+            "GPUs are added to the pod's when they are created",
+            f"leave {CLAIMS_PENDING_LABEL} as gpugate wrote it",
+            security=True,
+        )
+    ]
 
 
 @record.validator(pods="any", on_update="all")

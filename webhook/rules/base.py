@@ -243,6 +243,10 @@ class PodEditor:
     def set_annotation(self, key: str, value: str) -> None:
         self._writable((*self.shape.meta_keys, "annotations"))[key] = value
 
+    def remove_label(self, key: str) -> None:
+        if key in self.labels:
+            del self._writable((*self.shape.meta_keys, "labels"))[key]
+
     def set_spec(self, key: str, value: Any) -> None:
         self._writable(self.shape.spec_keys)[key] = value
 

@@ -6,10 +6,11 @@ user chose it on purpose, so gpugate does not overwrite it). Only the stacks tha
 profile's ``runtimeClassPods``: device-plugin pods, fractional holds; never DRA-served pods), and with a
 synced inventory only when the RuntimeClass exists. A pod that requests no GPU must not run
 under a GPU runtime class (``nonGPUPods.gpuRuntimeClass: deny``): the policy's ``gpuRuntimeClasses`` (by
-default the GPU Operator's ``nvidia``, ``nvidia-cdi`` and ``nvidia-legacy``) and every device's
-``runtimeClassName``. CUDA images set ``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime
-such a pod sees every GPU of its node unless the container toolkit refuses that variable from unprivileged
-pods.
+default the GPU Operator's ``nvidia``, ``nvidia-cdi`` and ``nvidia-legacy``, and k3s's ``nvidia-experimental``),
+every device's ``runtimeClassName``, and, with the inventory, any RuntimeClass whose handler is a GPU runtime's
+(an alias ``my-gpu`` with ``handler: nvidia``; ``webhook.pods.runtime_classes``). CUDA images set
+``NVIDIA_VISIBLE_DEVICES=all`` themselves, so under the NVIDIA runtime such a pod sees every GPU of its node
+unless the container toolkit refuses that variable from unprivileged pods.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..pods.affinity import required_terms
 from ..pods.fields import NODE_SELECTOR_TERM, STRINGS
+from ..pods.runtime_classes import gpu_runtime
 from ..policy.classes import ModelClass
 from ..policy.keys import MODEL_LABEL
 from .base import Change, PodChange, PodContext, PodEditor, PodView, Touch, Violation
@@ -107,7 +109,7 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
     if actual in (None, "") or device is None or actual == device.runtime_class_name:
         return []  # absent (the mutator's to add), or the one gpugate would set: never a wrong choice
     wanted = _wanted(pod, ctx)
-    if wanted is None:
+    if wanted is None or _same_handler(actual, wanted, ctx):
         return []
     return [
         Violation(
@@ -118,6 +120,13 @@ def require_runtime_class(pod: PodView, ctx: PodContext) -> list[Violation]:
             f'remove runtimeClassName (gpugate sets "{wanted}") or set it to "{wanted}"',
         )
     ]
+
+
+def _same_handler(actual: Any, wanted: str, ctx: PodContext) -> bool:
+    """An alias of the runtime class the policy requires: a live RuntimeClass with the same handler (``my-gpu``
+    with ``handler: nvidia`` for ``nvidia``) runs the pod under the same runtime, so it is no wrong choice."""
+    handlers = ctx.fleet.runtime_handlers if ctx.fleet is not None else {}
+    return isinstance(actual, str) and bool(handlers.get(wanted)) and handlers.get(actual) == handlers.get(wanted)
 
 
 @record.mutator(pods="gpu")
@@ -134,14 +143,19 @@ def inject_runtime_class(editor: PodEditor, ctx: PodContext) -> list[Change]:
 @record.validator(pods="non-gpu")
 def forbid_gpu_runtime_without_gpus(pod: PodView, ctx: PodContext) -> list[Violation]:
     wanted = pod.spec.get("runtimeClassName")
-    if ctx.policy.non_gpu_runtime_class != "deny" or wanted not in ctx.policy.gpu_runtime_classes:
+    if ctx.policy.non_gpu_runtime_class != "deny":
         return []
+    found = gpu_runtime(wanted, ctx.policy, ctx.fleet)
+    if found is None:
+        return []
+    how = "" if found.handler is None else f' (RuntimeClass "{wanted}" has handler "{found.handler}", a GPU runtime\'s)'
     return [
         Violation(
             RULE,
             ctx.spec_field("runtimeClassName"),
             "pod",
-            f'requests no GPU but runs under the GPU runtime class "{wanted}", which can expose the node\'s GPUs to it',
+            f'requests no GPU but runs under the GPU runtime class "{wanted}"{how}, which can expose the node\'s '
+            "GPUs to it",
             "remove runtimeClassName, or request a GPU in resources.limits",
             security=True,
         )

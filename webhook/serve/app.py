@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from ..admission import Decision, Environment, errored, mutate, validate
 from ..pods.objects import BUILTIN_WORKLOADS, workload_kinds
 from . import metrics
-from .lookups import RequestLookups, request_deadline
+from .lookups import RequestLookups, RequestPods, request_deadline
 from .policies import PolicyStore
 from .review import RequestError, ReviewError, parse_review, response_review
 from .status import Status
@@ -103,8 +103,15 @@ def create_app(
         # before the apiserver stops waiting.
         deadline = request_deadline(time.monotonic(), request.args.get("timeout"))
         claims = RequestLookups(fleet.claim, deadline=deadline, cached=fleet.cached_claim)
+        # A ResourceClaim's CREATE: the pods that name it (one list) or its owner pod (one read), same budget.
+        pods = RequestPods(fleet.pending_pods, fleet.pod, deadline=deadline)
         return Environment(
-            policies=policies.current(), namespace_labels=labels_of, fleet=fleet.inventory, claims=claims
+            policies=policies.current(),
+            namespace_labels=labels_of,
+            fleet=fleet.inventory,
+            claims=claims,
+            pending_pods=pods.pending,
+            pod=pods.pod,
         )
 
     large = threading.BoundedSemaphore(1)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..inventory.model import ClaimSpec
 
@@ -22,6 +23,10 @@ MAX_CLAIM_READS = 4
 CLAIM_BUDGET = 1.5
 #: Kept back from the apiserver's ``?timeout=`` for deciding and answering.
 MARGIN = 0.5
+#: Seconds one pod read of a claim's CREATE may take (less when the budget ends first).
+POD_TIMEOUT = 1.0
+#: Pods one claim's CREATE lists (``admission.claims.PENDING_LIMIT``).
+POD_LIMIT = 32
 
 Lookup = Callable[[str, str, str], ClaimSpec | None]
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))")
@@ -79,3 +84,31 @@ def request_deadline(started: float, apiserver_timeout: str | None) -> float:
     if given is not None:
         budget = min(budget, max(given - MARGIN, 0.0))
     return started + budget
+
+
+class RequestPods:
+    """The pod reads of one ResourceClaim's CREATE (``admission.claims.claim_pods``): at most one list of the pods
+    labelled for it and one read of its owner pod, each under what is left of the request's budget (``deadline``,
+    a ``time.monotonic()`` value), none after it. ``list_pods(namespace, claim, timeout=, limit=)`` and
+    ``get_pod(namespace, name, timeout=)`` are ``FleetWatcher.pending_pods`` and ``FleetWatcher.pod``."""
+
+    def __init__(self, list_pods: Callable[..., Any], get_pod: Callable[..., Any], *, deadline: float) -> None:
+        self._list, self._get, self._deadline = list_pods, get_pod, deadline
+        self.reads = 0
+
+    def _timeout(self) -> float | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0 or self.reads >= 2:
+            return None
+        self.reads += 1
+        return min(POD_TIMEOUT, left)
+
+    def pending(self, namespace: str, claim: str) -> list[Mapping[str, Any]] | None:
+        timeout = self._timeout()
+        found = self._list(namespace, claim, timeout=timeout, limit=POD_LIMIT) if timeout is not None else None
+        return found if isinstance(found, list) else None
+
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        timeout = self._timeout()
+        found = self._get(namespace, name, timeout=timeout) if timeout is not None else None
+        return found if isinstance(found, Mapping) else None

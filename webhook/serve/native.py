@@ -4,8 +4,11 @@ Off by default. When on, every worker runs :meth:`NativeSync.step` on a timer; o
 coordination.k8s.io Lease (``gpugate-native-sync`` in gpugate's namespace), applies the objects ``gpugate policy
 compile`` would print for the policies in force, by server-side apply under the field manager ``gpugate-serve``,
 then narrows the webhook configurations with the condition of the same compilation (it owns that one
-matchCondition entry and nothing else of them). Why a Lease and not only an idempotent apply: the apply is
-deterministic (same policies, same bytes), so writers that agree never conflict, but during a ConfigMap
+matchCondition entry and nothing else of them) and, once the GPU inventory has synced, the validating webhook's
+claim route with ``gpu-device-classes`` (``webhook.native.claims``: claims of DeviceClasses that serve no GPU skip
+the webhook), in the same apply, so that each apply states every entry it owns. Why a Lease and not only an
+idempotent apply: the apply is deterministic (same policies, same bytes), so writers that agree never conflict,
+but during a ConfigMap
 rollout replicas hold different policies for up to the kubelet's sync period, and two writers with two
 versions would each put theirs back at every step. The Lease makes the replica that holds it the only
 writer; when it stops renewing, another takes over after ``LEASE_SECONDS``.
@@ -28,7 +31,7 @@ from typing import Any
 
 from ..inventory.model import Inventory
 from ..kube import native as kube
-from ..native import pools
+from ..native import claims, pools
 from ..native.compiler import NARROWING, NARROWING_ANNOTATION, PREFIX, Compiled, compile_policies
 from ..policy.model import PolicySet
 
@@ -70,10 +73,14 @@ def in_cluster_namespace() -> str:
         return os.environ.get("POD_NAMESPACE", "gpugate")
 
 
-def webhook_narrowing(compiled: Compiled, configuration: str) -> list[dict[str, Any]]:
-    """Apply configurations that give each gpugate webhook the compilation's narrowing matchCondition: only that
-    entry (matchConditions is a map keyed by name, webhooks one keyed by name), so the install's manager keeps
-    every other field."""
+def webhook_narrowing(
+    compiled: Compiled, configuration: str, claim_condition: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Apply configurations that give each gpugate webhook the compilation's narrowing matchCondition, and the
+    validating one ``claim_condition`` when there is one: only those entries (matchConditions is a map keyed by
+    name, webhooks one keyed by name), so the install's manager keeps every other field. An entry this manager
+    applied before and no longer states (the claim condition, once no DeviceClass is provably not a GPU one) is
+    removed by the apiserver's structured merge."""
     always = next(
         o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
     )
@@ -83,7 +90,13 @@ def webhook_narrowing(compiled: Compiled, configuration: str) -> list[dict[str, 
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": configuration},
-            "webhooks": [{"name": hook, "matchConditions": [condition]}],
+            "webhooks": [
+                {
+                    "name": hook,
+                    "matchConditions": [condition]
+                    + ([claim_condition] if claim_condition is not None and kind.startswith("Validating") else []),
+                }
+            ],
         }
         for kind, hook in WEBHOOKS.items()
     ]
@@ -110,6 +123,8 @@ class NativeSync:
         self.webhook_configuration = webhook_configuration
         self.inventory = inventory  # the fleet watcher's; None: no pool digest
         self.pools_applied = ""  # the policy digest and pool fingerprint of the gpugate-pools applied last
+        #: The validating webhook's claim condition applied last (None: none, every claim routed).
+        self.claim_condition: dict[str, str] | None = None
         self.clock = clock
         self.mode = "starting: the native sync has not run yet"
         self.applied = ""  # the policy digest this worker last applied
@@ -151,20 +166,40 @@ class NativeSync:
             return self._in_force(digest, writer="another gpugate worker (the Lease holder)")
         now = self.clock()
         resync = now - self.applied_at >= RESYNC_SECONDS
+        inventory = self.inventory() if self.inventory is not None else None
+        # Until the inventory has synced, the claim condition in force stays (none at first: every claim routed).
+        claim = (
+            inventory.memo(("claim-condition", current.digest), lambda: claims.claim_condition(inventory, current))
+            if inventory is not None
+            else self.claim_condition
+        )
         compiled: Compiled | None = None
         if digest != self.applied or resync:
             compiled = compile_policies(current)
+            self.claim_condition = claim
             self._apply(compiled)
             self.applied, self.applied_at = digest, now
-        pool_note = self._pools(current, digest, compiled, resync=resync)
+        elif claim != self.claim_condition:
+            compiled = compile_policies(current)
+            self.claim_condition = claim
+            self._narrow(compiled)
+            log.info(
+                "native sync: the claim route of %s %s",
+                self.webhook_configuration,
+                f"skips claims of {claims.NAME} {claims.non_gpu_classes(inventory, current)}"
+                if claim is not None and inventory is not None
+                else "routes every claim",
+            )
+        pool_note = self._pools(current, digest, compiled, inventory, resync=resync)
         return (
             f"native + webhook: the native objects of policies {digest} are in force, kept by this replica{pool_note}"
         )
 
-    def _pools(self, current: PolicySet, digest: str, compiled: Compiled | None, *, resync: bool) -> str:
+    def _pools(
+        self, current: PolicySet, digest: str, compiled: Compiled | None, inventory: Inventory | None, *, resync: bool
+    ) -> str:
         """Apply gpugate-pools when the pools (or the policies) changed since the last apply; a note for the
         mode. Until the inventory has synced nothing is written, and the gpugate-pools in force stays."""
-        inventory = self.inventory() if self.inventory is not None else None
         if inventory is None:
             return "" if self.inventory is None else "; pool digest: waiting for the GPU inventory"
         found = pools.digest_of(inventory, current)
@@ -198,11 +233,14 @@ class NativeSync:
             for k in (f"{kind}Binding", kind):
                 if kube.get(self.api_client, k, name) is not None:
                     kube.delete(self.api_client, k, name)
-        for narrowing in webhook_narrowing(compiled, self.webhook_configuration):
-            kube.apply(self.api_client, narrowing)
+        self._narrow(compiled)
         log.info(
             "native sync: applied %d objects of policies %s and narrowed the webhooks of %s",
             len(objects),
             compiled.objects[0]["metadata"]["annotations"].get("gpugate.io/policy-digest", ""),
             self.webhook_configuration,
         )
+
+    def _narrow(self, compiled: Compiled) -> None:
+        for narrowing in webhook_narrowing(compiled, self.webhook_configuration, self.claim_condition):
+            kube.apply(self.api_client, narrowing)
