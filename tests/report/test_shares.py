@@ -285,7 +285,7 @@ def shared_fleet() -> Fleet:
                 "dra_device_name": "gpu-0",
             }
             labels = dcgm_labels(gpu=0, uuid="GPU-c-0", model=H100, host="node-c", pod=("cc", pod)) | claimed
-            # node-c runs dcgm-exporter 4.5.3-4.8.2, which spells Hostname "hostname" (NVIDIA/dcgm-exporter#655)
+            # node-c runs a dcgm-exporter built after NVIDIA/dcgm-exporter#655, which spells Hostname "hostname"
             labels["hostname"] = labels.pop("Hostname")
             gpu(labels, 50.0, end=until)
     for n in range(2):

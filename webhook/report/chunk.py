@@ -43,8 +43,8 @@ def _device_series(labels: Labels) -> DeviceSeries:
 
 
 def host_of(labels: Labels) -> str:
-    """The node of a dcgm-exporter series: ``Hostname``, which dcgm-exporter renders as ``hostname`` since
-    NVIDIA/dcgm-exporter#655 (commit d5e5f510a1b6, release 4.5.3-4.8.2;
+    """The node of a dcgm-exporter series: ``Hostname`` in its releases up to 4.5.3-4.8.2, ``hostname`` after
+    NVIDIA/dcgm-exporter#655 (commit d5e5f510a1b6 on its main branch, in no release yet;
     internal/pkg/rendermetrics/render_metrics.go)."""
     return labels.get("Hostname") or labels.get("hostname") or ""
 
