@@ -10,7 +10,8 @@ each) until P pods are placed:
   none      no webhook and no backstop; the pod templates carry by hand what gpugate would have injected
             (runtime class, toleration, node selector), so that the same pods land on the same pools;
   native    as gpugate, with the native tier beside it (`gpugate policy compile` of the same policies, applied
-            and in force before the webhooks are registered): the templates as in gpugate.
+            and in force before the webhooks are registered) and the webhooks narrowed by the same compile's
+            `--webhook-patch`, as deploy/components/native-tier installs them: the templates as in gpugate.
 
 Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or,
 for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
@@ -43,6 +44,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import jsonpatch
+import yaml
 
 from bench.apiserver import _children, _proc_cpu
 from tests.harness import fleet
@@ -281,7 +285,8 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
             gate.start()
             if mode == "native":
                 install_native_tier(cluster, gate.exe, policies)
-                register_beside_native(cluster, point_at(render_deploy(cluster.cp), gate))
+                objects = narrowed(point_at(render_deploy(cluster.cp), gate), gate.exe, policies)
+                register_beside_native(cluster, objects)
             else:
                 register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
             gate_pid = gate.process.proc.pid if gate.process.proc else 0
@@ -316,7 +321,16 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
         placed: list[dict[str, Any]] = []
         last_progress, last_count = t0, 0
         while True:
-            items = api.list("Pod", ns)
+            try:
+                items = api.list("Pod", ns)
+            except ApiError as e:
+                # A paged list's next page can ask for a resourceVersion the watch cache has not reached yet
+                # ("504 Timeout: Too large resource version") on a saturated apiserver: ask again next poll.
+                if e.status < 500:
+                    raise
+                print(f"fleet_scale: {mode}: pod list failed ({e}); asking again", file=sys.stderr, flush=True)
+                time.sleep(5.0)
+                continue
             placed = [
                 p for p in items if p["spec"].get("nodeName") and p["status"].get("phase") in ("Running", "Succeeded")
             ]
@@ -420,6 +434,22 @@ def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeou
             return
         time.sleep(0.5)
     raise SystemExit(f"fleet_scale: the native tier was not in force after {timeout:.0f} s")
+
+
+def narrowed(objects: list[dict[str, Any]], exe: Path, policies: Path) -> list[dict[str, Any]]:
+    """deploy/'s objects with `gpugate policy compile --webhook-patch policies` applied to both webhook
+    configurations, as deploy/components/native-tier patches them: the webhooks skip the pods the native tier
+    decided."""
+    patch = yaml.safe_load(
+        subprocess.run(
+            [str(exe), "policy", "compile", "--webhook-patch", str(policies)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
+    return [jsonpatch.apply_patch(o, patch) if o.get("kind") in WEBHOOK_KINDS else o for o in objects]
 
 
 def register_beside_native(cluster: FleetCluster, objects: list[dict[str, Any]], timeout: float = 120.0) -> None:

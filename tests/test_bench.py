@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bench import apiserver, decisions, scale
+from tests.support import REPO
 
 
 def connection_over(data: bytes) -> tuple[apiserver.Connection, socket.socket]:
@@ -107,3 +108,20 @@ def test_the_decision_and_scale_benchmarks_run() -> None:
     result = scale.measure(24, seconds=0.01, rss=False)
     assert result.governing == {"fallback (every policy passed over)": "default", "policy 12 of 24": "team-0012"}
     assert "1 policy" in scale.report(result)
+
+
+def test_fleet_scale_narrows_both_webhooks_as_the_native_tier_component_does() -> None:
+    """The fleet run's native mode registers the webhooks with the compile's narrowing condition, as
+    deploy/components/native-tier patches them: without it every plain pod pays a webhook call as well."""
+    from bench import fleet_scale
+    from tests.harness.gpugate import WEBHOOK_KINDS, gpugate_executable
+
+    objects = [d for d in yaml.safe_load_all((REPO / "deploy" / "base" / "webhooks.yaml").read_text()) if d]
+    out = fleet_scale.narrowed(objects, gpugate_executable(), REPO / "policies")
+    configs = [(before, after) for before, after in zip(objects, out, strict=True) if before["kind"] in WEBHOOK_KINDS]
+    assert len(configs) == 2
+    for before, after in configs:
+        added = after["webhooks"][0]["matchConditions"][len(before["webhooks"][0]["matchConditions"]) :]
+        assert [c["name"] for c in added] == ["not-decided-natively"], added
+        assert "gpugate.io/policy" in added[0]["expression"]
+        assert after["webhooks"][1:] == before["webhooks"][1:]
