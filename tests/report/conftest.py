@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,15 +116,24 @@ def start_prometheus(
     raise AssertionError(f"prometheus not ready within 60 s: {log.read_text()[-2000:]}")
 
 
+@contextmanager
+def serving(fleet: Fleet, directory: Path, *, block: str = "168h") -> Iterator[RunningPrometheus]:
+    """A Prometheus over ``fleet`` backfilled into ``directory``, stopped when the block ends: every
+    module's fixture of its own week or day."""
+    find_tool("prometheus")
+    running = start_prometheus(backfill(fleet, directory, block=block), directory)
+    try:
+        yield running
+    finally:
+        running.process.terminate()
+        try:
+            running.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            running.process.kill()
+            running.process.wait()
+
+
 @pytest.fixture(scope="session")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
-    find_tool("prometheus")
-    directory = tmp_path_factory.mktemp("report-prometheus")
-    running = start_prometheus(backfill(small_fleet(), directory), directory)
-    yield running
-    running.process.terminate()
-    try:
-        running.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        running.process.kill()
-        running.process.wait()
+    with serving(small_fleet(), tmp_path_factory.mktemp("report-prometheus")) as running:
+        yield running

@@ -16,7 +16,7 @@ import pytest
 
 from webhook.cli import main
 
-from .conftest import RunningPrometheus, backfill, free_port, start_prometheus
+from .conftest import RunningPrometheus, free_port, serving
 from .schema import checked
 from .synthetic import A100, H100, HOUR, START, Fleet, dcgm_labels
 from .test_report import END_ISO, gpugate
@@ -105,11 +105,8 @@ def broken_days() -> Fleet:
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
-    directory = tmp_path_factory.mktemp("report-broken")
-    running = start_prometheus(backfill(broken_days(), directory, block="2h"), directory)
-    yield running
-    running.process.terminate()
-    running.process.wait(timeout=30)
+    with serving(broken_days(), tmp_path_factory.mktemp("report-broken"), block="2h") as running:
+        yield running
 
 
 def day_end(n: int) -> str:

@@ -31,7 +31,7 @@ from webhook.policy.files import load_policies
 from webhook.policy.keys import API_VERSION
 from webhook.policy.model import PolicySet
 
-from .conftest import RunningPrometheus, backfill, missing_tool, start_prometheus
+from .conftest import RunningPrometheus, missing_tool, serving
 from .schema import checked
 from .synthetic import A100, HOUR, START, Fleet, dcgm_labels
 from .test_report import ROOT, gpugate
@@ -61,11 +61,8 @@ def rightsizing_day() -> Fleet:
 
 @pytest.fixture(scope="module")
 def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
-    directory = tmp_path_factory.mktemp("report-rightsizing")
-    running = start_prometheus(backfill(rightsizing_day(), directory), directory)
-    yield running
-    running.process.terminate()
-    running.process.wait(timeout=30)
+    with serving(rightsizing_day(), tmp_path_factory.mktemp("report-rightsizing")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

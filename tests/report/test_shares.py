@@ -25,7 +25,7 @@ import pytest
 from webhook.report.command import parse_time
 from webhook.report.prometheus import Prometheus
 
-from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
+from .conftest import RunningPrometheus, serving
 from .schema import checked
 from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
 from .test_report import ROOT, gpugate
@@ -305,12 +305,8 @@ def shared_fleet() -> Fleet:
 
 @pytest.fixture(scope="module")
 def shares(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
-    find_tool("prometheus")
-    directory = tmp_path_factory.mktemp("shares-prometheus")
-    running = start_prometheus(backfill(shared_fleet(), directory, block="6h"), directory)
-    yield running
-    running.process.terminate()
-    running.process.wait(timeout=30)
+    with serving(shared_fleet(), tmp_path_factory.mktemp("shares-prometheus"), block="6h") as running:
+        yield running
 
 
 def report(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from webhook.report.accounting import split_by_use
 from webhook.report.compute import Inputs, Prices, compute_report
 from webhook.report.series import Series
 
-from .conftest import RunningPrometheus, backfill, find_tool, start_prometheus
+from .conftest import RunningPrometheus, serving
 from .schema import checked
 from .synthetic import A100, HOUR, T4, Fleet, dcgm_labels
 from .test_report import gpugate
@@ -218,12 +218,8 @@ def weight_fleet() -> Fleet:
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPrometheus]:
-    find_tool("prometheus")
-    directory = tmp_path_factory.mktemp("weight-prometheus")
-    running = start_prometheus(backfill(weight_fleet(), directory, block="4h"), directory)
-    yield running
-    running.process.terminate()
-    running.process.wait(timeout=30)
+    with serving(weight_fleet(), tmp_path_factory.mktemp("weight-prometheus"), block="4h") as running:
+        yield running
 
 
 def report(prometheus: RunningPrometheus, *extra: str) -> dict[str, Any]:
