@@ -148,8 +148,9 @@ def test_the_server_applies_the_native_tier_and_a_plain_pod_then_makes_no_webhoo
     assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
     assert stored["metadata"]["labels"]["gpugate.io/team"] == "probe"
     assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"
+    # An instance type both H100 pools share: the webhook narrows the pod's own choice to one class's product.
     chosen = _plain(synced)
-    chosen["metadata"]["labels"] = {"gpugate.io/model": "h100"}
+    chosen["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
 
     def webhook_forms_it() -> bool:
         done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=chosen, check=False)
