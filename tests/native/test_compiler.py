@@ -486,7 +486,8 @@ def test_a_pod_naming_a_class_that_serves_it_is_decided_natively_and_one_the_web
 
 def test_explain_says_a_named_class_is_decided_natively() -> None:
     outcomes = {(o.policy, o.rule): o for o in explain(load_policies(SHIPPED))}
-    named = outcomes[("default", "a class named by gpugate.io/model: its selector or affinity term, tolerations, "
-                      "runtime class")]
+    named = outcomes[
+        ("default", "a class named by gpugate.io/model: its selector or affinity term, tolerations, runtime class")
+    ]
     assert named.native and "h100-mig" in named.reason and "l40s" in named.reason
     assert not outcomes[("default", "own model choice (selectors, aliases, annotations, nodeName)")].native

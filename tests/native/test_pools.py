@@ -153,7 +153,7 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
     assert _evaluate(bound["expression"], six, variables) is False
     assert _evaluate(bound["messageExpression"], six, variables) == (
         'pod: requests 6 × nvidia.com/gpu, more than the 4 one node of GPU model class "l4" (or a pool that scales '
-        "up for it) offers; label the pod gpugate.io/model with a class whose nodes hold it (policy \"default\", "
+        'up for it) offers; label the pod gpugate.io/model with a class whose nodes hold it (policy "default", '
         "gpugate pool digest)"
     )
     named = {**variables, "classLargest": [0, "h200"], "model": "h200"}

@@ -95,9 +95,7 @@ def _concrete(globs: tuple[str, ...]) -> list[str]:
     return [g for g in globs if not any(ch in g for ch in "*?[")]
 
 
-def _entry(
-    policy: Policy, device: Device, resource: str, named: ModelClass | None = None
-) -> tuple[_Entry | None, str]:
+def _entry(policy: Policy, device: Device, resource: str, named: ModelClass | None = None) -> tuple[_Entry | None, str]:
     """The entry for ``resource`` of ``device`` under ``policy``, or None and why not: for a pod that names no
     class, or (``named``) for one whose ``gpugate.io/model`` label names that class of the device, which offers
     ``resource`` (``rules.choice``: a named class is the pod's, whatever the defaults and the inventory say)."""
@@ -148,11 +146,7 @@ def _resources(policy: Policy) -> list[str]:
     if policy.models is not None:
         for c in policy.models.classes.values():
             resources += _concrete(c.resources)
-    return [
-        r
-        for r in dict.fromkeys(resources)
-        if policy.device_of(r) is not None and policy.counts_as_gpu(r)
-    ]
+    return [r for r in dict.fromkeys(resources) if policy.device_of(r) is not None and policy.counts_as_gpu(r)]
 
 
 def _entries(policy: Policy) -> tuple[dict[str, _Entry], list[str]]:
@@ -1365,7 +1359,8 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
         f"(!(key in {literal(t['void'])}) || {everyone}.all(c, ({holds}) || c.name in {at('shared', 'p', [])} || "
         f"(has(c.env) && c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))))"
     )
-    model = f"(has({meta}.labels) && {string(MODEL_LABEL)} in {meta}.labels ? {meta}.labels[{string(MODEL_LABEL)}] : '')"
+    named = string(MODEL_LABEL)
+    model = f"(has({meta}.labels) && {named} in {meta}.labels ? {meta}.labels[{named}] : '')"
     resource = (
         f"[{at('candidates', 'pm', [])}.filter(r, {maps}.exists(m, r in m))].all(present, size(present) == 1 && "
         f"{maps}.all(m, m.all(r, !r.matches({string(owned)}) || r == present[0])) && "
