@@ -53,13 +53,13 @@ def test_gpugate_pools_is_valid_small_and_refuses_only_what_the_webhooks_skip() 
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert vap["metadata"]["annotations"][DIGEST_ANNOTATION] == fingerprint(digest)
     names = [v["name"] for v in vap["spec"]["variables"]]
-    assert "claimsFormed" in names and names[-3:] == ["largest", "gpus", "classLargest"]
+    assert "claimsFormed" in names and names[-4:] == ["largest", "gpus", "classLargest", "className"]
     for validation in vap["spec"]["validations"]:
         # Only enforce-mode policies, and only pods the narrowed webhooks skip.
         assert validation["expression"].startswith(
             '!(variables.policy in ["default", "serving"]) || !variables.claimsFormed'
         )
-    assert '"amd.com/gpu": ' in vap["spec"]["variables"][-3]["expression"]
+    assert '"amd.com/gpu": ' in vap["spec"]["variables"][-4]["expression"]
 
 
 def _with_runtime_classes(fleet: Inventory, **handlers: str) -> Inventory:
@@ -147,7 +147,8 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
         "resource": "nvidia.com/gpu",
         "largest": 56,
         "gpus": 6,
-        "classLargest": [4, "l4"],
+        "classLargest": 4,
+        "className": "l4",
         "model": "",
     }
     assert _evaluate(bound["expression"], six, variables) is False
@@ -156,14 +157,14 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
         'up for it) offers; label the pod gpugate.io/model with a class whose nodes hold it (policy "default", '
         "gpugate pool digest)"
     )
-    named = {**variables, "classLargest": [0, "h200"], "model": "h200"}
+    named = {**variables, "classLargest": 0, "className": "h200", "model": "h200"}
     assert _evaluate(bound["messageExpression"], six, named) == (
         'pod: requests 6 × nvidia.com/gpu, which no node of GPU model class "h200" offers and no pool adds for it; '
         "request at most what its nodes have, or name a class whose nodes hold it in gpugate.io/model (policy "
         '"default", gpugate pool digest)'
     )
-    assert _evaluate(bound["expression"], six, {**variables, "classLargest": [8, "h100"]}) is True
-    assert _evaluate(bound["expression"], six, {**variables, "classLargest": [-1, ""]}) is True  # no verdict
+    assert _evaluate(bound["expression"], six, {**variables, "classLargest": 8, "className": "h100"}) is True
+    assert _evaluate(bound["expression"], six, {**variables, "classLargest": -1, "className": ""}) is True  # no verdict
     # Over the fleet-wide bound too: that one message only.
     assert _evaluate(bound["expression"], six, {**variables, "largest": 4}) is True
     assert _evaluate(bound["expression"], six, {**variables, "claimsFormed": False}) is True

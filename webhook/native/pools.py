@@ -139,13 +139,19 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
     # At least what one node must hold (the app containers together, or one init container): never more than
     # the KEP-753 total the webhook counts, so this refuses nothing the webhook admits.
     total = f"([object.spec.containers.map(c, {each}).sum()] + variables.init.map(c, {each})).max()"
+    bounds: dict[str, list[Any]] = digest.get("classLargest") or {}
     own = [
         {"name": "largest", "expression": f"{literal(digest['largest'])}[?variables.resource].orValue(-1)"},
         {"name": "gpus", "expression": total},
-        # [the most one node of the class the pod is formed for holds, the class], or [-1, ''] for no verdict.
+        # The most one node of the class the pod is formed for holds (-1: no verdict), and that class (CEL lists
+        # and maps hold one type: two tables).
         {
             "name": "classLargest",
-            "expression": f"{literal(digest.get('classLargest') or {})}[?variables.key].orValue([-1, ''])",
+            "expression": f"{literal({k: v[0] for k, v in bounds.items()})}[?variables.key].orValue(-1)",
+        },
+        {
+            "name": "className",
+            "expression": f"{literal({k: v[1] for k, v in bounds.items()})}[?variables.key].orValue('')",
         },
     ]
     validations = [
@@ -162,11 +168,11 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
         {
             # The class's own nodes, once the fleet-wide bound above holds (one message per pod).
             "expression": "!variables.claimsFormed || (variables.largest >= 0 && variables.gpus > variables.largest) "
-            "|| variables.classLargest[0] < 0 || variables.gpus <= variables.classLargest[0]",
+            "|| variables.classLargest < 0 || variables.gpus <= variables.classLargest",
             "messageExpression": "'pod: requests ' + string(variables.gpus) + ' × ' + variables.resource + "
-            "(variables.classLargest[0] == 0 ? ', which no node of GPU model class \"' + variables.classLargest[1] "
-            "+ '\" offers and no pool adds for it' : ', more than the ' + string(variables.classLargest[0]) + "
-            "' one node of GPU model class \"' + variables.classLargest[1] + '\" (or a pool that scales up for it) "
+            "(variables.classLargest == 0 ? ', which no node of GPU model class \"' + variables.className "
+            "+ '\" offers and no pool adds for it' : ', more than the ' + string(variables.classLargest) + "
+            "' one node of GPU model class \"' + variables.className + '\" (or a pool that scales up for it) "
             "offers') + (variables.model == '' ? '; label the pod gpugate.io/model with a class whose nodes hold it' "
             ": '; request at most what its nodes have, or name a class whose nodes hold it in gpugate.io/model') + "
             "' (policy \"' + variables.policy + '\", gpugate pool digest)'",
