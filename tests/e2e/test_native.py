@@ -203,12 +203,16 @@ def _without_webhooks(n: Native) -> None:
     plain, chosen = _probe(n), _probe(n, node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"})
 
     def native_alone() -> bool:
+        # The refusal of the chosen pod says the mutating webhook is gone (it would form that pod), the plain pod's
+        # count that the validating one is too (the apiserver drops each configuration through its own informer).
+        before = n.gate.admission_requests()
         formed = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=plain, check=False)
         refused = n.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=chosen, check=False)
         return (
             formed.ok
             and "nvidia.com/gpu.product" in (json.loads(formed.stdout)["spec"].get("nodeSelector") or {})
             and "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
+            and n.gate.admission_requests() == before
         )
 
     assert eventually(native_alone, timeout=60), "the native objects did not take effect alone within 60 s"
@@ -328,8 +332,24 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     native.cluster.kubectl("apply", "-f", "-", stdin=native.native)
     _with_webhooks(native, narrowed=True)
     plain = _probe(native)
-    before = native.gate.admission_requests()
-    formed = _dry_run(native, plain)
+    last: list[Any] = []
+
+    def formed_natively() -> Any:
+        # _with_webhooks saw a chosen pod formed, as the webhook also forms it before the apiserver has compiled the
+        # native objects (its policy refresh, about once a second) and read the narrowed configurations: until then
+        # a plain pod is formed by the webhook (when this test runs without the one above). Ask until it is not.
+        before = native.gate.admission_requests()
+        formed = _dry_run(native, plain)
+        last[:] = [formed, native.gate.admission_requests() - before]
+        annotations = json.loads(formed.stdout)["metadata"].get("annotations") or {} if formed.ok else {}
+        return (formed, before) if "gpugate.io/policy" in annotations and last[1] == 0 else None
+
+    answered = eventually(formed_natively, timeout=60)
+    assert answered, (
+        "60 s after the native objects and the narrowed webhooks were applied, a plain GPU pod was still not formed "
+        f"by gpugate-mutate without a call to gpugate's server ({last[1]:.0f} calls):\n{last[0]}"
+    )
+    formed, before = answered
     assert formed.ok, formed.stderr
     stored = json.loads(formed.stdout)
     assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
@@ -352,7 +372,15 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     forged = json.loads(json.dumps(copy))
     assert forged["metadata"]["labels"]["gpugate.io/team"] == "probe", stored["metadata"]["labels"]
     forged["metadata"]["labels"]["gpugate.io/team"] = "someone-else"
-    refused = _dry_run(native, forged)
+
+    def refused_now() -> Any:
+        # gpugate-always is compiled apart from gpugate-mutate: until it is, the webhooks skip the forged pod and
+        # nothing refuses it.
+        done = _dry_run(native, forged)
+        return None if done.ok else done
+
+    refused = eventually(refused_now, timeout=60)
+    assert refused, "60 s after gpugate-always was applied, a pod that only claims to be formed was still admitted"
     assert not refused.ok
     assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
     assert "as if gpugate had formed it, but its label gpugate.io/team is not probe" in refused.stderr

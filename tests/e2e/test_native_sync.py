@@ -142,8 +142,25 @@ def test_the_server_applies_the_native_tier_and_a_plain_pod_then_makes_no_webhoo
         obj = _get(synced, kind, name)
         assert obj is not None, name
         assert [m["manager"] for m in obj["metadata"]["managedFields"]] == ["gpugate-serve"]
-    before = synced.gate.admission_requests()
-    done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=_plain(synced))
+    plain = _plain(synced)
+    last: list[Any] = []
+
+    def formed_natively() -> Any:
+        # The objects are stored, but kube-apiserver takes the MutatingAdmissionPolicy in (compiled on its policy
+        # refresh, about once a second) and the narrowed webhook configurations from its informers a moment later:
+        # until it has both, a plain pod is formed by the webhook. Ask until gpugate-mutate forms it with no call.
+        before = synced.gate.admission_requests()
+        done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=plain, check=False)
+        last[:] = [done, synced.gate.admission_requests() - before]
+        annotations = json.loads(done.stdout)["metadata"].get("annotations") or {} if done.ok else {}
+        return (done, before) if "gpugate.io/policy" in annotations and last[1] == 0 else None
+
+    answered = eventually(formed_natively, timeout=60)
+    assert answered, (
+        "60 s after the sync, a plain GPU pod was still not formed by gpugate-mutate without a call to gpugate's "
+        f"server ({last[1]:.0f} calls):\n{last[0]}"
+    )
+    done, before = answered
     stored = json.loads(done.stdout)
     assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
     assert stored["metadata"]["labels"]["gpugate.io/team"] == "probe"
