@@ -286,8 +286,9 @@ class ControlPlane:
         self.kubectl("apply", "-f", "-", stdin={**body, "handler": handler or name})
 
     def ensure_default_service_account(self, namespace: str) -> None:
-        # Normally the controller-manager's serviceaccount controller creates it.
-        self.kubectl(
+        # Normally the controller-manager's serviceaccount controller creates it; where one runs, it can create it
+        # between kubectl apply's read and its create (AlreadyExists): then it exists, which is all this asks.
+        done = self.kubectl(
             "apply",
             "-f",
             "-",
@@ -296,4 +297,7 @@ class ControlPlane:
                 "kind": "ServiceAccount",
                 "metadata": {"name": "default", "namespace": namespace},
             },
+            check=False,
         )
+        if not done.ok and "AlreadyExists" not in done.stderr:
+            raise AssertionError(f"kubectl failed:\n{done}")
