@@ -430,3 +430,15 @@ def test_a_pod_carrying_claims_pending_is_left_to_the_webhook() -> None:
     assert skipped(formed)  # formed exactly as gpugate-mutate forms it
     formed["metadata"]["labels"]["gpugate.io/claims-pending"] = "train"
     assert not skipped(formed)
+
+
+def test_the_workload_is_two_variables(compiled: list[dict]) -> None:
+    """Every variable costs each activation of its object an entry in the lazy variable map and, once read, an
+    evaluation of its own: the workload (its owner, the pod's own name, the Deployment and CronJob derivations)
+    is two variables, its kind and its name, in the mutating policy and in gpugate-always's claim check."""
+    for name in ("gpugate-mutate", "gpugate-always"):
+        obj = next(o for o in compiled if o["metadata"]["name"] == name and "variables" in o["spec"])
+        variables = {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+        reading = {n for n, e in variables.items() if "ownerReferences" in e or "generateName" in e}
+        assert reading == {"workloadKind", "workloadName"}, (name, reading)
+        assert not {"owner", "ownName", "kind0", "name0", "fromReplicaSet", "fromCronJob"} & set(variables), name

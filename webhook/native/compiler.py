@@ -529,42 +529,35 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         return f"{literal(t[table])}[?variables.key].orValue({literal(fallback)})"
 
     spec = "object.spec"
+    # The workload as two variables, not eight (owner, its kind and name, the pod's own name, the two derivations):
+    # every variable costs each activation of each object an entry in its lazy map and, once read, an evaluation of
+    # its own (k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel/composition.go ``Variables``, ``Callback``). The
+    # owner is the first controller ownerReference, read once per variable inside a one-item list; the pod's own
+    # name is its generateName without the last '-' (its name is given after mutating admission), else its name.
+    # A Deployment's pod is its ReplicaSet's (named after it plus ``-<pod-template-hash>``), a CronJob's its Job's
+    # (plus ``-<schedule time>``), as webhook/pods/objects.py derives them.
+    meta = "object.metadata"
+    controller = f"{meta}.ownerReferences.filter(r, has(r.controller) && r.controller)"
+    own_name = (
+        f"(has({meta}.generateName) && {meta}.generateName != '' && {meta}.generateName != '-' ? "
+        f"({meta}.generateName.endsWith('-') ? {meta}.generateName.substring(0, size({meta}.generateName) - 1) : "
+        f"{meta}.generateName) : (has({meta}.name) ? {meta}.name : ''))"
+    )
+    template_hash = "variables.labels[?'pod-template-hash'].orValue('')"
     workload = [
         {
-            "name": "owner",
-            "expression": "has(object.metadata.ownerReferences) ? "
-            "object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller) : []",
-        },
-        {
-            "name": "ownName",
-            "expression": "has(object.metadata.generateName) && object.metadata.generateName != '' ? "
-            "(object.metadata.generateName.endsWith('-') ? object.metadata.generateName.substring(0, "
-            "size(object.metadata.generateName) - 1) : object.metadata.generateName) : "
-            "(has(object.metadata.name) ? object.metadata.name : '')",
-        },
-        {"name": "kind0", "expression": "size(variables.owner) > 0 ? variables.owner[0].kind : 'Pod'"},
-        {
-            "name": "name0",
-            "expression": "size(variables.owner) > 0 ? variables.owner[0].name : "
-            "(variables.ownName == '' && has(object.metadata.name) ? object.metadata.name : variables.ownName)",
-        },
-        {
-            "name": "fromReplicaSet",
-            "expression": "variables.kind0 == 'ReplicaSet' && 'pod-template-hash' in variables.labels && "
-            "variables.labels['pod-template-hash'] != '' && "
-            "variables.name0.endsWith('-' + variables.labels['pod-template-hash'])",
-        },
-        {"name": "fromCronJob", "expression": "variables.kind0 == 'Job' && variables.name0.matches('^.+-[0-9]{8,}$')"},
-        {
             "name": "workloadKind",
-            "expression": "variables.fromReplicaSet ? 'Deployment' : "
-            "variables.fromCronJob ? 'CronJob' : variables.kind0",
+            "expression": f"!has({meta}.ownerReferences) ? 'Pod' : [{controller}].map(o, size(o) == 0 ? 'Pod' : "
+            f"o[0].kind == 'ReplicaSet' && {template_hash} != '' && o[0].name.endsWith('-' + {template_hash}) ? "
+            "'Deployment' : o[0].kind == 'Job' && o[0].name.matches('^.+-[0-9]{8,}$') ? 'CronJob' : o[0].kind)[0]",
         },
         {
+            # The kind tells whether the owner's name was derived: it differs from the owner's own kind then.
             "name": "workloadName",
-            "expression": "variables.fromReplicaSet ? variables.name0.substring(0, size(variables.name0) - "
-            "size(variables.labels['pod-template-hash']) - 1) : variables.fromCronJob ? "
-            "variables.name0.substring(0, variables.name0.lastIndexOf('-')) : variables.name0",
+            "expression": f"!has({meta}.ownerReferences) ? {own_name} : [{controller}].map(o, size(o) == 0 ? "
+            f"{own_name} : variables.workloadKind == o[0].kind ? o[0].name : variables.workloadKind == 'Deployment' ? "
+            f"o[0].name.substring(0, size(o[0].name) - size({template_hash}) - 1) : "
+            "o[0].name.substring(0, o[0].name.lastIndexOf('-')))[0]",
         },
     ]
     plain_resource = (
