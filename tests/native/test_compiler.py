@@ -442,3 +442,22 @@ def test_the_workload_is_two_variables(compiled: list[dict]) -> None:
         reading = {n for n, e in variables.items() if "ownerReferences" in e or "generateName" in e}
         assert reading == {"workloadKind", "workloadName"}, (name, reading)
         assert not {"owner", "ownName", "kind0", "name0", "fromReplicaSet", "fromCronJob"} & set(variables), name
+
+
+def test_no_object_carries_a_variable_it_does_not_read(compiled: list[dict]) -> None:
+    """Every activation of an object (match conditions, validations, messages, audit annotations, the patch) adds an
+    entry for each of its variables to a lazy map of its own, read or not: gpugate-always carried all of
+    gpugate-mutate's, the patch's among them. Each object keeps what its expressions read (gpugate-always also
+    what gpugate-pools reads of it)."""
+    pools = {"claimsFormed", "resource", "policy", "init", "holdsGPU"}
+    for obj in compiled:
+        if "variables" not in obj["spec"]:
+            continue
+        expressions = {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+        rest = yaml.safe_dump({k: v for k, v in obj["spec"].items() if k != "variables"}, width=1 << 20)
+        read = set(re.findall(r"variables\.(\w+)", rest)) | (
+            pools if obj["metadata"]["name"] == "gpugate-always" else set()
+        )
+        for _ in expressions:
+            read |= {m for n in read & set(expressions) for m in re.findall(r"variables\.(\w+)", expressions[n])}
+        assert set(expressions) <= read, (obj["metadata"]["name"], sorted(set(expressions) - read))

@@ -18,6 +18,7 @@ pkg/admission/plugin/policy/mutating/patch/smd.go ``validatePatch``), so every m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -1037,7 +1038,49 @@ def compile_policies(policies: PolicySet) -> Compiled:
         )
     objects += _validating(f"{PREFIX}-always", digest, [*common, *deny_extra], deny, ordered, ["Deny"], env=True)
     _constant_patterns(objects, ordered)
-    return narrow(Compiled(tuple(objects), tuple(explain(policies))), policies)
+    return _read_variables_only(narrow(Compiled(tuple(objects), tuple(explain(policies))), policies))
+
+
+#: ``gpugate-always``'s variables that webhook/native/pools.py's ``gpugate-pools`` reads (with what they read), kept
+#: there whether ``gpugate-always`` reads them or not.
+POOLS_READ = ("claimsFormed", "resource", "policy", "init", "holdsGPU")
+
+
+def _read_variables_only(compiled: Compiled) -> Compiled:
+    """Each object with only the variables its match conditions, validations, messages or mutations read (and what
+    those read). An unread variable is never evaluated, but it still costs: every activation of its object (match
+    conditions, validations, messages, audit annotations, the patch; each request) adds an entry for every variable
+    to a lazy map of its own (k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel/composition.go ``Variables``,
+    called by cel/activation.go ``newActivation``). ``gpugate-always`` took every one of ``gpugate-mutate``'s, the
+    patch's too; ``gpugate-mutate`` the common ones of the validating objects'."""
+    objects = []
+    for obj in compiled.objects:
+        if "variables" in obj["spec"]:
+            spec = obj["spec"]
+            expressions = {v["name"]: v["expression"] for v in spec["variables"]}
+            roots = set(_reads({k: v for k, v in spec.items() if k != "variables"}))
+            if obj["metadata"]["name"] == f"{PREFIX}-always":
+                roots |= set(POOLS_READ) & set(expressions)
+            needed, todo = set(roots), list(roots)
+            while todo:
+                for name in _reads(expressions.get(todo.pop(), "")):
+                    if name not in needed:
+                        needed.add(name)
+                        todo.append(name)
+            obj = {**obj, "spec": {**spec, "variables": [v for v in spec["variables"] if v["name"] in needed]}}
+        objects.append(obj)
+    return Compiled(tuple(objects), compiled.outcomes)
+
+
+def _reads(node: Any) -> list[str]:
+    """The variables an expression (or every expression in a spec) reads."""
+    if isinstance(node, str):
+        return re.findall(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)", node)
+    if isinstance(node, list):
+        return [n for x in node for n in _reads(x)]
+    if isinstance(node, dict):
+        return [n for x in node.values() for n in _reads(x)]
+    return []
 
 
 def _namespaces_of(members: list[Policy]) -> str | None:
