@@ -461,3 +461,40 @@ def test_no_object_carries_a_variable_it_does_not_read(compiled: list[dict]) -> 
         for _ in expressions:
             read |= {m for n in read & set(expressions) for m in re.findall(r"variables\.(\w+)", expressions[n])}
         assert set(expressions) <= read, (obj["metadata"]["name"], sorted(set(expressions) - read))
+
+
+def test_the_limits_messages_are_built_only_for_a_pod_over_a_limit(compiled: list[dict]) -> None:
+    """The apiserver evaluates every message of every pod in an activation of its own: the limits' messages read
+    the pod's GPU count (podGPUs, which no container exceeds) and stop there for a pod within the limits, without
+    the containers' counts, their list and filter, or the text."""
+    always = next(
+        o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    # indexOf (the Kubernetes list library) declared for the type check: no pod within the limits reaches it.
+    index_of = cel.FunctionDecl("indexOf", [cel.Overload("list_index_of", cel.Type.INT, [cel.Type.DYN] * 2, True)])
+    env = cel.NewEnv(
+        variables={"variables": cel.Type.DYN},
+        functions=[index_of],
+        function_impls={"list_index_of": lambda items, item: list(items).index(item)},
+    )
+    limits = {"maxPerContainer": 4, "maxPerPod": 8, "policy": "serving"}
+    messages = {
+        v["message"]: env.compile(v["messageExpression"])
+        for v in always["spec"]["validations"]
+        if "variables.maxPerContainer" in v["expression"] or "variables.maxPerPod" in v["expression"]
+    }
+    assert len(messages) == 2
+    for gpus in (0, 1, 4):  # within both limits: no container's counts are read (none are given)
+        for message in messages.values():
+            result = message.eval(data={"variables": {**limits, "podGPUs": gpus}})
+            assert result.type() != cel.Type.ERROR, result.value()
+            assert result.plain_value() == ""
+    per_pod = messages["gpugate: the pod requests more GPUs than its policy allows per pod"]
+    result = per_pod.eval(data={"variables": {**limits, "podGPUs": 9}})
+    assert result.plain_value() == (
+        'spec.containers: pod: requests 9 GPUs in all, more than the 8 per pod that policy "serving" allows; '
+        "request at most 8 GPUs per pod (gpugate)"
+    )
+    no_limit = {"maxPerContainer": -1, "maxPerPod": -1, "policy": ""}  # no podGPUs either: not read
+    for message in messages.values():
+        assert message.eval(data={"variables": no_limit}).plain_value() == ""

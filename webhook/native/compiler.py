@@ -399,9 +399,12 @@ def _gpu_sum(container: str) -> str:
     integer", "must be equal to ... limit", "Limit must be set for non overcommitable resources"): so the limits
     hold every count (as ``pods.gpus.gpu_amounts``, limits winning), and a count is read with one quantity parse."""
     limits = f"{container}.resources.limits"
+    # One comprehension over the limits (transformList, cel-go's two-variable comprehensions: the apiserver's CEL
+    # environment since Kubernetes 1.32, pkg/cel/environment/base.go), not a filter and then a map that looks each
+    # key up again.
     return (
-        f"(has({container}.resources) && has({limits}) ? {limits}.filter(r, r.matches(variables.counted))"
-        f".map(r, quantity(string({limits}[r])).asInteger()).sum() : 0)"
+        f"(has({container}.resources) && has({limits}) ? {limits}.transformList(r, q, r.matches(variables.counted), "
+        "quantity(string(q)).asInteger()).sum() : 0)"
     )
 
 
@@ -755,11 +758,16 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         # The message names the first container over the limit from the counts the per-pod limit's message reads
         # too (one count per activation), not by counting each container's GPUs again.
         counts = "(variables.appGPUs + variables.initGPUs)"
+        # The message is worked out only for a pod that can hold a container over the limit: no container holds
+        # more GPUs than the pod does as the scheduler counts them (podGPUs, which the per-pod limit's message reads
+        # anyway), so for any other pod it is '' at once, without the counts' list, filter and error.
+        over = f"{table} < 0 || variables.podGPUs <= {table}" if per_pod else f"{table} < 0"
         out.append(
             {
                 "expression": f"{table} < 0 || !{counts}.exists(n, n > {table})",
                 # indexOf (the Kubernetes list library): the first count over the limit is first at its container.
-                "messageExpression": f"[{counts}].map(g, [g.filter(n, n > {table})[0]].map(n, 'container \"' + "
+                "messageExpression": f"{over} ? '' : "
+                f"[{counts}].map(g, [g.filter(n, n > {table})[0]].map(n, 'container \"' + "
                 "variables.all[g.indexOf(n)].name + '\": requests ' + string(n) + ' GPUs, more than the ' + "
                 f"string({table}) + ' per container that policy \"' + variables.policy + '\" allows; request at "
                 f"most ' + string({table}) + ', or split the work across pods (gpugate)')[0])[0]",
@@ -794,9 +802,12 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         out.append(
             {
                 "expression": f"{table} < 0 || variables.podGPUs <= {table}",
-                "messageExpression": "'spec.containers: pod: requests ' + string(variables.podGPUs) + ' GPUs in all, "
+                # Built only for a pod over the limit: the count is the message's own, its comparison costs nothing
+                # more (the apiserver evaluates every message of every pod: _validating).
+                "messageExpression": f"{table} >= 0 && variables.podGPUs > {table} ? "
+                "'spec.containers: pod: requests ' + string(variables.podGPUs) + ' GPUs in all, "
                 f"more than the ' + string({table}) + ' per pod that policy \"' + variables.policy + "
-                f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)'",
+                f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)' : ''",
                 "message": "gpugate: the pod requests more GPUs than its policy allows per pod",
                 "reason": "Forbidden",
             }
