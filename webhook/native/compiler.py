@@ -873,19 +873,22 @@ def _always_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         {
             "expression": f"!variables.holdsGPU || !{literal(privileged)}[?variables.policy].orValue(true) || "
             f"size({privileged_first}) == 0",
-            "messageExpression": f"'container \"' + {privileged_first}[0].name + '\": is privileged in a GPU pod, so "
-            "it sees every GPU of its node, not only the ones the pod requested; remove securityContext.privileged "
-            "(policy \"' + variables.policy + '\", gpugate)'",
+            # The first container at fault as the one item of a list: a pod without one stops at the index, before
+            # any part of the text is evaluated (CEL evaluates both sides of a +, an error's too).
+            "messageExpression": f"[{privileged_first}[0]].map(c, 'container \"' + c.name + '\": is privileged in a "
+            "GPU pod, so it sees every GPU of its node, not only the ones the pod requested; remove "
+            "securityContext.privileged (policy \"' + variables.policy + '\", gpugate)')[0]",
             "message": "gpugate: a privileged container in a GPU pod sees every GPU of its node",
             "reason": "Forbidden",
         },
         {
             "expression": f"!{literal(override)}[?variables.policy].orValue(true) || "
             f"{string(KAI_SHARED_CONFIGMAP_ANNOTATION)} in variables.annotations || size({overriding}) == 0",
-            "messageExpression": f"'container \"' + {overriding}[0].name + '\": sets {VISIBLE_DEVICES}=' + "
-            f"{overriding}[0].env.filter(e, {exposing})[0].value + ', which would expose GPUs the pod did not "
+            # The containers filtered once, not once for the name and again for the value.
+            "messageExpression": f"[{overriding}[0]].map(c, 'container \"' + c.name + '\": sets {VISIBLE_DEVICES}=' + "
+            f"c.env.filter(e, {exposing})[0].value + ', which would expose GPUs the pod did not "
             f"request; remove {VISIBLE_DEVICES}: request GPUs with resources.limits and the device plugin sets it "
-            "(gpugate)'",
+            "(gpugate)')[0]",
             "message": f"gpugate: a container sets {VISIBLE_DEVICES}, which would expose GPUs the pod did not request",
             "reason": "Forbidden",
         },
@@ -1421,7 +1424,9 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         + _chain(
             "variables.profile",
             {
-                p: f"k.lowerAscii().matches({string(x)}) && !(k in {literal(t['owned'][p])})"
+                # The keys the policy owns first: most of a formed pod's labels, passed without a lowercase copy
+                # and a match of the pattern.
+                p: f"!(k in {literal(t['owned'][p])}) && k.lowerAscii().matches({string(x)})"
                 for p, x in t["lookAlike"].items()
             },
         )
