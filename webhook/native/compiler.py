@@ -1419,23 +1419,19 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
     workload = string(WORKLOAD_ANNOTATION)
     kind, name = string(WORKLOAD_KIND_LABEL), string(WORKLOAD_NAME_LABEL)
     claimed = f"variables.annotations[{string(POLICY_ANNOTATION)}]"
-    stray = (
-        "variables.labels.filter(k, "
-        + _chain(
-            "variables.profile",
-            {
-                # The keys the policy owns first: most of a formed pod's labels, passed without a lowercase copy
-                # and a match of the pattern.
-                p: f"!(k in {literal(t['owned'][p])}) && k.lowerAscii().matches({string(x)})"
-                for p, x in t["lookAlike"].items()
-            },
-        )
-        + ")"
+    look_alike = _chain(
+        "variables.profile",
+        {
+            # The keys the policy owns first: most of a formed pod's labels, passed without a lowercase copy and a
+            # match of the pattern.
+            p: f"!(k in {literal(t['owned'][p])}) && k.lowerAscii().matches({string(x)})"
+            for p, x in t["lookAlike"].items()
+        },
     )
-    wrong = (
-        "variables.attribution.filter(s, !(s[0] in variables.labels) || "
-        f"variables.labels[s[0]] != {_ATTRIBUTION_VALUE})"
-    )
+    stray = f"variables.labels.filter(k, {look_alike})"
+    stray_exists = f"variables.labels.exists(k, {look_alike})"
+    right = f"s[0] in variables.labels && variables.labels[s[0]] == {_ATTRIBUTION_VALUE}"
+    wrong = f"variables.attribution.filter(s, !({right}))"
     owner = (
         f"size(variables.attribution) == 0 ? !({workload} in variables.annotations) : "
         f"({kind} in variables.labels && "
@@ -1470,8 +1466,9 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": f"!variables.claimsFormed || size({wrong}) == 0",
-            "messageExpression": f"[{wrong}[0]].map(s, 'pod: carries gpugate.io/policy as if gpugate had formed it, "
+            "expression": f"!variables.claimsFormed || variables.attribution.all(s, {right})",
+            # '' at once for a pod whose labels are right (no list, no index error), the first wrong one named else.
+            "messageExpression": f"variables.attribution.all(s, {right}) ? '' : [{wrong}[0]].map(s, 'pod: carries gpugate.io/policy as if gpugate had formed it, "
             f"but its label ' + s[0] + ' is not ' + {_ATTRIBUTION_VALUE} + ', what policy \"' + variables.policy + "
             f"'\" gives it in this namespace; {fix}')[0]",
             "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
@@ -1487,10 +1484,11 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": f"!variables.claimsFormed || size({stray}) == 0",
-            "messageExpression": f"'pod: label ' + {stray}[0] + ' looks like an attribution label of policy \"' + "
-            "variables.policy + '\" (kube-state-metrics would export both under one name); remove it, and the "
-            f"gpugate.io annotations, and let gpugate form it (gpugate)'",
+            "expression": f"!variables.claimsFormed || !{stray_exists}",
+            # The first look-alike as the one item of a list: a pod without one stops at the index.
+            "messageExpression": f"[{stray}[0]].map(k, 'pod: label ' + k + ' looks like an attribution label of "
+            "policy \"' + variables.policy + '\" (kube-state-metrics would export both under one name); remove it, "
+            f"and the gpugate.io annotations, and let gpugate form it (gpugate)')[0]",
             "message": "gpugate: a pod carries a look-alike of an attribution label",
             "reason": "Forbidden",
         },
