@@ -1468,7 +1468,8 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         {
             "expression": f"!variables.claimsFormed || variables.attribution.all(s, {right})",
             # '' at once for a pod whose labels are right (no list, no index error), the first wrong one named else.
-            "messageExpression": f"variables.attribution.all(s, {right}) ? '' : [{wrong}[0]].map(s, 'pod: carries gpugate.io/policy as if gpugate had formed it, "
+            "messageExpression": f"variables.attribution.all(s, {right}) ? '' : [{wrong}[0]].map(s, 'pod: carries "
+            "gpugate.io/policy as if gpugate had formed it, "
             f"but its label ' + s[0] + ' is not ' + {_ATTRIBUTION_VALUE} + ', what policy \"' + variables.policy + "
             f"'\" gives it in this namespace; {fix}')[0]",
             "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
