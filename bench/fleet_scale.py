@@ -454,8 +454,9 @@ def narrowed(objects: list[dict[str, Any]], exe: Path, policies: Path) -> list[d
 
 def register_beside_native(cluster: FleetCluster, objects: list[dict[str, Any]], timeout: float = 120.0) -> None:
     """deploy/ applied with the native tier in force (its validating policies answer the harness's probes
-    first), the webhooks last, and in force once a pod the native tier leaves alone (one naming its class) is
-    formed by the webhook."""
+    first), the webhooks last, and in force once a pod the native tier leaves alone (one choosing its GPU by an
+    instance type both H100 pools share, which the webhook narrows to one class's product) is formed by the
+    webhook."""
     webhooks = [o for o in objects if o.get("kind") in WEBHOOK_KINDS]
     for obj in [o for o in objects if o.get("kind") not in WEBHOOK_KINDS] + webhooks:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=obj)
@@ -463,8 +464,11 @@ def register_beside_native(cluster: FleetCluster, objects: list[dict[str, Any]],
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "probe", "namespace": ns, "labels": {"gpugate.io/model": "h100"}},
-        "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
     }
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

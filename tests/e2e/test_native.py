@@ -180,22 +180,27 @@ def _phase(n: Native, sent: list[list[dict[str, Any]]]) -> list[Outcome]:
 def _probe(n: Native, **extra: Any) -> dict[str, Any]:
     ns = _namespace(n, "default", {"team": "probe"})
     labels = extra.pop("labels", {})
+    selector = extra.pop("node_selector", None)
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]
+    }
+    if selector:
+        spec["nodeSelector"] = selector
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "probe", "namespace": ns, "labels": labels},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ]
-        },
+        "spec": spec,
     }
 
 
 def _without_webhooks(n: Native) -> None:
     for hook in n.webhooks:
         n.cluster.kubectl("delete", hook["kind"], hook["metadata"]["name"])
-    plain, chosen = _probe(n), _probe(n, labels={"gpugate.io/model": "h100"})
+    # A pod that chose its GPU by a cloud's label: only the webhook forms it, so alone the native tier refuses it.
+    plain, chosen = _probe(n), _probe(n, node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"})
 
     def native_alone() -> bool:
         formed = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=plain, check=False)
@@ -212,7 +217,8 @@ def _without_webhooks(n: Native) -> None:
 def _with_webhooks(n: Native, *, narrowed: bool = False) -> None:
     for hook in n.narrowed if narrowed else n.webhooks:
         n.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=hook)
-    chosen = _probe(n, labels={"gpugate.io/model": "h100"})
+    # An instance type both H100 pools share: the webhook narrows the pod's own choice to one class's product.
+    chosen = _probe(n, node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"})
 
     def webhook_back() -> bool:
         formed = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=chosen, check=False)
@@ -365,7 +371,14 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     assert native.gate.admission_requests() > before
     before = native.gate.admission_requests()
 
-    # A pod that chose its model is the webhook's: the counter counts (mutate and validate).
-    chosen = _dry_run(native, _probe(native, labels={"gpugate.io/model": "h100"}))
+    # A pod naming a class that serves it is formed natively as /mutate forms it: no call either.
+    named = _dry_run(native, _probe(native, labels={"gpugate.io/model": "h100-mig"}))
+    assert named.ok, named.stderr
+    selector = json.loads(named.stdout)["spec"]["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+    assert native.gate.admission_requests() == before, "a pod naming its class was sent to gpugate's server"
+
+    # A pod that chose its GPU by an instance type is the webhook's: the counter counts (mutate and validate).
+    chosen = _dry_run(native, _probe(native, node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"}))
     assert chosen.ok, chosen.stderr
     assert native.gate.admission_requests() >= before + 2

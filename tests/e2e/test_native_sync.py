@@ -148,8 +148,9 @@ def test_the_server_applies_the_native_tier_and_a_plain_pod_then_makes_no_webhoo
     assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
     assert stored["metadata"]["labels"]["gpugate.io/team"] == "probe"
     assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"
+    # An instance type both H100 pools share: the webhook narrows the pod's own choice to one class's product.
     chosen = _plain(synced)
-    chosen["metadata"]["labels"] = {"gpugate.io/model": "h100"}
+    chosen["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
 
     def webhook_forms_it() -> bool:
         done = synced.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=chosen, check=False)
@@ -321,7 +322,11 @@ def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) 
     node = {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": "gpu-2", "labels": {"kubernetes.io/hostname": "gpu-2"}},
+        # An L4 node (GFD's product label), the class a plain nvidia.com/gpu pod is formed for.
+        "metadata": {
+            "name": "gpu-2",
+            "labels": {"kubernetes.io/hostname": "gpu-2", "nvidia.com/gpu.product": "NVIDIA-L4"},
+        },
         "status": {
             "capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
             "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
@@ -356,4 +361,12 @@ def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) 
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
     admitted = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
     assert admitted.ok, admitted.stderr
+    # A pod naming a class no node of the cluster belongs to, and no pool adds: refused in the apiserver, naming
+    # the class, as the webhook's feasibility rule refuses it (a pod formed for nodes that can never exist).
+    named = _plain(synced)
+    named["metadata"]["labels"] = {"gpugate.io/model": "h100"}
+    refused = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=named, check=False)
+    assert not refused.ok, "a pod naming a class without nodes was admitted"
+    assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr, refused.stderr
+    assert 'requests 1 × nvidia.com/gpu, which no node of GPU model class "h100" offers' in refused.stderr
     assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"

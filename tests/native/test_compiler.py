@@ -22,7 +22,7 @@ from cel_expr_python import cel
 from tests.support import REPO
 from webhook.native.cel import any_glob, glob_pattern, literal, look_alike_pattern
 from webhook.native.command import render
-from webhook.native.compiler import NARROWING_ANNOTATION, compile_policies, decided_natively, webhook_patch
+from webhook.native.compiler import NARROWING_ANNOTATION, compile_policies, decided_natively, explain, webhook_patch
 from webhook.policy.files import load_policies
 from webhook.policy.labels import metric_label_name
 
@@ -179,9 +179,11 @@ def test_a_formed_pod_s_claim_is_checked_on_the_object_not_by_forming_it_again(c
     # The tolerations and void as booleans in one pass, not the mutating policy's index lists (its patch needs them).
     for index_list in ("variables.missingTolerations", "variables.voidContainers", "variables.voidInit"):
         assert index_list not in read, index_list
-    # What the mutating policy gives: the labels it writes are the look-alike check's owned keys.
+    # What the mutating policy gives: the labels it writes, and the class a pod names, are the look-alike check's
+    # owned keys.
     assert (
-        '["gpugate.io/team", "gpugate.io/cost-center", "gpugate.io/workload-kind", "gpugate.io/workload-name"]' in read
+        '["gpugate.io/team", "gpugate.io/cost-center", "gpugate.io/workload-kind", "gpugate.io/workload-name", '
+        '"gpugate.io/model"]' in read
     )
 
 
@@ -449,7 +451,7 @@ def test_no_object_carries_a_variable_it_does_not_read(compiled: list[dict]) -> 
     entry for each of its variables to a lazy map of its own, read or not: gpugate-always carried all of
     gpugate-mutate's, the patch's among them. Each object keeps what its expressions read (gpugate-always also
     what gpugate-pools reads of it)."""
-    pools = {"claimsFormed", "resource", "policy", "init", "holdsGPU"}
+    pools = {"claimsFormed", "resource", "policy", "init", "key", "model", "holdsGPU"}
     for obj in compiled:
         if "variables" not in obj["spec"]:
             continue
@@ -498,3 +500,58 @@ def test_the_limits_messages_are_built_only_for_a_pod_over_a_limit(compiled: lis
     no_limit = {"maxPerContainer": -1, "maxPerPod": -1, "policy": ""}  # no podGPUs either: not read
     for message in messages.values():
         assert message.eval(data={"variables": no_limit}).plain_value() == ""
+
+
+def test_a_pod_naming_a_class_that_serves_it_is_decided_natively_and_one_the_webhook_must_judge_is_not() -> None:
+    """A pod whose ``gpugate.io/model`` label names a class of its policy that offers what it requests is formed by
+    gpugate-mutate as /mutate forms it (the class's selector or affinity term, the device's tolerations and runtime
+    class, a DRA-only class without one), so the narrowed webhooks skip it once formed; a class the policy does not
+    have or one that does not offer the resource stays the webhook's, which names the classes that would serve it."""
+    from tests.support import container, mutated, pod
+
+    policies = load_policies(SHIPPED)
+    program = cel.NewEnv(variables={n: cel.Type.DYN for n in ("object", "request")}).compile(
+        decided_natively(policies.policies)
+    )
+
+    def skipped(obj: dict[str, Any]) -> bool:
+        request = {"operation": "CREATE", "resource": {"resource": "pods"}, "namespace": "default"}
+        result = program.eval(data={"object": obj, "request": request})
+        assert result.type() != cel.Type.ERROR, result.value()
+        return bool(result.plain_value())
+
+    def named(model: str, resource: str) -> dict[str, Any]:
+        p = pod(container(limits={resource: 1}))
+        p["metadata"].setdefault("labels", {})["gpugate.io/model"] = model
+        formed, _ = mutated(p, policies)
+        return formed
+
+    for model, resource, selector in [
+        ("t4", "nvidia.com/gpu", {"nvidia.com/gpu.product": "Tesla-T4-SHARED"}),
+        ("h100-mig", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}),
+        ("a100", "nvidia.com/mig-1g.10gb", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+        ("mi300x", "amd.com/gpu", {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}),
+        ("h200", "nvidia.com/gpu", {"node.kubernetes.io/instance-type": "p5en.48xlarge"}),  # DRA-only: no class
+        ("l40s", "nvidia.com/gpu", {"karpenter.k8s.aws/instance-gpu-name": "l40s"}),  # pool labels, no product
+    ]:
+        formed = named(model, resource)
+        assert formed["spec"]["nodeSelector"] == selector, model
+        assert skipped(formed), model
+    assert "runtimeClassName" not in named("h200", "nvidia.com/gpu")["spec"]
+    # Not served (l4 offers plain nvidia.com/gpu only), not a class: the webhook's. (A look-alike of the label is
+    # gpugate-always's to refuse, with the look-alikes of the attribution labels.)
+    for model, resource in [("l4", "nvidia.com/gpu.shared"), ("nope", "nvidia.com/gpu")]:
+        assert not skipped(named(model, resource)), (model, resource)
+    # Formed for one class, claiming another: the entry of the named class does not hold.
+    forged = named("t4", "nvidia.com/gpu")
+    forged["metadata"]["labels"]["gpugate.io/model"] = "h100"
+    assert not skipped(forged)
+
+
+def test_explain_says_a_named_class_is_decided_natively() -> None:
+    outcomes = {(o.policy, o.rule): o for o in explain(load_policies(SHIPPED))}
+    named = outcomes[
+        ("default", "a class named by gpugate.io/model: its selector or affinity term, tolerations, runtime class")
+    ]
+    assert named.native and "h100-mig" in named.reason and "l40s" in named.reason
+    assert not outcomes[("default", "own model choice (selectors, aliases, annotations, nodeName)")].native

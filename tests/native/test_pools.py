@@ -53,13 +53,13 @@ def test_gpugate_pools_is_valid_small_and_refuses_only_what_the_webhooks_skip() 
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert vap["metadata"]["annotations"][DIGEST_ANNOTATION] == fingerprint(digest)
     names = [v["name"] for v in vap["spec"]["variables"]]
-    assert "claimsFormed" in names and names[-2:] == ["largest", "gpus"]
+    assert "claimsFormed" in names and names[-4:] == ["largest", "gpus", "classLargest", "className"]
     for validation in vap["spec"]["validations"]:
         # Only enforce-mode policies, and only pods the narrowed webhooks skip.
         assert validation["expression"].startswith(
             '!(variables.policy in ["default", "serving"]) || !variables.claimsFormed'
         )
-    assert '"amd.com/gpu": ' in vap["spec"]["variables"][-2]["expression"]
+    assert '"amd.com/gpu": ' in vap["spec"]["variables"][-4]["expression"]
 
 
 def _with_runtime_classes(fleet: Inventory, **handlers: str) -> Inventory:
@@ -121,3 +121,50 @@ def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_
     relaxed = dataclasses.replace(policies, policies=(allowing, *policies.policies[1:]))
     vap, _ = compile_pools(compile_policies(relaxed), relaxed, digest_of(fleet, relaxed))
     assert f'"{allowing.name}"' not in vap["spec"]["validations"][-1]["expression"].split("variables.policy in")[1]
+
+
+def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
+    """Per class a pod names (and the first default, for one that names none): the most one node of the class holds
+    on the reference fleet, and gpugate-pools refuses a pod the class's nodes can never hold, as the webhook's
+    feasibility does, naming the class; no bound without a GPU of the vendor anywhere (scaling from zero)."""
+    policies, fleet = load_policies(SHIPPED), load_snapshot(FLEET)
+    digest = digest_of(fleet, policies)
+    bounds = {k.split("|", 1)[1]: v for k, v in digest["classLargest"].items() if k.startswith("p2|")}  # default
+    assert bounds["h100|nvidia.com/gpu"] == [8, "h100"]
+    assert bounds["l4|nvidia.com/gpu"] == [4, "l4"]
+    assert bounds["|nvidia.com/gpu"] == [4, "l4"]  # the first default, which gpugate-mutate forms it for
+    assert bounds["mi300x|amd.com/gpu"] == [8, "mi300x"]
+    assert digest_of(Inventory(), policies)["classLargest"] == {}
+    vap, _ = compile_pools(compile_policies(policies), policies, digest)
+    bound = next(v for v in vap["spec"]["validations"] if "classLargest" in v["expression"])
+    six: dict[str, Any] = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "6"}}}]},
+    }
+    variables = {
+        "claimsFormed": True,
+        "policy": "default",
+        "resource": "nvidia.com/gpu",
+        "largest": 56,
+        "gpus": 6,
+        "classLargest": 4,
+        "className": "l4",
+        "model": "",
+    }
+    assert _evaluate(bound["expression"], six, variables) is False
+    assert _evaluate(bound["messageExpression"], six, variables) == (
+        'pod: requests 6 × nvidia.com/gpu, more than the 4 one node of GPU model class "l4" (or a pool that scales '
+        'up for it) offers; label the pod gpugate.io/model with a class whose nodes hold it (policy "default", '
+        "gpugate pool digest)"
+    )
+    named = {**variables, "classLargest": 0, "className": "h200", "model": "h200"}
+    assert _evaluate(bound["messageExpression"], six, named) == (
+        'pod: requests 6 × nvidia.com/gpu, which no node of GPU model class "h200" offers and no pool adds for it; '
+        "request at most what its nodes have, or name a class whose nodes hold it in gpugate.io/model (policy "
+        '"default", gpugate pool digest)'
+    )
+    assert _evaluate(bound["expression"], six, {**variables, "classLargest": 8, "className": "h100"}) is True
+    assert _evaluate(bound["expression"], six, {**variables, "classLargest": -1, "className": ""}) is True  # no verdict
+    # Over the fleet-wide bound too: that one message only.
+    assert _evaluate(bound["expression"], six, {**variables, "largest": 4}) is True
+    assert _evaluate(bound["expression"], six, {**variables, "claimsFormed": False}) is True

@@ -96,20 +96,22 @@ def _concrete(globs: tuple[str, ...]) -> list[str]:
     return [g for g in globs if not any(ch in g for ch in "*?[")]
 
 
-def _entry(policy: Policy, device: Device, resource: str) -> tuple[_Entry | None, str]:
-    """The entry for ``resource`` of ``device`` under ``policy``, or None and why not."""
+def _entry(policy: Policy, device: Device, resource: str, named: ModelClass | None = None) -> tuple[_Entry | None, str]:
+    """The entry for ``resource`` of ``device`` under ``policy``, or None and why not: for a pod that names no
+    class, or (``named``) for one whose ``gpugate.io/model`` label names that class of the device, which offers
+    ``resource`` (``rules.choice``: a named class is the pod's, whatever the defaults and the inventory say)."""
     models = policy.models
     if any(not all(isinstance(v, str) for v in t.values()) for t in device.tolerations):
         return None, f"{device.name}: a toleration with tolerationSeconds (not a string table)"
     if len(device.tolerations) > MAX_TOLERATIONS:
         return None, f"{device.name}: more than {MAX_TOLERATIONS} tolerations"
     choice_keys = tuple(k for k in (device.model_label, *device.model_aliases) if k)
-    chosen: ModelClass | None = None
-    if models is not None and device.model_label:
+    chosen: ModelClass | None = named
+    if models is not None and device.model_label and named is None:
         chosen = models.default_for(device.name, [resource])
         if chosen is None:
             return None, f"{resource}: no single default class offers it (the pod must name one; webhook judges)"
-    elif models is not None:
+    elif models is not None and not device.model_label:
         return None, f"{device.name}: no modelLabel"
     dra_only = chosen is not None and bool(chosen.device_classes) and not chosen.values
     runtime_class = ""
@@ -137,27 +139,50 @@ def _entry(policy: Policy, device: Device, resource: str) -> tuple[_Entry | None
     )
 
 
-def _entries(policy: Policy) -> tuple[dict[str, _Entry], list[str]]:
-    """Concrete GPU resource -> entry, and the resources left to the webhook with why."""
-    out: dict[str, _Entry] = {}
-    left: list[str] = []
+def _resources(policy: Policy) -> list[str]:
+    """The concrete GPU counts a plain pod of ``policy`` may request: its devices' and its classes'."""
     resources: list[str] = []
     for device in policy.devices.values():
-        for name in _concrete(device.resources):
-            resources.append(name)
+        resources += _concrete(device.resources)
     if policy.models is not None:
         for c in policy.models.classes.values():
             resources += _concrete(c.resources)
-    for resource in dict.fromkeys(resources):
+    return [r for r in dict.fromkeys(resources) if policy.device_of(r) is not None and policy.counts_as_gpu(r)]
+
+
+def _entries(policy: Policy) -> tuple[dict[str, _Entry], list[str]]:
+    """Concrete GPU resource -> entry for a pod that names no class, and the resources left to the webhook with
+    why."""
+    out: dict[str, _Entry] = {}
+    left: list[str] = []
+    for resource in _resources(policy):
         owner = policy.device_of(resource)
-        if owner is None or not policy.counts_as_gpu(resource) or resource in out:
-            continue
+        assert owner is not None
         entry, why = _entry(policy, owner, resource)
         if entry is None:
             left.append(why)
         else:
             out[resource] = entry
     return out, left
+
+
+def _named_entries(policy: Policy) -> dict[tuple[str, str], _Entry]:
+    """(class, concrete GPU resource) -> entry for a pod whose ``gpugate.io/model`` label names a class of the
+    policy that offers the resource on the resource's own device. A class that does not offer what the pod requests,
+    or of another vendor, has no entry: the webhook refuses the pod, naming the classes that do."""
+    out: dict[tuple[str, str], _Entry] = {}
+    if policy.models is None:
+        return out
+    for resource in _resources(policy):
+        owner = policy.device_of(resource)
+        assert owner is not None
+        for c in policy.models.classes.values():
+            if c.device != owner.name or not c.offers([resource]):
+                continue
+            entry, _ = _entry(policy, owner, resource, named=c)
+            if entry is not None:
+                out[(c.name, resource)] = entry
+    return out
 
 
 def _owned(policy: Policy) -> str:
@@ -443,9 +468,12 @@ def _plain_tables(policies: tuple[Policy, ...]) -> dict[str, Any]:
             continue
         name = seen[signature] = profiles[p.name] = f"p{len(seen)}"
         entries, _ = _entries(p)
-        candidates[name] = sorted(entries)
-        for resource, e in sorted(entries.items()):
-            key = f"{name}|{resource}"
+        # Keyed by profile, the class the pod's gpugate.io/model label names ("" for none) and the resource.
+        rows = {("", r): e for r, e in entries.items()} | _named_entries(p)
+        for model, resource in sorted(rows):
+            candidates.setdefault(f"{name}|{model}", []).append(resource)
+        for (model, resource), e in sorted(rows.items()):
+            key = f"{name}|{model}|{resource}"
             tables["rc"][key] = e.runtime_class
             tables["tolerations"][key] = [dict(t) for t in e.tolerations]
             tables["tolerationsNormal"][key] = [
@@ -496,6 +524,7 @@ def _profile(p: Policy) -> dict[str, Any]:
     entries, _ = _entries(p)
     return {
         "entries": {r: repr(e) for r, e in sorted(entries.items())},
+        "named": {f"{c}|{r}": repr(e) for (c, r), e in sorted(_named_entries(p).items())},
         "attribution": [repr(a) for a in p.attribution],
         "shared": sorted(p.shared_gpu_containers),
         "holders": repr(p.holders),
@@ -582,7 +611,7 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             f"!variables.annotations.exists(k, k.startsWith({string(GROUP + '/')}) || {CDI} || k in variables.holders)",
             # gpugate.io/claims-pending is /mutate's alone (a pod naming claims is never plain): the webhook removes it.
             f"!({string(CLAIMS_PENDING_LABEL)} in variables.labels)",
-            "!variables.labels.exists(k, "
+            f"!variables.labels.exists(k, k != {string(MODEL_LABEL)} && "
             + _chain(
                 "variables.profile", {p: f"k.lowerAscii().matches({string(x)})" for p, x in t["lookAlike"].items()}
             )
@@ -609,13 +638,15 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
     return [
         {"name": "profile", "expression": f"{literal(t['profiles'])}[?variables.policy].orValue('')"},
         *workload,
+        # The class the pod names ("" for none): a named class is the pod's choice, and forms it as /mutate does.
+        {"name": "model", "expression": f"variables.labels[?{string(MODEL_LABEL)}].orValue('')"},
         {
             "name": "present",
-            "expression": f"{literal(t['candidates'])}[?variables.profile].orValue([])"
+            "expression": f"{literal(t['candidates'])}[?(variables.profile + '|' + variables.model)].orValue([])"
             ".filter(r, variables.maps.exists(m, r in m))",
         },
         {"name": "resource", "expression": plain_resource},
-        {"name": "key", "expression": "variables.profile + '|' + variables.resource"},
+        {"name": "key", "expression": "variables.profile + '|' + variables.model + '|' + variables.resource"},
         {"name": "shared", "expression": f"{literal(t['shared'])}[?variables.profile].orValue([])"},
         # Every table is looked up once, here: a literal inside a comprehension is built again at each step.
         {"name": "holders", "expression": f"{literal(t['holders'])}[?variables.profile].orValue([])"},
@@ -1057,7 +1088,7 @@ def compile_policies(policies: PolicySet) -> Compiled:
 
 #: ``gpugate-always``'s variables that webhook/native/pools.py's ``gpugate-pools`` reads (with what they read), kept
 #: there whether ``gpugate-always`` reads them or not.
-POOLS_READ = ("claimsFormed", "resource", "policy", "init", "holdsGPU")
+POOLS_READ = ("claimsFormed", "resource", "policy", "init", "key", "model", "holdsGPU")
 
 
 def _read_variables_only(compiled: Compiled) -> Compiled:
@@ -1234,10 +1265,21 @@ def explain(policies: PolicySet) -> list[Outcome]:
             )
         for why in left:
             out.append(Outcome(p.name, "model selection", False, why))
+        named = sorted({c for c, _ in _named_entries(p)})
+        if named:
+            out.append(
+                Outcome(
+                    p.name,
+                    "a class named by gpugate.io/model: its selector or affinity term, tolerations, runtime class",
+                    True,
+                    f"{PREFIX}-mutate for pods naming one of {', '.join(named)} that offers what they request and "
+                    "choosing nothing else themselves (a class that does not serve the pod is the webhook's to refuse)",
+                )
+            )
         out.append(
             Outcome(
                 p.name,
-                "own model choice (gpugate.io/model, selectors, aliases, annotations, nodeName)",
+                "own model choice (selectors, aliases, annotations, nodeName)",
                 False,
                 "the class tables with aliases and the inventory stay in the webhook",
             )
@@ -1367,11 +1409,13 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
         f"(!(key in {literal(t['void'])}) || {everyone}.all(c, ({holds}) || c.name in {at('shared', 'p', [])} || "
         f"(has(c.env) && c.env.exists(e, e.name == {string(VISIBLE_DEVICES)}))))"
     )
+    named = string(MODEL_LABEL)
+    model = f"(has({meta}.labels) && {named} in {meta}.labels ? {meta}.labels[{named}] : '')"
     resource = (
-        f"[{at('candidates', 'p', [])}.filter(r, {maps}.exists(m, r in m))].all(present, size(present) == 1 && "
+        f"[{at('candidates', 'pm', [])}.filter(r, {maps}.exists(m, r in m))].all(present, size(present) == 1 && "
         f"{maps}.all(m, m.all(r, !r.matches({string(owned)}) || r == present[0])) && "
         f"{spec}.containers.exists(c, has(c.resources) && has(c.resources.limits) && present[0] in "
-        f"c.resources.limits) && [p + '|' + present[0]].all(key, {entry} && {voided}))"
+        f"c.resources.limits) && [pm + '|' + present[0]].all(key, {entry} && {voided}))"
     )
     policy = f"{meta}.annotations[{string(POLICY_ANNOTATION)}]"
     return " && ".join(
@@ -1384,15 +1428,14 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
             f"{string(MUTATED_ANNOTATION)} in {meta}.annotations",
             f"{meta}.annotations.all(k, (!k.startsWith({string(GROUP + '/')}) || k in {literal(list(BOOKKEEPING))}) "
             f"&& !({CDI}) && !(k in {literal(holders)}))",
-            f"(!has({meta}.labels) || ![{string(MODEL_LABEL)}, {string(CLAIMS_PENDING_LABEL)}].exists(k, "
-            f"k in {meta}.labels))",
+            f"(!has({meta}.labels) || !({string(CLAIMS_PENDING_LABEL)} in {meta}.labels))",
             f"!has({spec}.nodeName)",
             f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
             f"size({spec}.containers) <= {MAX_CONTAINERS}",
             f"(!has({spec}.initContainers) || size({spec}.initContainers) <= {MAX_CONTAINERS})",
             f"{everyone}.all(c, (!has(c.envFrom) || size(c.envFrom) == 0) && (!has(c.env) || c.env.all(e, "
             f"e.name != {string(VISIBLE_DEVICES)} || (!has(e.valueFrom) && has(e.value) && e.value == 'void'))))",
-            f"[{at('profiles', policy, '')}].all(p, p != '' && {resource})",
+            f"[{at('profiles', policy, '')}].all(p, p != '' && [p + '|' + {model}].all(pm, {resource}))",
         ]
     )
 
@@ -1424,7 +1467,7 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         {
             # The keys the policy owns first: most of a formed pod's labels, passed without a lowercase copy and a
             # match of the pattern.
-            p: f"!(k in {literal(t['owned'][p])}) && k.lowerAscii().matches({string(x)})"
+            p: f"!(k in {literal([*t['owned'][p], MODEL_LABEL])}) && k.lowerAscii().matches({string(x)})"
             for p, x in t["lookAlike"].items()
         },
     )

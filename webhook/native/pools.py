@@ -22,11 +22,13 @@ import re
 from typing import Any
 
 from ..inventory.model import Inventory, ScalablePool, declared_pool
+from ..pods.fit import class_bound
 from ..pods.runtime_classes import by_handler
-from ..policy.model import PolicySet
+from ..policy.classes import ModelClass
+from ..policy.model import Device, PolicySet
 from ..policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES
 from .cel import literal
-from .compiler import API_VERSION, MANAGED, PREFIX, Compiled, _plain_tables
+from .compiler import API_VERSION, MANAGED, PREFIX, Compiled, _entries, _named_entries, _plain_tables
 
 NAME = f"{PREFIX}-pools"
 DIGEST_ANNOTATION = "gpugate.io/pool-digest"
@@ -60,8 +62,7 @@ def digest_of(inventory: Inventory, policies: PolicySet) -> dict[str, Any]:
         if device is None:
             continue
         offered = [_whole(n.allocatable.get(resource, "0")) for n in inventory.nodes]
-        vendor = any(any(device.counts(r) and _whole(a) > 0 for r, a in n.allocatable.items()) for n in inventory.nodes)
-        if not vendor:
+        if not _vendor_present(inventory, device):
             continue  # no GPU of this vendor anywhere: perhaps scaling from zero, no verdict
         scaled = [p.gpus[resource] for p in pools if resource in p.gpus]
         if unknown or any(v is None for v in scaled):
@@ -69,12 +70,51 @@ def digest_of(inventory: Inventory, policies: PolicySet) -> dict[str, Any]:
         largest[resource] = max([*offered, *(v for v in scaled if v is not None)], default=0)
     return {
         "largest": largest,
+        "classLargest": {} if unknown else _class_largest(inventory, policies, pools),
         "runtimeClasses": sorted(inventory.runtime_classes),
         "deviceClasses": sorted(inventory.device_classes),
         "gpuRuntimeClasses": {
             n: inventory.runtime_handlers[n] for n in by_handler(inventory) if n not in DEFAULT_GPU_RUNTIME_CLASSES
         },
     }
+
+
+def _class_largest(inventory: Inventory, policies: PolicySet, pools: list[ScalablePool]) -> dict[str, list[Any]]:
+    """Per key of ``gpugate-mutate``'s tables (profile, the class a pod names, the resource): the most one node of
+    the class the pod is formed for can hold, now or once a pool scales up (``pods.fit.class_bound``), and that
+    class's name, for the
+    classes a pod names and for a pod that names none. Only where the webhook's feasibility rule refuses in every
+    reading: no entry for a vendor without a GPU anywhere (scaling from zero) or a class gpugate cannot size. For a
+    pod that names no class, the bound is that of the class the native tier forms it for, the first default; the
+    webhook would try the next default that holds a larger pod (``rules.choice``), so such a pod is refused here,
+    told to name a class, rather than formed for nodes that can never hold it."""
+    rows = _plain_tables(policies.policies)["profiles"]
+    out: dict[str, list[Any]] = {}
+    done: set[str] = set()
+    for policy in policies.policies:
+        profile = rows.get(policy.name)
+        if profile is None or profile in done or policy.models is None:
+            continue
+        done.add(profile)
+        models = policy.models
+        keys: list[tuple[str, str, ModelClass | None]] = [
+            (c, r, models.classes.get(c)) for c, r in _named_entries(policy)
+        ]
+        for resource in _entries(policy)[0]:
+            device = policy.device_of(resource)
+            keys.append(("", resource, models.default_for(device.name, [resource]) if device is not None else None))
+        for model, resource, cls in keys:
+            device = policy.device_of(resource)
+            if device is None or cls is None or not _vendor_present(inventory, device):
+                continue
+            bound = class_bound(inventory, cls, device, resource, pools)
+            if bound is not None:
+                out[f"{profile}|{model}|{resource}"] = [int(bound), cls.name]
+    return out
+
+
+def _vendor_present(inventory: Inventory, device: Device) -> bool:
+    return any(any(device.counts(r) and _whole(a) > 0 for r, a in n.allocatable.items()) for n in inventory.nodes)
 
 
 def fingerprint(digest: dict[str, Any]) -> str:
@@ -99,9 +139,20 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
     # At least what one node must hold (the app containers together, or one init container): never more than
     # the KEP-753 total the webhook counts, so this refuses nothing the webhook admits.
     total = f"([object.spec.containers.map(c, {each}).sum()] + variables.init.map(c, {each})).max()"
+    bounds: dict[str, list[Any]] = digest.get("classLargest") or {}
     own = [
         {"name": "largest", "expression": f"{literal(digest['largest'])}[?variables.resource].orValue(-1)"},
         {"name": "gpus", "expression": total},
+        # The most one node of the class the pod is formed for holds (-1: no verdict), and that class (CEL lists
+        # and maps hold one type: two tables).
+        {
+            "name": "classLargest",
+            "expression": f"{literal({k: v[0] for k, v in bounds.items()})}[?variables.key].orValue(-1)",
+        },
+        {
+            "name": "className",
+            "expression": f"{literal({k: v[1] for k, v in bounds.items()})}[?variables.key].orValue('')",
+        },
     ]
     validations = [
         {
@@ -115,6 +166,20 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "reason": "Forbidden",
         },
         {
+            # The class's own nodes, once the fleet-wide bound above holds (one message per pod).
+            "expression": "!variables.claimsFormed || (variables.largest >= 0 && variables.gpus > variables.largest) "
+            "|| variables.classLargest < 0 || variables.gpus <= variables.classLargest",
+            "messageExpression": "'pod: requests ' + string(variables.gpus) + ' × ' + variables.resource + "
+            "(variables.classLargest == 0 ? ', which no node of GPU model class \"' + variables.className "
+            "+ '\" offers and no pool adds for it' : ', more than the ' + string(variables.classLargest) + "
+            "' one node of GPU model class \"' + variables.className + '\" (or a pool that scales up for it) "
+            "offers') + (variables.model == '' ? '; label the pod gpugate.io/model with a class whose nodes hold it' "
+            ": '; request at most what its nodes have, or name a class whose nodes hold it in gpugate.io/model') + "
+            "' (policy \"' + variables.policy + '\", gpugate pool digest)'",
+            "message": "gpugate: no node of the pod's GPU model class could host its GPUs",
+            "reason": "Forbidden",
+        },
+        {
             "expression": "!variables.claimsFormed || !has(object.spec.runtimeClassName) || "
             f"object.spec.runtimeClassName in {literal(digest['runtimeClasses'])}",
             "messageExpression": "'pod: RuntimeClass \"' + object.spec.runtimeClassName + '\" does not exist in the "
@@ -124,7 +189,7 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "reason": "Forbidden",
         },
     ]
-    roots = ["claimsFormed", "resource", "policy", "init"]
+    roots = ["claimsFormed", "resource", "policy", "init", "key", "model"]
     guarded = [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations]
     conditions = always["spec"]["matchConditions"]
     aliases: dict[str, str] = dict(digest.get("gpuRuntimeClasses") or {})

@@ -96,3 +96,23 @@ def class_largest(fleet: Inventory, cls: ModelClass, device: Device, resource: s
 
     found: Fraction | None = fleet.memo(("class-largest", cls.name, device.name, resource, id(cls)), compute)
     return found
+
+
+def class_bound(
+    fleet: Inventory, cls: ModelClass, device: Device, resource: str, pools: list[ScalablePool]
+) -> Fraction | None:
+    """What a pod of the class is bounded by in every reading of the fleet: the most of ``resource`` one node of the
+    class holds now or once one of ``pools`` scales up for it, 0 when none of them offers it (feasibility then
+    refuses the pod whatever its tolerations). None when gpugate cannot tell: a node whose labels were cut (it may
+    be the class's), a pool of the class whose GPUs are unknown."""
+    if any(n.truncated for n in fleet.nodes):
+        return None
+    sizes = [capacity(fleet, n, resource) for n in fleet.nodes if _class_selects(cls, device, n.labels)]
+    for pool in pools:
+        if not _pool_selects(cls, device, pool):
+            continue
+        if pool.gpus_unknown or (resource in pool.gpus and pool.gpus[resource] is None):
+            return None
+        if resource in pool.gpus:
+            sizes.append(Fraction(pool.gpus[resource] or 0))
+    return max(sizes, default=Fraction(0))
