@@ -434,6 +434,74 @@ def test_a_pod_carrying_claims_pending_is_left_to_the_webhook() -> None:
     assert not skipped(formed)
 
 
+def test_the_workload_is_two_variables(compiled: list[dict]) -> None:
+    """Every variable costs each activation of its object an entry in the lazy variable map and, once read, an
+    evaluation of its own: the workload (its owner, the pod's own name, the Deployment and CronJob derivations)
+    is two variables, its kind and its name, in the mutating policy and in gpugate-always's claim check."""
+    for name in ("gpugate-mutate", "gpugate-always"):
+        obj = next(o for o in compiled if o["metadata"]["name"] == name and "variables" in o["spec"])
+        variables = {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+        reading = {n for n, e in variables.items() if "ownerReferences" in e or "generateName" in e}
+        assert reading == {"workloadKind", "workloadName"}, (name, reading)
+        assert not {"owner", "ownName", "kind0", "name0", "fromReplicaSet", "fromCronJob"} & set(variables), name
+
+
+def test_no_object_carries_a_variable_it_does_not_read(compiled: list[dict]) -> None:
+    """Every activation of an object (match conditions, validations, messages, audit annotations, the patch) adds an
+    entry for each of its variables to a lazy map of its own, read or not: gpugate-always carried all of
+    gpugate-mutate's, the patch's among them. Each object keeps what its expressions read (gpugate-always also
+    what gpugate-pools reads of it)."""
+    pools = {"claimsFormed", "resource", "policy", "init", "key", "model", "holdsGPU"}
+    for obj in compiled:
+        if "variables" not in obj["spec"]:
+            continue
+        expressions = {v["name"]: v["expression"] for v in obj["spec"]["variables"]}
+        rest = yaml.safe_dump({k: v for k, v in obj["spec"].items() if k != "variables"}, width=1 << 20)
+        read = set(re.findall(r"variables\.(\w+)", rest)) | (
+            pools if obj["metadata"]["name"] == "gpugate-always" else set()
+        )
+        for _ in expressions:
+            read |= {m for n in read & set(expressions) for m in re.findall(r"variables\.(\w+)", expressions[n])}
+        assert set(expressions) <= read, (obj["metadata"]["name"], sorted(set(expressions) - read))
+
+
+def test_the_limits_messages_are_built_only_for_a_pod_over_a_limit(compiled: list[dict]) -> None:
+    """The apiserver evaluates every message of every pod in an activation of its own: the limits' messages read
+    the pod's GPU count (podGPUs, which no container exceeds) and stop there for a pod within the limits, without
+    the containers' counts, their list and filter, or the text."""
+    always = next(
+        o for o in compiled if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    # indexOf (the Kubernetes list library) declared for the type check: no pod within the limits reaches it.
+    index_of = cel.FunctionDecl("indexOf", [cel.Overload("list_index_of", cel.Type.INT, [cel.Type.DYN] * 2, True)])
+    env = cel.NewEnv(
+        variables={"variables": cel.Type.DYN},
+        functions=[index_of],
+        function_impls={"list_index_of": lambda items, item: list(items).index(item)},
+    )
+    limits = {"maxPerContainer": 4, "maxPerPod": 8, "policy": "serving"}
+    messages = {
+        v["message"]: env.compile(v["messageExpression"])
+        for v in always["spec"]["validations"]
+        if "variables.maxPerContainer" in v["expression"] or "variables.maxPerPod" in v["expression"]
+    }
+    assert len(messages) == 2
+    for gpus in (0, 1, 4):  # within both limits: no container's counts are read (none are given)
+        for message in messages.values():
+            result = message.eval(data={"variables": {**limits, "podGPUs": gpus}})
+            assert result.type() != cel.Type.ERROR, result.value()
+            assert result.plain_value() == ""
+    per_pod = messages["gpugate: the pod requests more GPUs than its policy allows per pod"]
+    result = per_pod.eval(data={"variables": {**limits, "podGPUs": 9}})
+    assert result.plain_value() == (
+        'spec.containers: pod: requests 9 GPUs in all, more than the 8 per pod that policy "serving" allows; '
+        "request at most 8 GPUs per pod (gpugate)"
+    )
+    no_limit = {"maxPerContainer": -1, "maxPerPod": -1, "policy": ""}  # no podGPUs either: not read
+    for message in messages.values():
+        assert message.eval(data={"variables": no_limit}).plain_value() == ""
+
+
 def test_a_pod_naming_a_class_that_serves_it_is_decided_natively_and_one_the_webhook_must_judge_is_not() -> None:
     """A pod whose ``gpugate.io/model`` label names a class of its policy that offers what it requests is formed by
     gpugate-mutate as /mutate forms it (the class's selector or affinity term, the device's tolerations and runtime

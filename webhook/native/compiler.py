@@ -18,6 +18,7 @@ pkg/admission/plugin/policy/mutating/patch/smd.go ``validatePatch``), so every m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -423,9 +424,12 @@ def _gpu_sum(container: str) -> str:
     integer", "must be equal to ... limit", "Limit must be set for non overcommitable resources"): so the limits
     hold every count (as ``pods.gpus.gpu_amounts``, limits winning), and a count is read with one quantity parse."""
     limits = f"{container}.resources.limits"
+    # One comprehension over the limits (transformList, cel-go's two-variable comprehensions: the apiserver's CEL
+    # environment since Kubernetes 1.32, pkg/cel/environment/base.go), not a filter and then a map that looks each
+    # key up again.
     return (
-        f"(has({container}.resources) && has({limits}) ? {limits}.filter(r, r.matches(variables.counted))"
-        f".map(r, quantity(string({limits}[r])).asInteger()).sum() : 0)"
+        f"(has({container}.resources) && has({limits}) ? {limits}.transformList(r, q, r.matches(variables.counted), "
+        "quantity(string(q)).asInteger()).sum() : 0)"
     )
 
 
@@ -558,42 +562,35 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         return f"{literal(t[table])}[?variables.key].orValue({literal(fallback)})"
 
     spec = "object.spec"
+    # The workload as two variables, not eight (owner, its kind and name, the pod's own name, the two derivations):
+    # every variable costs each activation of each object an entry in its lazy map and, once read, an evaluation of
+    # its own (k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel/composition.go ``Variables``, ``Callback``). The
+    # owner is the first controller ownerReference, read once per variable inside a one-item list; the pod's own
+    # name is its generateName without the last '-' (its name is given after mutating admission), else its name.
+    # A Deployment's pod is its ReplicaSet's (named after it plus ``-<pod-template-hash>``), a CronJob's its Job's
+    # (plus ``-<schedule time>``), as webhook/pods/objects.py derives them.
+    meta = "object.metadata"
+    controller = f"{meta}.ownerReferences.filter(r, has(r.controller) && r.controller)"
+    own_name = (
+        f"(has({meta}.generateName) && {meta}.generateName != '' && {meta}.generateName != '-' ? "
+        f"({meta}.generateName.endsWith('-') ? {meta}.generateName.substring(0, size({meta}.generateName) - 1) : "
+        f"{meta}.generateName) : (has({meta}.name) ? {meta}.name : ''))"
+    )
+    template_hash = "variables.labels[?'pod-template-hash'].orValue('')"
     workload = [
         {
-            "name": "owner",
-            "expression": "has(object.metadata.ownerReferences) ? "
-            "object.metadata.ownerReferences.filter(r, has(r.controller) && r.controller) : []",
-        },
-        {
-            "name": "ownName",
-            "expression": "has(object.metadata.generateName) && object.metadata.generateName != '' ? "
-            "(object.metadata.generateName.endsWith('-') ? object.metadata.generateName.substring(0, "
-            "size(object.metadata.generateName) - 1) : object.metadata.generateName) : "
-            "(has(object.metadata.name) ? object.metadata.name : '')",
-        },
-        {"name": "kind0", "expression": "size(variables.owner) > 0 ? variables.owner[0].kind : 'Pod'"},
-        {
-            "name": "name0",
-            "expression": "size(variables.owner) > 0 ? variables.owner[0].name : "
-            "(variables.ownName == '' && has(object.metadata.name) ? object.metadata.name : variables.ownName)",
-        },
-        {
-            "name": "fromReplicaSet",
-            "expression": "variables.kind0 == 'ReplicaSet' && 'pod-template-hash' in variables.labels && "
-            "variables.labels['pod-template-hash'] != '' && "
-            "variables.name0.endsWith('-' + variables.labels['pod-template-hash'])",
-        },
-        {"name": "fromCronJob", "expression": "variables.kind0 == 'Job' && variables.name0.matches('^.+-[0-9]{8,}$')"},
-        {
             "name": "workloadKind",
-            "expression": "variables.fromReplicaSet ? 'Deployment' : "
-            "variables.fromCronJob ? 'CronJob' : variables.kind0",
+            "expression": f"!has({meta}.ownerReferences) ? 'Pod' : [{controller}].map(o, size(o) == 0 ? 'Pod' : "
+            f"o[0].kind == 'ReplicaSet' && {template_hash} != '' && o[0].name.endsWith('-' + {template_hash}) ? "
+            "'Deployment' : o[0].kind == 'Job' && o[0].name.matches('^.+-[0-9]{8,}$') ? 'CronJob' : o[0].kind)[0]",
         },
         {
+            # The kind tells whether the owner's name was derived: it differs from the owner's own kind then.
             "name": "workloadName",
-            "expression": "variables.fromReplicaSet ? variables.name0.substring(0, size(variables.name0) - "
-            "size(variables.labels['pod-template-hash']) - 1) : variables.fromCronJob ? "
-            "variables.name0.substring(0, variables.name0.lastIndexOf('-')) : variables.name0",
+            "expression": f"!has({meta}.ownerReferences) ? {own_name} : [{controller}].map(o, size(o) == 0 ? "
+            f"{own_name} : variables.workloadKind == o[0].kind ? o[0].name : variables.workloadKind == 'Deployment' ? "
+            f"o[0].name.substring(0, size(o[0].name) - size({template_hash}) - 1) : "
+            "o[0].name.substring(0, o[0].name.lastIndexOf('-')))[0]",
         },
     ]
     plain_resource = (
@@ -792,11 +789,16 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         # The message names the first container over the limit from the counts the per-pod limit's message reads
         # too (one count per activation), not by counting each container's GPUs again.
         counts = "(variables.appGPUs + variables.initGPUs)"
+        # The message is worked out only for a pod that can hold a container over the limit: no container holds
+        # more GPUs than the pod does as the scheduler counts them (podGPUs, which the per-pod limit's message reads
+        # anyway), so for any other pod it is '' at once, without the counts' list, filter and error.
+        over = f"{table} < 0 || variables.podGPUs <= {table}" if per_pod else f"{table} < 0"
         out.append(
             {
                 "expression": f"{table} < 0 || !{counts}.exists(n, n > {table})",
                 # indexOf (the Kubernetes list library): the first count over the limit is first at its container.
-                "messageExpression": f"[{counts}].map(g, [g.filter(n, n > {table})[0]].map(n, 'container \"' + "
+                "messageExpression": f"{over} ? '' : "
+                f"[{counts}].map(g, [g.filter(n, n > {table})[0]].map(n, 'container \"' + "
                 "variables.all[g.indexOf(n)].name + '\": requests ' + string(n) + ' GPUs, more than the ' + "
                 f"string({table}) + ' per container that policy \"' + variables.policy + '\" allows; request at "
                 f"most ' + string({table}) + ', or split the work across pods (gpugate)')[0])[0]",
@@ -831,9 +833,12 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
         out.append(
             {
                 "expression": f"{table} < 0 || variables.podGPUs <= {table}",
-                "messageExpression": "'spec.containers: pod: requests ' + string(variables.podGPUs) + ' GPUs in all, "
+                # Built only for a pod over the limit: the count is the message's own, its comparison costs nothing
+                # more (the apiserver evaluates every message of every pod: _validating).
+                "messageExpression": f"{table} >= 0 && variables.podGPUs > {table} ? "
+                "'spec.containers: pod: requests ' + string(variables.podGPUs) + ' GPUs in all, "
                 f"more than the ' + string({table}) + ' per pod that policy \"' + variables.policy + "
-                f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)'",
+                f"'\" allows; request at most ' + string({table}) + ' GPUs per pod (gpugate)' : ''",
                 "message": "gpugate: the pod requests more GPUs than its policy allows per pod",
                 "reason": "Forbidden",
             }
@@ -899,19 +904,22 @@ def _always_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
         {
             "expression": f"!variables.holdsGPU || !{literal(privileged)}[?variables.policy].orValue(true) || "
             f"size({privileged_first}) == 0",
-            "messageExpression": f"'container \"' + {privileged_first}[0].name + '\": is privileged in a GPU pod, so "
-            "it sees every GPU of its node, not only the ones the pod requested; remove securityContext.privileged "
-            "(policy \"' + variables.policy + '\", gpugate)'",
+            # The first container at fault as the one item of a list: a pod without one stops at the index, before
+            # any part of the text is evaluated (CEL evaluates both sides of a +, an error's too).
+            "messageExpression": f"[{privileged_first}[0]].map(c, 'container \"' + c.name + '\": is privileged in a "
+            "GPU pod, so it sees every GPU of its node, not only the ones the pod requested; remove "
+            "securityContext.privileged (policy \"' + variables.policy + '\", gpugate)')[0]",
             "message": "gpugate: a privileged container in a GPU pod sees every GPU of its node",
             "reason": "Forbidden",
         },
         {
             "expression": f"!{literal(override)}[?variables.policy].orValue(true) || "
             f"{string(KAI_SHARED_CONFIGMAP_ANNOTATION)} in variables.annotations || size({overriding}) == 0",
-            "messageExpression": f"'container \"' + {overriding}[0].name + '\": sets {VISIBLE_DEVICES}=' + "
-            f"{overriding}[0].env.filter(e, {exposing})[0].value + ', which would expose GPUs the pod did not "
+            # The containers filtered once, not once for the name and again for the value.
+            "messageExpression": f"[{overriding}[0]].map(c, 'container \"' + c.name + '\": sets {VISIBLE_DEVICES}=' + "
+            f"c.env.filter(e, {exposing})[0].value + ', which would expose GPUs the pod did not "
             f"request; remove {VISIBLE_DEVICES}: request GPUs with resources.limits and the device plugin sets it "
-            "(gpugate)'",
+            "(gpugate)')[0]",
             "message": f"gpugate: a container sets {VISIBLE_DEVICES}, which would expose GPUs the pod did not request",
             "reason": "Forbidden",
         },
@@ -1075,7 +1083,49 @@ def compile_policies(policies: PolicySet) -> Compiled:
         )
     objects += _validating(f"{PREFIX}-always", digest, [*common, *deny_extra], deny, ordered, ["Deny"], env=True)
     _constant_patterns(objects, ordered)
-    return narrow(Compiled(tuple(objects), tuple(explain(policies))), policies)
+    return _read_variables_only(narrow(Compiled(tuple(objects), tuple(explain(policies))), policies))
+
+
+#: ``gpugate-always``'s variables that webhook/native/pools.py's ``gpugate-pools`` reads (with what they read), kept
+#: there whether ``gpugate-always`` reads them or not.
+POOLS_READ = ("claimsFormed", "resource", "policy", "init", "key", "model", "holdsGPU")
+
+
+def _read_variables_only(compiled: Compiled) -> Compiled:
+    """Each object with only the variables its match conditions, validations, messages or mutations read (and what
+    those read). An unread variable is never evaluated, but it still costs: every activation of its object (match
+    conditions, validations, messages, audit annotations, the patch; each request) adds an entry for every variable
+    to a lazy map of its own (k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel/composition.go ``Variables``,
+    called by cel/activation.go ``newActivation``). ``gpugate-always`` took every one of ``gpugate-mutate``'s, the
+    patch's too; ``gpugate-mutate`` the common ones of the validating objects'."""
+    objects = []
+    for obj in compiled.objects:
+        if "variables" in obj["spec"]:
+            spec = obj["spec"]
+            expressions = {v["name"]: v["expression"] for v in spec["variables"]}
+            roots = set(_reads({k: v for k, v in spec.items() if k != "variables"}))
+            if obj["metadata"]["name"] == f"{PREFIX}-always":
+                roots |= set(POOLS_READ) & set(expressions)
+            needed, todo = set(roots), list(roots)
+            while todo:
+                for name in _reads(expressions.get(todo.pop(), "")):
+                    if name not in needed:
+                        needed.add(name)
+                        todo.append(name)
+            obj = {**obj, "spec": {**spec, "variables": [v for v in spec["variables"] if v["name"] in needed]}}
+        objects.append(obj)
+    return Compiled(tuple(objects), compiled.outcomes)
+
+
+def _reads(node: Any) -> list[str]:
+    """The variables an expression (or every expression in a spec) reads."""
+    if isinstance(node, str):
+        return re.findall(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)", node)
+    if isinstance(node, list):
+        return [n for x in node for n in _reads(x)]
+    if isinstance(node, dict):
+        return [n for x in node.values() for n in _reads(x)]
+    return []
 
 
 def _namespaces_of(members: list[Policy]) -> str | None:
@@ -1412,21 +1462,19 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
     workload = string(WORKLOAD_ANNOTATION)
     kind, name = string(WORKLOAD_KIND_LABEL), string(WORKLOAD_NAME_LABEL)
     claimed = f"variables.annotations[{string(POLICY_ANNOTATION)}]"
-    stray = (
-        "variables.labels.filter(k, "
-        + _chain(
-            "variables.profile",
-            {
-                p: f"k.lowerAscii().matches({string(x)}) && !(k in {literal([*t['owned'][p], MODEL_LABEL])})"
-                for p, x in t["lookAlike"].items()
-            },
-        )
-        + ")"
+    look_alike = _chain(
+        "variables.profile",
+        {
+            # The keys the policy owns first: most of a formed pod's labels, passed without a lowercase copy and a
+            # match of the pattern.
+            p: f"!(k in {literal([*t['owned'][p], MODEL_LABEL])}) && k.lowerAscii().matches({string(x)})"
+            for p, x in t["lookAlike"].items()
+        },
     )
-    wrong = (
-        "variables.attribution.filter(s, !(s[0] in variables.labels) || "
-        f"variables.labels[s[0]] != {_ATTRIBUTION_VALUE})"
-    )
+    stray = f"variables.labels.filter(k, {look_alike})"
+    stray_exists = f"variables.labels.exists(k, {look_alike})"
+    right = f"s[0] in variables.labels && variables.labels[s[0]] == {_ATTRIBUTION_VALUE}"
+    wrong = f"variables.attribution.filter(s, !({right}))"
     owner = (
         f"size(variables.attribution) == 0 ? !({workload} in variables.annotations) : "
         f"({kind} in variables.labels && "
@@ -1461,8 +1509,10 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": f"!variables.claimsFormed || size({wrong}) == 0",
-            "messageExpression": f"[{wrong}[0]].map(s, 'pod: carries gpugate.io/policy as if gpugate had formed it, "
+            "expression": f"!variables.claimsFormed || variables.attribution.all(s, {right})",
+            # '' at once for a pod whose labels are right (no list, no index error), the first wrong one named else.
+            "messageExpression": f"variables.attribution.all(s, {right}) ? '' : [{wrong}[0]].map(s, 'pod: carries "
+            "gpugate.io/policy as if gpugate had formed it, "
             f"but its label ' + s[0] + ' is not ' + {_ATTRIBUTION_VALUE} + ', what policy \"' + variables.policy + "
             f"'\" gives it in this namespace; {fix}')[0]",
             "message": "gpugate: a pod's attribution labels are not the ones its policy gives it",
@@ -1478,10 +1528,11 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": f"!variables.claimsFormed || size({stray}) == 0",
-            "messageExpression": f"'pod: label ' + {stray}[0] + ' looks like an attribution label of policy \"' + "
-            "variables.policy + '\" (kube-state-metrics would export both under one name); remove it, and the "
-            f"gpugate.io annotations, and let gpugate form it (gpugate)'",
+            "expression": f"!variables.claimsFormed || !{stray_exists}",
+            # The first look-alike as the one item of a list: a pod without one stops at the index.
+            "messageExpression": f"[{stray}[0]].map(k, 'pod: label ' + k + ' looks like an attribution label of "
+            "policy \"' + variables.policy + '\" (kube-state-metrics would export both under one name); remove it, "
+            f"and the gpugate.io annotations, and let gpugate form it (gpugate)')[0]",
             "message": "gpugate: a pod carries a look-alike of an attribution label",
             "reason": "Forbidden",
         },
