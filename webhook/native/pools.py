@@ -28,7 +28,7 @@ from ..policy.classes import ModelClass
 from ..policy.model import Device, PolicySet
 from ..policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES
 from .cel import literal
-from .compiler import API_VERSION, MANAGED, PREFIX, Compiled, _entries, _named_entries, _plain_tables
+from .compiler import API_VERSION, MANAGED, POOLS_READ, PREFIX, Compiled, _entries, _named_entries, _plain_tables
 
 NAME = f"{PREFIX}-pools"
 DIGEST_ANNOTATION = "gpugate.io/pool-digest"
@@ -189,7 +189,8 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "reason": "Forbidden",
         },
     ]
-    roots = ["claimsFormed", "resource", "policy", "init", "key", "model"]
+    # What gpugate-always keeps for this object to read (compiler.POOLS_READ); holdsGPU only for the aliases.
+    roots = [n for n in POOLS_READ if n != "holdsGPU"]
     guarded = [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations]
     conditions = always["spec"]["matchConditions"]
     aliases: dict[str, str] = dict(digest.get("gpuRuntimeClasses") or {})
