@@ -285,15 +285,15 @@ def test_claims_of_a_device_class_that_serves_no_gpu_skip_the_validating_webhook
 
 
 def test_the_pool_digest_refuses_a_pod_without_gpus_under_an_alias_of_the_nvidia_runtime(synced: Synced) -> None:
-    """``my-gpu`` (handler nvidia) is in no static list: gpugate-pools carries it from the inventory and refuses a
+    """``my-gpu`` (handler nvidia) is in no static list: gpugate-always carries it from the inventory (the pool digest) and refuses a
     pod without GPUs under it in the apiserver, on its own (gpugate-runtime-handlers, the static deploy's defence
     by handler, unbound for this test), and gpugate's server is never called."""
     assert eventually(lambda: _in_sync(synced), timeout=90), _readyz(synced)
     synced.cluster.ensure_runtime_class("my-gpu", "nvidia")
 
     def carried() -> bool:
-        pools = _get(synced, "validatingadmissionpolicy", "gpugate-pools")
-        return pools is not None and '["my-gpu"]' in pools["spec"]["matchConditions"][0]["expression"]
+        always = _get(synced, "validatingadmissionpolicy", "gpugate-always")
+        return always is not None and '["my-gpu"]' in always["spec"]["matchConditions"][0]["expression"]
 
     assert eventually(carried, timeout=90), _readyz(synced)
     handlers = _get(synced, "validatingadmissionpolicybinding", "gpugate-runtime-handlers")
@@ -313,15 +313,15 @@ def test_the_pool_digest_refuses_a_pod_without_gpus_under_an_alias_of_the_nvidia
         before = synced.gate.admission_requests()
 
         def answered() -> Any:
-            # Admitted (a failure: stop), or refused by gpugate-pools. A refusal by gpugate-runtime-handlers means
+            # Admitted (a failure: stop), or refused by gpugate-always. A refusal by gpugate-runtime-handlers means
             # the apiserver's policy cache has not seen the binding's deletion yet: ask again.
             done = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=cpu, check=False)
-            return done if done.ok or "'gpugate-pools'" in done.stderr else None
+            return done if done.ok or "'gpugate-always'" in done.stderr else None
 
         refused = eventually(answered, timeout=60)
         assert refused, "gpugate-runtime-handlers still refused the pod 60 s after its binding was deleted"
         assert not refused.ok, "a pod without GPUs under my-gpu (handler nvidia) was admitted"
-        assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr, refused.stderr
+        assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr, refused.stderr
         assert (
             'requests no GPU but runs under the GPU runtime class "my-gpu" (RuntimeClass "my-gpu" has handler '
             '"nvidia", a GPU runtime\'s)'
@@ -352,10 +352,12 @@ def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) 
     synced.cluster.kubectl("create", "-f", "-", stdin=node)
 
     def largest() -> Any:
-        pools = _get(synced, "validatingadmissionpolicy", "gpugate-pools")
-        if pools is None:
+        always = _get(synced, "validatingadmissionpolicy", "gpugate-always")
+        if always is None:
             return None
-        table = next(v["expression"] for v in pools["spec"]["variables"] if v["name"] == "largest")
+        table = next((v["expression"] for v in always["spec"]["variables"] if v["name"] == "largest"), None)
+        if table is None:
+            return None
         return json.loads(table.split("[?", 1)[0]).get("nvidia.com/gpu")
 
     assert eventually(lambda: largest() == 2, timeout=90), _readyz(synced)
@@ -373,7 +375,7 @@ def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) 
     # object is stored: a dry-run right after the update can still meet the previous digest (CI saw it once).
     refused = eventually(refused_now, timeout=30)
     assert refused, "the apiserver still admits a pod asking for 3 GPUs after the pool digest said 2"
-    assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr
+    assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr
     assert "requests 3 × nvidia.com/gpu, more than the 2 one node of the cluster" in refused.stderr
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
     admitted = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=pod, check=False)
@@ -384,6 +386,6 @@ def test_the_pool_digest_refuses_a_plain_pod_no_node_could_host(synced: Synced) 
     named["metadata"]["labels"] = {"gpugate.io/model": "h100"}
     refused = synced.cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=named, check=False)
     assert not refused.ok, "a pod naming a class without nodes was admitted"
-    assert "ValidatingAdmissionPolicy 'gpugate-pools'" in refused.stderr, refused.stderr
+    assert "ValidatingAdmissionPolicy 'gpugate-always'" in refused.stderr, refused.stderr
     assert 'requests 1 × nvidia.com/gpu, which no node of GPU model class "h100" offers' in refused.stderr
     assert synced.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"

@@ -1,5 +1,5 @@
 """The pool digest (webhook/native/pools.py): what the reference fleet offers, written as literals into a valid
-gpugate-pools; a bound lifted where a pool's GPUs are unknown, no verdict for a vendor with no GPU anywhere; the
+gpugate-always; a bound lifted where a pool's GPUs are unknown, no verdict for a vendor with no GPU anywhere; the
 same digest the same fingerprint. What it refuses, through the real apiserver: tests/e2e/test_native_sync.py."""
 
 from __future__ import annotations
@@ -13,12 +13,22 @@ from cel_expr_python import cel
 from tests.support import REPO
 from webhook.inventory.model import Inventory
 from webhook.inventory.snapshot import load_snapshot
-from webhook.native.compiler import compile_policies
-from webhook.native.pools import DIGEST_ANNOTATION, NAME, compile_pools, digest_of, fingerprint
+from webhook.native.compiler import Compiled, compile_policies
+from webhook.native.pools import DIGEST_ANNOTATION, digest_of, fingerprint, with_pools
 from webhook.policy.files import load_policies
+from webhook.policy.model import PolicySet
 
 SHIPPED = REPO / "policies"
 FLEET = REPO / "policies" / "examples" / "fleet" / "fleet.yaml"
+
+
+def _always(compiled: Compiled) -> dict[str, Any]:
+    return next(o for o in compiled.objects if o["metadata"]["name"] == "gpugate-always" and "validations" in o["spec"])
+
+
+def _pooled(policies: PolicySet, digest: dict[str, Any]) -> dict[str, Any]:
+    """gpugate-always with the digest's checks, which follow its own."""
+    return _always(with_pools(compile_policies(policies), policies, digest))
 
 
 def test_the_reference_fleet_s_digest_names_the_largest_per_resource_and_the_classes_present() -> None:
@@ -39,22 +49,30 @@ def test_no_verdict_without_a_gpu_of_the_vendor_or_with_a_pool_of_unknown_gpus()
     assert digest_of(unread, policies)["largest"] == {}
 
 
-def test_gpugate_pools_is_valid_small_and_refuses_only_what_the_webhooks_skip() -> None:
+def test_gpugate_always_carries_the_digest_after_its_own_checks_and_refuses_only_what_the_webhooks_skip() -> None:
+    """One policy, not a second one: the apiserver builds four activations (each converting the pod) per policy it
+    evaluates, and a second policy would evaluate claimsFormed and the resource again."""
     policies = load_policies(SHIPPED)
     digest = digest_of(load_snapshot(FLEET), policies)
-    objects = compile_pools(compile_policies(policies), policies, digest)
-    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("ValidatingAdmissionPolicy", NAME),
-        ("ValidatingAdmissionPolicyBinding", NAME),
+    compiled = compile_policies(policies)
+    merged = with_pools(compiled, policies, digest)
+    assert [(o["kind"], o["metadata"]["name"]) for o in merged.objects] == [
+        (o["kind"], o["metadata"]["name"]) for o in compiled.objects
     ]
-    for obj in objects:
-        kubernetes_validate.validate(obj, "1.36.0", strict=True)
-    vap, binding = objects
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    plain, vap = _always(compiled), _always(merged)
+    kubernetes_validate.validate(vap, "1.36.0", strict=True)
+    assert DIGEST_ANNOTATION not in plain["metadata"]["annotations"]  # `gpugate policy compile`: no inventory
     assert vap["metadata"]["annotations"][DIGEST_ANNOTATION] == fingerprint(digest)
+    assert [o for o in merged.objects if o is not vap] == [o for o in compiled.objects if o is not plain]
+    own = plain["spec"]["validations"]
+    assert vap["spec"]["validations"][: len(own)] == own
+    assert vap["spec"]["matchConditions"] == plain["spec"]["matchConditions"]  # no alias in the fleet
     names = [v["name"] for v in vap["spec"]["variables"]]
-    assert "claimsFormed" in names and names[-4:] == ["largest", "gpus", "classLargest", "className"]
-    for validation in vap["spec"]["validations"]:
+    assert names == [v["name"] for v in plain["spec"]["variables"]] + ["largest", "gpus", "classLargest", "className"]
+    assert len(names) == len(set(names))
+    added = vap["spec"]["validations"][len(own) :]
+    assert len(added) == 3
+    for validation in added:
         # Only enforce-mode policies, and only pods the narrowed webhooks skip.
         assert validation["expression"].startswith(
             '!(variables.policy in ["default", "serving"]) || !variables.claimsFormed'
@@ -82,7 +100,7 @@ def _evaluate(expression: str, pod: dict[str, Any], variables: dict[str, Any], o
 
 def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_under_it_refused() -> None:
     """``my-gpu`` (handler nvidia) and k3s's ``nvidia-experimental`` are GPU runtime classes; the digest carries the
-    one the static lists do not name, gpugate-pools sees pods under it (the webhooks never do) and refuses one
+    one the static lists do not name, gpugate-always sees pods under it (the webhooks never do) and refuses one
     without GPUs in every mode of a policy that denies GPU runtime classes to such pods, naming class and handler."""
     policies = load_policies(SHIPPED)
     fleet = _with_runtime_classes(
@@ -90,7 +108,7 @@ def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_
     )
     digest = digest_of(fleet, policies)
     assert digest["gpuRuntimeClasses"] == {"my-gpu": "nvidia"}
-    vap, _ = compile_pools(compile_policies(policies), policies, digest)
+    vap = _pooled(policies, digest)
     kubernetes_validate.validate(vap, "1.36.0", strict=True)
     [condition] = vap["spec"]["matchConditions"]
     assert condition["expression"].endswith(
@@ -119,13 +137,13 @@ def test_an_alias_of_a_gpu_runtime_is_carried_by_handler_and_a_pod_without_gpus_
     assert _evaluate(alias["expression"], claimed, research) is True  # DRA: the webhook judges its claims
     allowing = dataclasses.replace(policies.policies[0], non_gpu_runtime_class="allow")
     relaxed = dataclasses.replace(policies, policies=(allowing, *policies.policies[1:]))
-    vap, _ = compile_pools(compile_policies(relaxed), relaxed, digest_of(fleet, relaxed))
+    vap = _pooled(relaxed, digest_of(fleet, relaxed))
     assert f'"{allowing.name}"' not in vap["spec"]["validations"][-1]["expression"].split("variables.policy in")[1]
 
 
 def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
     """Per class a pod names (and the first default, for one that names none): the most one node of the class holds
-    on the reference fleet, and gpugate-pools refuses a pod the class's nodes can never hold, as the webhook's
+    on the reference fleet, and gpugate-always refuses a pod the class's nodes can never hold, as the webhook's
     feasibility does, naming the class; no bound without a GPU of the vendor anywhere (scaling from zero)."""
     policies, fleet = load_policies(SHIPPED), load_snapshot(FLEET)
     digest = digest_of(fleet, policies)
@@ -135,7 +153,7 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
     assert bounds["|nvidia.com/gpu"] == [4, "l4"]  # the first default, which gpugate-mutate forms it for
     assert bounds["mi300x|amd.com/gpu"] == [8, "mi300x"]
     assert digest_of(Inventory(), policies)["classLargest"] == {}
-    vap, _ = compile_pools(compile_policies(policies), policies, digest)
+    vap = _pooled(policies, digest)
     bound = next(v for v in vap["spec"]["validations"] if "classLargest" in v["expression"])
     six: dict[str, Any] = {
         "metadata": {"name": "p"},

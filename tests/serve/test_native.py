@@ -232,31 +232,63 @@ def test_a_refused_write_is_reported_and_retried_the_objects_in_force_stay(
     assert len(api.objects[MUTATING]["webhooks"][0]["matchConditions"]) == 2
 
 
-def test_the_pool_digest_is_applied_once_the_inventory_syncs_and_again_only_when_the_pools_change(
+def test_the_pool_digest_joins_gpugate_always_once_the_inventory_syncs_and_again_only_when_the_pools_change(
     api: FakeAdmissionAPI, tmp_path: Path, policies: Path
 ) -> None:
+    """The digest is written into gpugate-always (one policy: the apiserver converts the pod four times per policy),
+    re-applied when the pools change and not otherwise; an earlier gpugate's gpugate-pools goes, binding first."""
+    legacy = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpugate-pools"
+    legacy_binding = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/gpugate-pools"
+    api.objects[legacy] = {"metadata": {"name": "gpugate-pools"}}
+    api.objects[legacy_binding] = {"metadata": {"name": "gpugate-pools"}}
     fleet: list[Inventory | None] = [None]
-    sync = _sync(api, tmp_path, PolicyStore(policies), inventory=lambda: fleet[0])
+    store_clock = Clock()
+    sync = _sync(api, tmp_path, PolicyStore(policies, interval=0, clock=store_clock), inventory=lambda: fleet[0])
     assert sync.step().endswith("; pool digest: waiting for the GPU inventory")
-    assert api.named("validatingadmissionpolicies", "gpugate-pools") is None
+    always = api.named("validatingadmissionpolicies", "gpugate-always")
+    assert always is not None and "gpugate.io/pool-digest" not in always["metadata"]["annotations"]
+    assert legacy in api.objects, "removed before a digest is in force"
     fleet[0] = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+    written = len(api.writes())
     assert "; pool digest " in sync.step()
-    first = api.named("validatingadmissionpolicies", "gpugate-pools")
+    first = api.named("validatingadmissionpolicies", "gpugate-always")
     assert first is not None
+    assert any("gpugate pool digest" in v.get("messageExpression", "") for v in first["spec"]["validations"])
+    assert [w for w in api.writes()[written:] if w.startswith("DELETE")] == [
+        f"DELETE {legacy_binding}",
+        f"DELETE {legacy}",
+    ]
     written = len(api.writes())
     sync.step()
-    assert [w for w in api.writes()[written:] if "gpugate-pools" in w] == [], "the same pools were applied again"
+    assert [w for w in api.writes()[written:] if "gpugate-always" in w] == [], "the same pools were applied again"
     inventory = fleet[0]
     assert inventory is not None
     fleet[0] = dataclasses.replace(
         inventory, nodes=tuple(n for n in inventory.nodes if "amd.com/gpu" not in n.allocatable)
     )
+    written = len(api.writes())
     sync.step()
-    second = api.named("validatingadmissionpolicies", "gpugate-pools")
+    assert [w.split()[0] for w in api.writes()[written:] if "gpugate-always" in w] == ["PATCH"]
+    second = api.named("validatingadmissionpolicies", "gpugate-always")
     assert second is not None
     assert (
         second["metadata"]["annotations"]["gpugate.io/pool-digest"]
         != first["metadata"]["annotations"]["gpugate.io/pool-digest"]
+    )
+    # A policy edit while the watcher resyncs (no inventory for now): the digest applied last stays in force.
+    fleet[0] = None
+    (policies / "20-research.yaml").unlink()
+    store_clock.now += 5
+    sync.step()
+    third = api.named("validatingadmissionpolicies", "gpugate-always")
+    assert (
+        third is not None
+        and third["metadata"]["annotations"]["gpugate.io/policy-digest"]
+        != (second["metadata"]["annotations"]["gpugate.io/policy-digest"])
+    )
+    assert (
+        third["metadata"]["annotations"]["gpugate.io/pool-digest"]
+        == (second["metadata"]["annotations"]["gpugate.io/pool-digest"])
     )
 
 

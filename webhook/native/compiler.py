@@ -1086,8 +1086,8 @@ def compile_policies(policies: PolicySet) -> Compiled:
     return _read_variables_only(narrow(Compiled(tuple(objects), tuple(explain(policies))), policies))
 
 
-#: ``gpugate-always``'s variables that webhook/native/pools.py's ``gpugate-pools`` reads (with what they read), kept
-#: there whether ``gpugate-always`` reads them or not.
+#: ``gpugate-always``'s variables that the pool digest's checks (webhook/native/pools.py, added to it by
+#: ``gpugate serve --native-sync``) read (with what they read), kept there whether its own checks read them or not.
 POOLS_READ = ("claimsFormed", "resource", "policy", "init", "key", "model", "holdsGPU")
 
 
@@ -1226,7 +1226,7 @@ def explain(policies: PolicySet) -> list[Outcome]:
             "feasibility against the live inventory",
             False,
             "needs the cluster's nodes, pools, RuntimeClasses and DeviceClasses; `gpugate serve --native-sync` "
-            "writes their digest (gpugate-pools) for the plain pods of enforce-mode policies, the rest is the "
+            "writes their digest into gpugate-always for the plain pods of enforce-mode policies, the rest is the "
             "webhook's",
         ),
         Outcome(

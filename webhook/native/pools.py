@@ -1,5 +1,5 @@
-"""The pool digest: what the live inventory offers, written into one ValidatingAdmissionPolicy as literals, so
-that a pod the narrowed webhooks skip (``gpugate-always``'s ``claimsFormed``) still meets feasibility. No I/O.
+"""The pool digest: what the live inventory offers, written as literals into ``gpugate-always`` (:func:`with_pools`),
+so that a pod the narrowed webhooks skip (its ``claimsFormed``) still meets feasibility. No I/O.
 
 The digest is small and changes only when the pools do: per GPU resource a plain pod can be formed for, the
 largest amount one node (or a pool that scales up) offers, the RuntimeClasses and DeviceClasses present, and the
@@ -18,7 +18,7 @@ the webhook writes for the pods it sees.
 from __future__ import annotations
 
 import hashlib
-import re
+from dataclasses import replace
 from typing import Any
 
 from ..inventory.model import Inventory, ScalablePool, declared_pool
@@ -28,9 +28,9 @@ from ..policy.classes import ModelClass
 from ..policy.model import Device, PolicySet
 from ..policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES
 from .cel import literal
-from .compiler import API_VERSION, MANAGED, POOLS_READ, PREFIX, Compiled, _entries, _named_entries, _plain_tables
+from .compiler import POOLS_READ, PREFIX, Compiled, _entries, _named_entries, _plain_tables
 
-NAME = f"{PREFIX}-pools"
+LEGACY_NAME = f"{PREFIX}-pools"  # where the digest was written before it joined gpugate-always
 DIGEST_ANNOTATION = "gpugate.io/pool-digest"
 
 
@@ -121,13 +121,17 @@ def fingerprint(digest: dict[str, Any]) -> str:
     return hashlib.sha256(literal(digest).encode()).hexdigest()[:16]
 
 
-def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
-    """``gpugate-pools`` and its binding (Deny) for ``digest``, reading the variables of ``compiled``'s
-    ``gpugate-always`` it needs (the claim and the pod's one GPU resource)."""
-    always = next(
-        o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
-    )
-    variables = {v["name"]: v for v in always["spec"]["variables"]}
+def with_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any]) -> Compiled:
+    """``compiled`` with the checks of ``digest`` in its ``gpugate-always`` (Deny, every mode), which keeps the
+    variables they read (compiler.POOLS_READ: the claim and the pod's one GPU resource) and computes them once.
+
+    Not a ValidatingAdmissionPolicy of its own: the apiserver converts the pod for each policy it evaluates (four
+    times per policy: its matchConditions, validations, messageExpressions and auditAnnotations each build an
+    activation, k8s.io/apiserver pkg/admission/plugin/policy/validating/validator.go), and a second policy
+    would evaluate ``claimsFormed`` and the resource again. ``gpugate-always`` carries the digest's fingerprint in
+    ``DIGEST_ANNOTATION``; a pool change re-applies it."""
+    name = f"{PREFIX}-always"
+    always = next(o for o in compiled.objects if o["metadata"]["name"] == name and "validations" in o["spec"])
     enforce = sorted(p.name for p in policies.policies if p.mode == "enforce")
     amount = (
         "quantity(string(has(c.resources.limits) && variables.resource in c.resources.limits ? "
@@ -189,41 +193,34 @@ def compile_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any
             "reason": "Forbidden",
         },
     ]
-    # What gpugate-always keeps for this object to read (compiler.POOLS_READ); holdsGPU only for the aliases.
-    roots = [n for n in POOLS_READ if n != "holdsGPU"]
     guarded = [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations]
     conditions = always["spec"]["matchConditions"]
     aliases: dict[str, str] = dict(digest.get("gpuRuntimeClasses") or {})
     if aliases:
-        roots.append("holdsGPU")
         guarded.append(_alias_validation(aliases, policies))
         under = f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName in {literal(sorted(aliases))}"
-        # Also the pods without GPUs under an alias: the webhooks' condition (and gpugate-always's) never sees one.
+        # Also the pods without GPUs under an alias: the webhooks' condition (and gpugate-always's own) never sees
+        # one. gpugate-always's other checks pass a pod that involves no GPU: each is guarded by what makes a pod
+        # a GPU one (holdsGPU, a GPU resource, the claim), which its matchCondition only spares evaluating.
         conditions = [{**c, "expression": f"({c['expression']}) || ({under})"} for c in conditions]
-    needed = _closure(roots, variables)
-    spec = {
-        **{k: v for k, v in always["spec"].items() if k not in ("variables", "validations", "matchConditions")},
-        "matchConditions": conditions,
-        "variables": [variables[n] for n in variables if n in needed] + own,
-        "validations": guarded,
-    }
-    meta = {
-        "name": NAME,
-        "labels": dict(MANAGED),
-        "annotations": {
-            "gpugate.io/policy-digest": always["metadata"]["annotations"]["gpugate.io/policy-digest"],
-            DIGEST_ANNOTATION: fingerprint(digest),
+    known = {v["name"] for v in always["spec"]["variables"]}
+    missing = [n for n in POOLS_READ if n not in known]
+    if missing:  # compiler.POOLS_READ keeps them; a compiler that dropped one is a bug, not a pod to admit
+        raise ValueError(f"gpugate-always lacks the variables the pool digest reads: {', '.join(missing)}")
+    merged = {
+        **always,
+        "metadata": {
+            **always["metadata"],
+            "annotations": {**always["metadata"]["annotations"], DIGEST_ANNOTATION: fingerprint(digest)},
+        },
+        "spec": {
+            **always["spec"],
+            "matchConditions": conditions,
+            "variables": [*always["spec"]["variables"], *own],
+            "validations": [*always["spec"]["validations"], *guarded],
         },
     }
-    return (
-        {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": meta, "spec": spec},
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": meta,
-            "spec": {"policyName": NAME, "validationActions": ["Deny"]},
-        },
-    )
+    return replace(compiled, objects=tuple(merged if o is always else o for o in compiled.objects))
 
 
 def _alias_validation(aliases: dict[str, str], policies: PolicySet) -> dict[str, Any]:
@@ -247,16 +244,3 @@ def _alias_validation(aliases: dict[str, str], policies: PolicySet) -> dict[str,
 
 def _in(names: list[str]) -> str:
     return f"variables.policy in {literal(names)}" if names else "false"
-
-
-def _closure(roots: list[str], variables: dict[str, dict[str, str]]) -> set[str]:
-    """The variables ``roots`` read, and what those read, by name."""
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in variables:
-            continue
-        seen.add(name)
-        todo += re.findall(r"variables\.(\w+)", variables[name]["expression"])
-    return seen

@@ -47,6 +47,7 @@ RESYNC_SECONDS = 60.0
 #: Every name the compiler can emit, each a policy and its binding: what RBAC grants, and what is removed when
 #: a compilation no longer has it (no policy left in that mode).
 NAMES = tuple(f"{PREFIX}-{n}" for n in ("mutate", "enforce", "warn", "audit", "always"))
+ALWAYS = f"{PREFIX}-always"
 WEBHOOKS = {
     "MutatingWebhookConfiguration": "mutate.gpugate.io",
     "ValidatingWebhookConfiguration": "validate.gpugate.io",
@@ -122,7 +123,9 @@ class NativeSync:
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.webhook_configuration = webhook_configuration
         self.inventory = inventory  # the fleet watcher's; None: no pool digest
-        self.pools_applied = ""  # the policy digest and pool fingerprint of the gpugate-pools applied last
+        self.pool_digest: dict[str, Any] | None = None  # the inventory's last (pools.digest_of)
+        self.pools_applied = ""  # the policy digest and pool fingerprint in the gpugate-always applied last
+        self.legacy_removed = False  # gpugate-pools (an earlier gpugate's) looked for and removed
         #: The validating webhook's claim condition applied last (None: none, every claim routed).
         self.claim_condition: dict[str, str] | None = None
         self.clock = clock
@@ -173,46 +176,70 @@ class NativeSync:
             if inventory is not None
             else self.claim_condition
         )
+        # The pool digest goes into gpugate-always (pools.with_pools). Until the inventory has synced, the digest
+        # this worker applied last stays in what it applies (none at first: no feasibility in-process yet).
+        if inventory is not None:
+            self.pool_digest = pools.digest_of(inventory, current)
+        pooled = f"{digest}/{pools.fingerprint(self.pool_digest)}" if self.pool_digest is not None else digest
         compiled: Compiled | None = None
         if digest != self.applied or resync:
             compiled = compile_policies(current)
             self.claim_condition = claim
-            self._apply(compiled)
-            self.applied, self.applied_at = digest, now
-        elif claim != self.claim_condition:
-            compiled = compile_policies(current)
-            self.claim_condition = claim
-            self._narrow(compiled)
-            log.info(
-                "native sync: the claim route of %s %s",
-                self.webhook_configuration,
-                f"skips claims of {claims.NAME} {claims.non_gpu_classes(inventory, current)}"
-                if claim is not None and inventory is not None
-                else "routes every claim",
-            )
-        pool_note = self._pools(current, digest, compiled, inventory, resync=resync)
+            self._apply(self._pooled(compiled, current))
+            self.applied, self.applied_at, self.pools_applied = digest, now, pooled
+        else:
+            if claim != self.claim_condition:
+                compiled = compile_policies(current)
+                self.claim_condition = claim
+                self._narrow(compiled)
+                log.info(
+                    "native sync: the claim route of %s %s",
+                    self.webhook_configuration,
+                    f"skips claims of {claims.NAME} {claims.non_gpu_classes(inventory, current)}"
+                    if claim is not None and inventory is not None
+                    else "routes every claim",
+                )
+            if pooled != self.pools_applied:
+                merged = self._pooled(compiled or compile_policies(current), current)
+                kube.apply(self.api_client, next(o for o in merged.objects if o["metadata"]["name"] == ALWAYS))
+                self.pools_applied = pooled
+        self._remove_legacy_pools()
         return (
-            f"native + webhook: the native objects of policies {digest} are in force, kept by this replica{pool_note}"
+            f"native + webhook: the native objects of policies {digest} are in force, kept by this replica"
+            + self._pool_note()
         )
 
-    def _pools(
-        self, current: PolicySet, digest: str, compiled: Compiled | None, inventory: Inventory | None, *, resync: bool
-    ) -> str:
-        """Apply gpugate-pools when the pools (or the policies) changed since the last apply; a note for the
-        mode. Until the inventory has synced nothing is written, and the gpugate-pools in force stays."""
-        if inventory is None:
-            return "" if self.inventory is None else "; pool digest: waiting for the GPU inventory"
-        found = pools.digest_of(inventory, current)
-        key = f"{digest}/{pools.fingerprint(found)}"
-        if key != self.pools_applied or resync:
-            for obj in pools.compile_pools(compiled or compile_policies(current), current, found):
-                kube.apply(self.api_client, obj)
-            self.pools_applied = key
-            log.info("native sync: applied the pool digest %s (%s)", pools.fingerprint(found), found["largest"])
-        return f"; pool digest {pools.fingerprint(found)}"
+    def _pooled(self, compiled: Compiled, current: PolicySet) -> Compiled:
+        if self.pool_digest is None:
+            return compiled
+        if not self.pools_applied.endswith("/" + pools.fingerprint(self.pool_digest)):
+            log.info(
+                "native sync: applying the pool digest %s (%s) in %s",
+                pools.fingerprint(self.pool_digest),
+                self.pool_digest["largest"],
+                ALWAYS,
+            )
+        return pools.with_pools(compiled, current, self.pool_digest)
+
+    def _pool_note(self) -> str:
+        if self.inventory is None:
+            return ""
+        if self.pool_digest is None:
+            return "; pool digest: waiting for the GPU inventory"
+        return f"; pool digest {pools.fingerprint(self.pool_digest)}"
+
+    def _remove_legacy_pools(self) -> None:
+        """gpugate-pools, where an earlier gpugate wrote the digest: gone once gpugate-always carries it (the
+        binding first, so the policy is never bound half-removed)."""
+        if self.legacy_removed or self.pool_digest is None:
+            return
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+            if kube.get(self.api_client, kind, pools.LEGACY_NAME) is not None:
+                kube.delete(self.api_client, kind, pools.LEGACY_NAME)
+        self.legacy_removed = True
 
     def _in_force(self, digest: str, *, writer: str) -> str:
-        always = kube.get(self.api_client, "ValidatingAdmissionPolicy", f"{PREFIX}-always")
+        always = kube.get(self.api_client, "ValidatingAdmissionPolicy", ALWAYS)
         if always is None:
             return f"webhook only for now: no native objects applied yet ({writer} holds the native sync Lease)"
         theirs = ((always.get("metadata") or {}).get("annotations") or {}).get("gpugate.io/policy-digest", "")
