@@ -125,3 +125,20 @@ def test_fleet_scale_narrows_both_webhooks_as_the_native_tier_component_does() -
         assert [c["name"] for c in added] == ["not-decided-natively"], added
         assert "gpugate.io/policy" in added[0]["expression"]
         assert after["webhooks"][1:] == before["webhooks"][1:]
+
+
+def test_native_cost_measures_the_apiserver_s_bench_pod_first_and_the_pool_digest_inside_gpugate_always() -> None:
+    """bench/native_cost.py: the pod measured is the one the apiserver admits (defaulted, with managed fields and
+    the service account's volume), every case is named once, and --pools adds no object of its own."""
+    from bench import native_cost
+
+    cases = native_cost.cases()
+    bench = cases[0]["pod"]
+    assert cases[0]["name"] == "bench" and bench["metadata"]["managedFields"]
+    assert bench["spec"]["volumes"][0]["projected"] and len(bench["spec"]["tolerations"]) == 2
+    assert len({c["name"] for c in cases}) == len(cases) == 269
+    assert sum("tamper" in c for c in cases) == 4 * 3 * len(native_cost.FORGERIES)
+    plain, pooled = native_cost.compiled_objects(False), native_cost.compiled_objects(True)
+    assert [o["metadata"]["name"] for o in plain] == [o["metadata"]["name"] for o in pooled]
+    always = next(o for o in pooled if o["metadata"]["name"] == "gpugate-always" and "validations" in o["spec"])
+    assert "gpugate.io/pool-digest" in always["metadata"]["annotations"]

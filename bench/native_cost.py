@@ -1,0 +1,252 @@
+"""What each native object costs kube-apiserver per GPU pod, without a server: heap allocations and CPU.
+
+bench/apiserver.py measures pods per second through a real apiserver, where two compilations a few percent apart
+disappear in the machine's noise. This runs the apiserver's own admission evaluators (bench/celcost, Go, built
+against k8s.io/apiserver v0.36.3, the version the end-to-end suite runs) on one pod, object by object, the way the
+apiserver calls them: the MutatingAdmissionPolicy's match conditions and JSON patch (the pod encoded, patched and
+decoded), then each ValidatingAdmissionPolicy's match conditions, validations, messageExpressions and audit
+annotations on the formed pod. Allocations are exact and repeatable; CPU is the median of rounds, GC included.
+
+The pod is bench/apiserver.py's GPU pod as kube-apiserver v1.36.3 holds it when admission runs
+(bench/celcost/bench-pod.json: the response of a dry-run create with nothing registered, so defaulted, with the
+service account's projected volume, the not-ready/unreachable tolerations and the managed fields), in a namespace
+labelled team=ml that the shipped policies give to "default".
+
+With --pools the compilation carries the reference fleet's pool digest, as `gpugate serve --native-sync` writes it
+(webhook/native/pools.py). With --before FILE (another compilation: `git show main:deploy/components/native-tier/
+native.yaml`) both are measured, and both are run on 269 pods (workloads, limits, shapes, forged claims in four
+namespaces): every pod whose formed object or decisions differ is printed, so a cut that changes a decision shows.
+
+Run: .venv/bin/python bench/native_cost.py [--pools] [--before FILE] [--rounds 5]   (needs go)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from webhook.inventory.snapshot import load_snapshot  # noqa: E402
+from webhook.native.compiler import compile_policies  # noqa: E402
+from webhook.native.pools import digest_of, with_pools  # noqa: E402
+from webhook.policy.files import load_policies  # noqa: E402
+
+TOOL = REPO / "bench" / "celcost"
+FLEET = REPO / "policies" / "examples" / "fleet" / "fleet.yaml"
+
+
+def _pod(
+    name: str | None = "bench-gpu",
+    gpus: str = "1",
+    *,
+    key: str = "nvidia.com/gpu",
+    labels: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    owner: list[dict[str, Any]] | None = None,
+    generate: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {"app": "bench"} if labels is None else labels}
+    if name is not None:
+        meta["name"] = name
+    if generate is not None:
+        meta["generateName"] = generate
+    if owner:
+        meta["ownerReferences"] = owner
+    spec: dict[str, Any] = {
+        "containers": containers or [{"name": "main", "image": "pause", "resources": {"limits": {key: gpus}}}]
+    }
+    if init:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _ref(kind: str, name: str, controller: bool | None = True) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u-" + name}
+    if controller is not None:
+        ref["controller"] = controller
+    return ref
+
+
+def _container(name: str, gpus: str | None = None, key: str = "nvidia.com/gpu", **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "pause", **extra}
+    if gpus is not None:
+        c["resources"] = {"limits": {key: gpus, "cpu": "1"}}
+    return c
+
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "deployment": {"owner": [_ref("ReplicaSet", "web-5d8f7c9b6")], "labels": {"pod-template-hash": "5d8f7c9b6"},
+                   "name": None, "generate": "web-5d8f7c9b6-"},
+    "replicaset-hash-mismatch": {"owner": [_ref("ReplicaSet", "web-abc")], "labels": {"pod-template-hash": "xyz"}},
+    "replicaset-empty-hash": {"owner": [_ref("ReplicaSet", "web-")], "labels": {"pod-template-hash": ""}},
+    "replicaset-no-hash": {"owner": [_ref("ReplicaSet", "web-5d8f7c9b6")]},
+    "cronjob": {"owner": [_ref("Job", "nightly-29000000")], "name": None, "generate": "nightly-29000000-"},
+    "cronjob-short-digits": {"owner": [_ref("Job", "nightly-2900000")]},
+    "job": {"owner": [_ref("Job", "train")]},
+    "statefulset": {"owner": [_ref("StatefulSet", "db")], "name": "db-0"},
+    "deployment-direct": {"owner": [_ref("Deployment", "d-5d8")], "labels": {"pod-template-hash": "5d8"}},
+    "non-controller": {"owner": [_ref("ReplicaSet", "web-5d8f7c9b6", controller=False)],
+                       "labels": {"pod-template-hash": "5d8f7c9b6"}},
+    "controller-false-then-true": {"owner": [_ref("Job", "a", controller=False), _ref("ReplicaSet", "b-h")],
+                                   "labels": {"pod-template-hash": "h"}},
+    "no-controller-field": {"owner": [_ref("Job", "x-12345678", controller=None)]},
+    "generate-dash": {"name": "given", "generate": "-"},
+    "generate-dash-noname": {"name": None, "generate": "-"},
+    "generate-plain": {"name": None, "generate": "abc"},
+    "generate-double-dash": {"name": None, "generate": "abc--"},
+    "generate-empty": {"name": "n", "generate": ""},
+    "long-name": {"name": "x" * 70},
+    "name-ends-dash": {"name": None, "generate": "bad--"},
+    "rs-name-to-empty": {"owner": [_ref("ReplicaSet", "-h")], "labels": {"pod-template-hash": "h"}},
+    "job-upper": {"owner": [_ref("Job", "Night-12345678")]},
+}  # fmt: skip
+SHAPES: dict[str, dict[str, Any]] = {
+    "one-over": {"gpus": "9"},
+    "serving-5": {"gpus": "5"},
+    "two-containers": {"containers": [_container("a", "3"), _container("b", "6")]},
+    "three-containers": {"containers": [_container("a", "2"), _container("b", "5"), _container("c", "5")]},
+    "init-over": {"containers": [_container("a", "1")], "init": [_container("i", "9")]},
+    "sidecars": {"containers": [_container("a", "4")], "init": [_container("s", "3", restartPolicy="Always"),
+                 _container("i", "2"), _container("s2", "2", restartPolicy="Always")]},
+    "init-peak": {"containers": [_container("a", "1")], "init": [_container("s", "4", restartPolicy="Always"),
+                  _container("i", "5")]},
+    "zero": {"gpus": "0"},
+    "quantity-k": {"gpus": "1k"},
+    "quantity-milli": {"gpus": "2000m"},
+    "mig-mix": {"containers": [_container("a", "1"), _container("b", "1", key="nvidia.com/mig-1g.10gb")]},
+    "mig": {"gpus": "2", "key": "nvidia.com/mig-1g.10gb"},
+    "amd": {"gpus": "2", "key": "amd.com/gpu"},
+    "privileged": {"containers": [_container("a", "1", securityContext={"privileged": True})]},
+    "visible": {"containers": [_container("a", "1"),
+                               _container("b", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]},
+    "cpu": {"containers": [_container("a")]},
+}  # fmt: skip
+# A pod formed by the objects measured, then changed so: a claim the narrowed webhooks would skip.
+FORGERIES: dict[str, dict[str, Any]] = {
+    "wrong-workload-name": {"labels": {"gpugate.io/workload-name": "other"}},
+    "wrong-workload-kind": {"labels": {"gpugate.io/workload-kind": "Job"}},
+    "wrong-workload-annotation": {"annotations": {"gpugate.io/workload": "Pod/other"}},
+    "no-workload-annotation": {"annotations": {"gpugate.io/workload": None}},
+    "other-owner": {"ownerReferences": [_ref("ReplicaSet", "x-h")], "labels": {"pod-template-hash": "h"}},
+    "owner-added-same": {"ownerReferences": [_ref("StatefulSet", "bench-gpu")]},
+    "wrong-team": {"labels": {"gpugate.io/team": "other"}},
+    "look-alike": {"labels": {"gpugate.io/TEAM": "x"}},
+    "other-policy": {"annotations": {"gpugate.io/policy": "serving"}},
+    "untouched": {},
+}
+NAMESPACES: tuple[tuple[str, dict[str, str]], ...] = (
+    ("bench", {"team": "ml"}),
+    ("ml-serving", {}),
+    ("research-x", {"team": "r"}),
+    ("default", {}),
+)
+
+
+def cases() -> list[dict[str, Any]]:
+    """The measured pod first, then workloads, shapes and forged claims in four namespaces of the shipped policies."""
+    bench = json.loads((TOOL / "bench-pod.json").read_text())
+    out = [{"name": "bench", "namespace": "bench", "nsLabels": {"team": "ml"}, "pod": bench}]
+    for ns, labels in NAMESPACES:
+        for name, kw in {**WORKLOADS, **SHAPES}.items():
+            out.append({"name": f"{name}@{ns}", "namespace": ns, "nsLabels": labels, "pod": _pod(**copy.deepcopy(kw))})
+        for base in ("bench", "deployment", "cronjob"):
+            for name, tamper in FORGERIES.items():
+                kw = {} if base == "bench" else copy.deepcopy(WORKLOADS[base])
+                case = {"name": f"forged-{name}-{base}@{ns}", "namespace": ns, "nsLabels": labels, "pod": _pod(**kw)}
+                out.append({**case, "tamper": tamper})
+    return out
+
+
+def compiled_objects(pools: bool) -> list[dict[str, Any]]:
+    policies = load_policies(REPO / "policies")
+    compiled = compile_policies(policies)
+    if pools:
+        compiled = with_pools(compiled, policies, digest_of(load_snapshot(FLEET), policies))
+    return list(compiled.objects)
+
+
+def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
+    argv = [str(binary), "-cases", str(case_file), "-rounds", str(rounds)]
+    if compare is not None:
+        argv += ["-compare", str(compare)]
+    done = subprocess.run([*argv, str(objects)], capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/celcost failed ({done.returncode}): {done.stderr.strip()}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    names = list(results)
+    objects: list[str] = []
+    for r in results.values():
+        objects += [c["object"] for c in r["costs"] if c["object"] not in objects and not c["object"].startswith("(")]
+    head = "| object | " + " | ".join(f"{n}: allocations | {n}: CPU µs" for n in names) + " |"
+    lines = [head, "| --- |" + " --- | --- |" * len(names)]
+    totals = {n: [0, 0.0] for n in names}
+    for obj in objects:
+        cells = []
+        for n in names:
+            cost = next((c for c in results[n]["costs"] if c["object"] == obj), None)
+            if cost is None:
+                cells += ["—", "—"]
+                continue
+            cpu = statistics.median(cost["cpu_us"])
+            totals[n][0] += cost["allocations"]
+            totals[n][1] += cpu
+            cells += [f"{cost['allocations']:,}", f"{cpu:,.0f}"]
+        lines.append(f"| {obj} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| **per GPU pod** | " + " | ".join(f"**{totals[n][0]:,}** | **{totals[n][1]:,.0f}**" for n in names) + " |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pools", action="store_true", help="with the reference fleet's pool digest (--native-sync)")
+    parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpugate-celcost-") as tmp:
+        work = Path(tmp)
+        binary = work / "celcost"
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=TOOL, check=True, timeout=1800)
+        after = work / "after.yaml"
+        after.write_text(yaml.safe_dump_all(compiled_objects(args.pools), sort_keys=False, width=1 << 20))
+        case_file = work / "cases.json"
+        case_file.write_text(json.dumps(cases()))
+        before = Path(args.before) if args.before else None
+        results = {"this tree": measure(binary, after, case_file, args.rounds, before)}
+        if before is not None:
+            results = {"before": measure(binary, before, case_file, args.rounds, None), **results}
+    print(table(results))
+    measured = results["this tree"]
+    if before is not None:
+        differs = measured.get("differs") or []
+        print(f"\n{measured['cases']} pods run under both compilations: {len(differs)} differ")
+        for line in differs:
+            diff = json.loads(line)
+            mine, theirs = diff["measured"], diff["other"]
+            print(f"- {diff['case']}" + (": the formed pod differs" if mine["formed"] != theirs["formed"] else ""))
+            for decision in sorted(set(theirs["decisions"] or []) - set(mine["decisions"] or [])):
+                print(f"    before:    {decision}")
+            for decision in sorted(set(mine["decisions"] or []) - set(theirs["decisions"] or [])):
+                print(f"    this tree: {decision}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
