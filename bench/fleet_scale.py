@@ -265,11 +265,15 @@ class RunResult:
     start_seconds: float = 0.0
 
 
-def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunResult:
+def run(
+    mode: str, nodes: int, pods: int, workdir: Path, timeout: float, profile: tuple[Path, int] | None = None
+) -> RunResult:
     result = RunResult(mode, nodes, pods)
     bins, kwok = find_scheduling_binaries()
     began = time.monotonic()
-    cluster = FleetCluster(bins, kwok, workdir / "cluster", pool_counts(nodes), client_qps=500)
+    cluster = FleetCluster(
+        bins, kwok, workdir / "cluster", pool_counts(nodes), client_qps=500, profiling=profile is not None
+    )
     gate: GPUGate | None = None
     sampler_stop = threading.Event()
     peak_rss = [0]
@@ -304,6 +308,10 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
         cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
 
         t0 = time.monotonic()
+        profiler = None
+        if profile is not None:
+            profiler = threading.Thread(target=take_profile, args=(cluster, mode, *profile), daemon=True)
+            profiler.start()
         created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode == "none"))
         for obj in created:
             for attempt in range(10):  # as a user or a GitOps controller would: a webhook timeout is retried
@@ -357,6 +365,8 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
 
         cpu_after = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
         metrics_after = api.raw("/metrics")
+        if profiler is not None:
+            profiler.join()
         ms = 1000.0
         create = {"verb": "POST", "resource": "pods", "subresource": ""}
         b, a = (histogram(m, "apiserver_request_duration_seconds", create) for m in (metrics_before, metrics_after))
@@ -411,6 +421,30 @@ def run(mode: str, nodes: int, pods: int, workdir: Path, timeout: float) -> RunR
             gate.stop()
         cluster.stop()
     return result
+
+
+def take_profile(cluster: FleetCluster, mode: str, out: Path, seconds: int) -> None:
+    """A CPU profile of kube-apiserver for the first `seconds` of the pod creation (the controllers and the
+    scheduler at work), written to out/<mode>.pprof with `go tool pprof -top`, flat and cumulative, beside it."""
+    import ssl
+    import urllib.request
+
+    cp = cluster.cp
+    context = ssl.create_default_context(cafile=str(cp.ca.cert_path))
+    context.load_cert_chain(str(cp.admin.cert), str(cp.admin.key))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    url = f"https://127.0.0.1:{cp.apiserver_port}/debug/pprof/profile?seconds={seconds}"
+    with opener.open(url, timeout=seconds + 120) as resp:
+        data = resp.read()
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / f"{mode}.pprof"
+    raw.write_bytes(data)
+    for suffix, flags in (("top", []), ("cum", ["-cum"])):
+        done = subprocess.run(
+            ["go", "tool", "pprof", "-top", "-nodecount=80", *flags, str(raw)], capture_output=True, text=True
+        )
+        (out / f"{mode}.{suffix}.txt").write_text(done.stdout + done.stderr)
+    print(f"fleet_scale: {mode}: apiserver profile of {seconds} s in {raw}", file=sys.stderr, flush=True)
 
 
 def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeout: float = 120.0) -> None:
@@ -559,12 +593,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--write", action="store_true", help="put the table into docs/development/performance.md")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="take a CPU profile of kube-apiserver while the pods are created (DIR/<mode>.pprof and its top)",
+    )
+    parser.add_argument("--profile-seconds", type=int, default=40, help="length of each profile (default 40)")
     args = parser.parse_args(argv)
+    profile = (Path(args.profile), args.profile_seconds) if args.profile else None
     results = []
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix=f"gpugate-fleet-{mode}-") as tmp:
             print(f"fleet_scale: {mode}: {args.nodes} nodes, {args.pods} pods ...", file=sys.stderr, flush=True)
-            results.append(run(mode, args.nodes, args.pods, Path(tmp), args.timeout))
+            results.append(run(mode, args.nodes, args.pods, Path(tmp), args.timeout, profile))
             print(f"fleet_scale: {mode}: {asdict(results[-1])}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))

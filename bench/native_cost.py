@@ -12,12 +12,18 @@ The pod is bench/apiserver.py's GPU pod as kube-apiserver v1.36.3 holds it when 
 service account's projected volume, the not-ready/unreachable tolerations and the managed fields), in a namespace
 labelled team=ml that the shipped policies give to "default".
 
+With --webhooks it also runs the match conditions of deploy/base/webhooks.yaml's two pod webhooks narrowed by the
+same compilation (`gpugate policy compile --webhook-patch`, as deploy/components/native-tier installs them) on the
+formed pod: what "native + webhook" costs beside the policies for a pod the webhooks skip (each webhook converts the
+pod once and evaluates its conditions; the narrowing is the longest). A --before file may hold webhook
+configurations too.
+
 With --pools the compilation carries the reference fleet's pool digest, as `gpugate serve --native-sync` writes it
 (webhook/native/pools.py). With --before FILE (another compilation: `git show main:deploy/components/native-tier/
 native.yaml`) both are measured, and both are run on 269 pods (workloads, limits, shapes, forged claims in four
 namespaces): every pod whose formed object or decisions differ is printed, so a cut that changes a decision shows.
 
-Run: .venv/bin/python bench/native_cost.py [--pools] [--before FILE] [--rounds 5]   (needs go)
+Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--before FILE] [--rounds 5]   (needs go)
 """
 
 from __future__ import annotations
@@ -32,13 +38,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from webhook.inventory.snapshot import load_snapshot  # noqa: E402
-from webhook.native.compiler import compile_policies  # noqa: E402
+from webhook.native.compiler import compile_policies, webhook_patch  # noqa: E402
 from webhook.native.pools import digest_of, with_pools  # noqa: E402
 from webhook.policy.files import load_policies  # noqa: E402
 
@@ -169,12 +176,22 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
-def compiled_objects(pools: bool) -> list[dict[str, Any]]:
+WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
+
+
+def compiled_objects(pools: bool, webhooks: bool = False) -> list[dict[str, Any]]:
     policies = load_policies(REPO / "policies")
     compiled = compile_policies(policies)
+    objects = list(compiled.objects)
     if pools:
-        compiled = with_pools(compiled, policies, digest_of(load_snapshot(FLEET), policies))
-    return list(compiled.objects)
+        objects = list(with_pools(compiled, policies, digest_of(load_snapshot(FLEET), policies)).objects)
+    if webhooks:
+        narrowing = webhook_patch(compiled)
+        configurations = [d for d in yaml.safe_load_all(WEBHOOKS.read_text()) if d]
+        objects += [
+            jsonpatch.apply_patch(c, narrowing) for c in configurations if c["kind"].endswith("WebhookConfiguration")
+        ]
+    return objects
 
 
 def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
@@ -217,6 +234,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pools", action="store_true", help="with the reference fleet's pool digest (--native-sync)")
+    parser.add_argument("--webhooks", action="store_true", help="with the narrowed webhooks' match conditions")
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
     args = parser.parse_args(argv)
@@ -225,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         binary = work / "celcost"
         subprocess.run(["go", "build", "-o", str(binary), "."], cwd=TOOL, check=True, timeout=1800)
         after = work / "after.yaml"
-        after.write_text(yaml.safe_dump_all(compiled_objects(args.pools), sort_keys=False, width=1 << 20))
+        after.write_text(
+            yaml.safe_dump_all(compiled_objects(args.pools, args.webhooks), sort_keys=False, width=1 << 20)
+        )
         case_file = work / "cases.json"
         case_file.write_text(json.dumps(cases()))
         before = Path(args.before) if args.before else None

@@ -21,6 +21,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 	"time"
@@ -54,9 +55,17 @@ type validator struct {
 	v    validating.Validator
 }
 
+// hook: one webhook of a webhook configuration, of which only the match conditions run in the apiserver when they
+// skip the call (webhook/generic/webhook.go ShouldCallHook).
+type hook struct {
+	name    string
+	matcher matchconditions.Matcher
+}
+
 type objects struct {
 	mutating   []mutating
 	validating []validator
+	hooks      []hook
 }
 
 func must(err error) {
@@ -91,6 +100,18 @@ func load(path string) objects {
 			var p admissionregistrationv1.ValidatingAdmissionPolicy
 			must(json.Unmarshal(b, &p))
 			out.validating = append(out.validating, validator{p.Name, compileValidating(&p)})
+		case "MutatingWebhookConfiguration":
+			var c admissionregistrationv1.MutatingWebhookConfiguration
+			must(json.Unmarshal(b, &c))
+			for _, w := range c.Webhooks {
+				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "mutating"))
+			}
+		case "ValidatingWebhookConfiguration":
+			var c admissionregistrationv1.ValidatingWebhookConfiguration
+			must(json.Unmarshal(b, &c))
+			for _, w := range c.Webhooks {
+				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "validating"))
+			}
 		}
 	}
 	return out
@@ -143,6 +164,12 @@ func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutatin
 		m.patchers = append(m.patchers, patch.NewJSONPatcher(ev))
 	}
 	return m
+}
+
+func compileHook(name string, in []admissionregistrationv1.MatchCondition, f *admissionregistrationv1.FailurePolicyType, kind string) hook {
+	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	compiler := newCompiler(name, nil, opts)
+	return hook{name, matchconditions.NewMatcher(compiler.CompileCondition(conditions(in), opts, environment.StoredExpressions), f, "webhook", kind, name)}
 }
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Validator {
@@ -362,6 +389,19 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		}
 		out = append(out, oc)
 	}
+	for _, h := range o.hooks {
+		f := func() {
+			if r := h.matcher.Match(context.Background(), attrs(formed.DeepCopy()), nil, nil); r.Error != nil {
+				must(fmt.Errorf("%s: %v", h.name, r.Error))
+			}
+		}
+		oc := objectCost{Object: h.name + " (match conditions)"}
+		for r := 0; r < rounds; r++ {
+			a, us := cost(f, n)
+			oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+		}
+		out = append(out, oc)
+	}
 	// The copy each call starts from is not the apiserver's: measured alone, and taken off every object's figures.
 	base := objectCost{Object: "(the pod's copy, subtracted)"}
 	for r := 0; r < rounds; r++ {
@@ -388,6 +428,7 @@ func main() {
 	compare := flag.String("compare", "", "another compilation: print every case whose outcome differs")
 	rounds := flag.Int("rounds", 5, "rounds of the CPU measurement")
 	calls := flag.Int("calls", 400, "calls per round")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurement (go tool pprof) to this file")
 	flag.Parse()
 	if flag.NArg() != 1 || *casesPath == "" {
 		fmt.Fprintln(os.Stderr, "usage: celcost -cases CASES.json [-compare OTHER.yaml] [-rounds N] OBJECTS.yaml")
@@ -413,6 +454,12 @@ func main() {
 				rep.Differs = append(rep.Differs, string(b))
 			}
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
 	}
 	rep.Costs = measure(measured, cases[0], *rounds, *calls)
 	out, err := json.MarshalIndent(rep, "", " ")

@@ -62,9 +62,10 @@ class FleetCluster:
     counts: Mapping[str, int] | None = None  # nodes per pool (tests.harness.fleet.DEFAULT_COUNTS when None)
     client_qps: int = 200  # scheduler / controller-manager client rate limits (the defaults, 20-50, are for one node)
     extra: list[Process] = field(default_factory=list)
+    profiling: bool = False  # kube-apiserver's /debug/pprof for the admin client (bench/fleet_scale.py --profile)
 
     def __post_init__(self) -> None:
-        self.cp = ControlPlane(self.bin_dir, self.workdir)
+        self.cp = ControlPlane(self.bin_dir, self.workdir, profiling=self.profiling)
         self.counts = dict(fleet.DEFAULT_COUNTS if self.counts is None else self.counts)
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -295,11 +295,15 @@ def test_the_webhooks_are_narrowed_by_the_condition_gpugate_always_enforces(comp
     skipped = decided_natively(load_policies(SHIPPED).policies)
     assert condition == f"!({skipped})"
     variables = {v["name"]: v["expression"] for v in always["spec"]["variables"]}
-    # The same text, but for the containers and resource maps read from the object's variables: written out
-    # again from those variables' own expressions, it is the webhooks' condition.
+    # The same text, but for the containers and resource maps read from the object's variables: bound from those
+    # variables' own expressions after the cheap tests (cs and ms), it is the webhooks' condition.
     everyone = "(" + variables["all"].replace("variables.init", f"({variables['init']})") + ")"
-    maps = "(" + variables["maps"].replace("variables.all", everyone) + ")"
-    assert variables["claimsFormed"].replace("variables.maps", maps).replace("variables.all", everyone) == skipped
+    maps = "(" + variables["maps"].replace("variables.all", "cs") + ")"
+    claim = variables["claimsFormed"]
+    first = claim.index("variables.all.all(c, (!has(c.envFrom)")
+    reading = claim[first:].replace("variables.maps", "ms").replace("variables.all", "cs")
+    assert "variables." not in claim[:first]
+    assert f"{claim[:first]}[{everyone}].all(cs, [{maps}].all(ms, {reading}))" == skipped
     claims = [v for v in always["spec"]["validations"] if v["expression"].startswith("!variables.claimsFormed || ")]
     assert len(claims) == 5
     for claim in claims:

@@ -292,6 +292,29 @@ def test_the_pool_digest_joins_gpugate_always_once_the_inventory_syncs_and_again
     )
 
 
+def test_after_a_restart_the_gpugate_always_in_force_keeps_its_pool_digest_until_the_inventory_syncs(
+    api: FakeAdmissionAPI, tmp_path: Path, policies: Path
+) -> None:
+    fleet = load_snapshot(REPO / "policies" / "examples" / "fleet" / "fleet.yaml")
+    _sync(api, tmp_path, PolicyStore(policies), inventory=lambda: fleet).step()
+    in_force = api.named("validatingadmissionpolicies", "gpugate-always")
+    assert in_force is not None and "gpugate.io/pool-digest" in in_force["metadata"]["annotations"]
+    synced: list[Inventory | None] = [None]
+    restarted = _sync(api, tmp_path, PolicyStore(policies), identity="b", inventory=lambda: synced[0])
+    api.objects.pop("/apis/coordination.k8s.io/v1/namespaces/gpugate/leases/gpugate-native-sync", None)
+    written = len(api.writes())
+    assert restarted.step().endswith("; pool digest: waiting for the GPU inventory")
+    writes = api.writes()[written:]
+    assert any("gpugate-mutate" in w for w in writes), "the other objects are applied as usual"
+    assert not any(w.endswith("/validatingadmissionpolicies/gpugate-always") for w in writes), writes
+    synced[0] = fleet
+    written = len(api.writes())
+    restarted.step()
+    assert [w for w in api.writes()[written:] if w.endswith("/validatingadmissionpolicies/gpugate-always")] == [
+        "PATCH /apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpugate-always"
+    ]
+
+
 def test_the_claim_route_is_narrowed_once_the_inventory_syncs_on_the_validating_webhook_only(
     api: FakeAdmissionAPI, tmp_path: Path, policies: Path
 ) -> None:

@@ -1349,9 +1349,8 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
     is formed as it forms one under the policy its ``gpugate.io/policy`` annotation names.
 
     With ``variables``, the same condition for ``gpugate-always``'s ``claimsFormed``: the pod's containers and
-    resource maps read from the object's variables ``all`` and ``maps``, whose expressions are the ones written
-    out here (tests/native/test_compiler.py substitutes them back and gets the webhooks' text), so they are built
-    once per activation rather than six times.
+    resource maps read from the object's variables ``all`` and ``maps``; without, the same expressions bound once
+    as ``cs`` and ``ms`` (tests/native/test_compiler.py rebinds the variables' text and gets the webhooks').
 
     It reads only ``object`` and ``request``: a webhook's matchConditions have no ``namespaceObject`` and no
     variables (k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go builds the input from
@@ -1368,13 +1367,15 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
         + [IMPLICIT_DRA_PREFIX + "*"]
     )
     spec, meta = "object.spec", "object.metadata"
-    everyone = f"({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : []))"
-    maps = (
-        f"({everyone}.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {{}}) + "
-        f"{everyone}.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {{}}))"
+    # The containers and their resource maps: gpugate-always's variables, or in a webhook's matchCondition (no
+    # variables there) each built once and bound by a one-element list's `all` after the cheap tests: a webhook
+    # sees every pod UPDATE too, and the condition's text repeats them six times.
+    everyone, maps = ("variables.all", "variables.maps") if variables else ("cs", "ms")
+    bound_everyone = f"({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : []))"
+    bound_maps = (
+        "(cs.map(c, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}) + "
+        "cs.map(c, has(c.resources) && has(c.resources.requests) ? c.resources.requests : {}))"
     )
-    if variables:
-        everyone, maps = "variables.all", "variables.maps"
 
     def at(table: str, key: str, fallback: Any) -> str:
         return f"({key} in {literal(t[table])} ? {literal(t[table])}[{key}] : {literal(fallback)})"
@@ -1418,6 +1419,15 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
         f"c.resources.limits) && [pm + '|' + present[0]].all(key, {entry} && {voided}))"
     )
     policy = f"{meta}.annotations[{string(POLICY_ANNOTATION)}]"
+    reading = " && ".join(
+        [
+            f"{everyone}.all(c, (!has(c.envFrom) || size(c.envFrom) == 0) && (!has(c.env) || c.env.all(e, "
+            f"e.name != {string(VISIBLE_DEVICES)} || (!has(e.valueFrom) && has(e.value) && e.value == 'void'))))",
+            f"[{at('profiles', policy, '')}].all(p, p != '' && [p + '|' + {model}].all(pm, {resource}))",
+        ]
+    )
+    if not variables:
+        reading = f"[{bound_everyone}].all(cs, [{bound_maps}].all(ms, {reading}))"
     return " && ".join(
         [
             "request.operation == 'CREATE'",
@@ -1433,9 +1443,7 @@ def decided_natively(policies: tuple[Policy, ...], *, variables: bool = False) -
             f"(!has({spec}.resourceClaims) || size({spec}.resourceClaims) == 0)",
             f"size({spec}.containers) <= {MAX_CONTAINERS}",
             f"(!has({spec}.initContainers) || size({spec}.initContainers) <= {MAX_CONTAINERS})",
-            f"{everyone}.all(c, (!has(c.envFrom) || size(c.envFrom) == 0) && (!has(c.env) || c.env.all(e, "
-            f"e.name != {string(VISIBLE_DEVICES)} || (!has(e.valueFrom) && has(e.value) && e.value == 'void'))))",
-            f"[{at('profiles', policy, '')}].all(p, p != '' && [p + '|' + {model}].all(pm, {resource}))",
+            reading,
         ]
     )
 

@@ -185,8 +185,10 @@ class NativeSync:
         if digest != self.applied or resync:
             compiled = compile_policies(current)
             self.claim_condition = claim
-            self._apply(self._pooled(compiled, current))
-            self.applied, self.applied_at, self.pools_applied = digest, now, pooled
+            keep = self._keep_always(digest)
+            self._apply(self._pooled(compiled, current), keep_always=keep)
+            self.applied, self.applied_at = digest, now
+            self.pools_applied = "" if keep else pooled
         else:
             if claim != self.claim_condition:
                 compiled = compile_policies(current)
@@ -208,6 +210,15 @@ class NativeSync:
             f"native + webhook: the native objects of policies {digest} are in force, kept by this replica"
             + self._pool_note()
         )
+
+    def _keep_always(self, digest: str) -> bool:
+        """After a restart, until the inventory has synced: a gpugate-always in force that carries a pool digest for
+        these policies stays as it is (written without the digest it would lift the pool checks meanwhile)."""
+        if self.inventory is None or self.pool_digest is not None:
+            return False
+        always = kube.get(self.api_client, "ValidatingAdmissionPolicy", ALWAYS)
+        annotations = ((always or {}).get("metadata") or {}).get("annotations") or {}
+        return annotations.get("gpugate.io/policy-digest") == digest and pools.DIGEST_ANNOTATION in annotations
 
     def _pooled(self, compiled: Compiled, current: PolicySet) -> Compiled:
         if self.pool_digest is None:
@@ -247,8 +258,11 @@ class NativeSync:
             return f"native + webhook: the native objects of policies {digest} are in force, kept by {writer}"
         return f"native + webhook: the native objects in force are of policies {theirs}, this replica has {digest}"
 
-    def _apply(self, compiled: Compiled) -> None:
+    def _apply(self, compiled: Compiled, *, keep_always: bool = False) -> None:
         objects = sorted(compiled.objects, key=lambda o: _ORDER.get(o["kind"], 9))
+        if keep_always:
+            kept = ("ValidatingAdmissionPolicy", ALWAYS)
+            objects = [o for o in objects if (o["kind"], o["metadata"]["name"]) != kept]
         for obj in objects:
             kube.apply(self.api_client, obj)
         emitted = {o["metadata"]["name"] for o in objects}
