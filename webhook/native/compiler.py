@@ -699,6 +699,17 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             "f == 'runtimeClassName' ? variables.addRuntimeClass : "
             "size(variables.missingTolerations) > 0)",
         },
+        # A pod this policy formed, seen again on the reinvocation pass after a later mutating webhook (a sidecar
+        # injector's) added a container without GPUs: only that container's void is added (as /mutate adds it when
+        # it is reinvoked), and the field in gpugate.io/mutated. The pod's policy must be the one it names, and what
+        # that annotation lists must be fields gpugate touches (so that the union below keeps them all).
+        {
+            "name": "reform",
+            "expression": "!variables.plain && variables.policy != '' && "
+            f"variables.annotations[?{string(POLICY_ANNOTATION)}].orValue('') == variables.policy && "
+            f"variables.annotations[?{string(MUTATED_ANNOTATION)}].orValue('').split(',').all(f, "
+            f"f in {literal(list(TOUCHES))}) && (size(variables.voidContainers) > 0 || size(variables.voidInit) > 0)",
+        },
     ]
 
 
@@ -759,7 +770,22 @@ def _patches() -> str:
         f"({annotations}).map(p, JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey(p[0]), "
         "value: p[1]}))",
     ]
-    return "!variables.plain || size(variables.touched) == 0 ? [] : " + " +\n".join(parts)
+    mutated = f"variables.annotations[{string(MUTATED_ANNOTATION)}].split(',')"
+    reform = " +\n".join(
+        [
+            env("containers", "variables.voidContainers", f"{spec}.containers"),
+            env("initContainers", "variables.voidInit", "variables.init"),
+            f"[JSONPatch{{op: 'replace', path: '/metadata/annotations/' + jsonpatch.escapeKey("
+            f"{string(MUTATED_ANNOTATION)}), value: {literal(list(TOUCHES))}.filter(f, f in {mutated} || "
+            "(f == 'containers' && size(variables.voidContainers) > 0) || "
+            "(f == 'initContainers' && size(variables.voidInit) > 0)).join(',')}]",
+        ]
+    )
+    return (
+        f"variables.reform ? {reform} :\n"
+        + "!variables.plain || size(variables.touched) == 0 ? [] : "
+        + " +\n".join(parts)
+    )
 
 
 # ------------------------------------------------------------------------------------------ the VAPs
@@ -986,12 +1012,16 @@ def _match_conditions(policies: tuple[Policy, ...], *, env: bool) -> list[dict[s
 #: one the webhook or a reinvocation already formed (a ``gpugate.io/`` annotation), one with a node, a resource
 #: claim, CDI annotations, ``NVIDIA_VISIBLE_DEVICES`` or ``envFrom``, or too many containers.
 #:
-#: And ``reinvocationPolicy: Never``: with ``IfNeeded`` the policy's own change puts it on the list to run again
-#: (``AddReinvocablePolicyToPreviouslyInvoked`` then ``RequireReinvokingPreviouslyInvokedPlugins`` on the dirty
-#: object), a second full evaluation and patch round trip per GPU pod that finds the pod formed and adds
-#: nothing. What it would catch is a later mutating webhook turning a pod into a plain GPU pod; gpugate's own
-#: webhook (``reinvocationPolicy: IfNeeded``) forms such a pod, and without it ``gpugate-always`` refuses it
-#: unformed.
+#: And ``reinvocationPolicy: IfNeeded``. A mutating webhook after this policy (every one: policies run before webhooks)
+#: may add a container to the pod it formed: a sidecar or an init container without GPUs, which under the NVIDIA
+#: runtime would see every GPU of the node unless it gets ``void``. gpugate's own webhook cannot add it: the
+#: narrowing skipped it on the first pass, and the apiserver reinvokes only webhooks it called then
+#: (webhook/mutating/dispatcher.go: "during reinvocation, a webhook will not be called for the first time"), so
+#: /validate refused such a pod. On the reinvocation pass (which this policy's own change always causes) the
+#: policy matches such a pod again (``_sidecar_added``) and voids only the new container. A pod formed and left
+#: alone stops at that condition's GPU container, as it did at the first lookup with ``Never``: the apiserver
+#: evaluates a policy's match conditions on the reinvocation pass before it asks whether to reinvoke it
+#: (policy/mutating/dispatcher.go ``dispatchInvocations``), so ``Never`` saved no evaluation.
 _PLAIN_SHAPE = " && ".join(
     [
         "!has(object.spec.nodeName)",
@@ -1011,6 +1041,36 @@ _PLAIN_SHAPE = " && ".join(
 _UNFORMED = f"(!has(object.metadata.annotations) || !({string(POLICY_ANNOTATION)} in object.metadata.annotations))"
 
 
+def _sidecar_added(policies: tuple[Policy, ...]) -> str:
+    """A pod this policy may have formed, with a container that holds no GPU and has no ``NVIDIA_VISIBLE_DEVICES``:
+    what the reinvocation pass sees after a later mutating webhook added a sidecar or an init container (Istio's,
+    Datadog's library injection). Implied by the ``reform`` variable (a container ``voidContainers`` or ``voidInit``
+    lists holds no GPU that any policy counts), so it changes no decision, and cheap for a formed pod that needs
+    nothing, which every GPU pod the policy formed is on that pass: its GPU container has no such variable, and
+    counts a GPU. "" when no class gets ``void``."""
+    t = _plain_tables(policies)
+    resources = sorted({key.rsplit("|", 1)[-1] for key in t["void"]})
+    if not resources:
+        return ""
+    counted = " && ".join(f"r.matches({string(c)})" for c in sorted({_counted(p) for p in policies}))
+    meta, spec = "object.metadata", "object.spec"
+    return " && ".join(
+        [
+            f"has({meta}.annotations) && {string(MUTATED_ANNOTATION)} in {meta}.annotations && "
+            f"{string(POLICY_ANNOTATION)} in {meta}.annotations",
+            f"!has({spec}.nodeName)",
+            f"size({spec}.containers) <= {MAX_CONTAINERS}",
+            f"(!has({spec}.initContainers) || size({spec}.initContainers) <= {MAX_CONTAINERS})",
+            f"{spec}.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
+            f"c.resources.limits.exists(r, r in {literal(resources)}))",
+            f"({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : [])).exists(c, "
+            f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && (!has(c.resources) || "
+            "![has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? c.resources.requests : "
+            f"{{}}].exists(m, m.exists(r, {counted} && quantity(string(m[r])).isGreaterThan(quantity('0'))))))",
+        ]
+    )
+
+
 def _one_condition(name: str, parts: list[str]) -> list[dict[str, str]]:
     """Several match conditions as one, cheapest and most selective first.
 
@@ -1020,6 +1080,18 @@ def _one_condition(name: str, parts: list[str]) -> list[dict[str, str]]:
     outcome is the same: false when any part is false (CEL's ``&&`` is false beside an error, as the matcher lets a
     false condition win over another's error), an error only when no part is false, true when all are."""
     return [{"name": name, "expression": " && ".join(f"({p})" for p in parts)}]
+
+
+def _mutate_condition(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
+    """gpugate-mutate's one match condition: a pod it could form (``_PLAIN_SHAPE``), or one it formed that a later
+    mutating webhook gave a container to void (``_sidecar_added``), each cheapest part first."""
+    [plain] = _one_condition(
+        "gpu-pod-to-form", [_UNFORMED, _match_conditions(policies, env=False)[0]["expression"], _PLAIN_SHAPE]
+    )
+    sidecar = _sidecar_added(policies)
+    if sidecar:
+        plain["expression"] = f"({plain['expression']}) || ({sidecar})"
+    return [plain]
 
 
 def _meta(name: str, digest: str) -> dict[str, Any]:
@@ -1040,12 +1112,10 @@ def compile_policies(policies: PolicySet) -> Compiled:
                 # A failed evaluation leaves the pod as it was: the webhook forms it, or (without the webhook)
                 # the always-deny policy refuses it unformed.
                 "failurePolicy": "Ignore",
-                # Never (see _PLAIN_SHAPE): a second run could only find the pod formed and add nothing.
-                "reinvocationPolicy": "Never",
+                # IfNeeded (see _PLAIN_SHAPE): the reinvocation pass voids a container a later webhook added.
+                "reinvocationPolicy": "IfNeeded",
                 "matchConstraints": _match_constraints(),
-                "matchConditions": _one_condition(
-                    "plain-gpu-pod", [_UNFORMED, _match_conditions(ordered, env=False)[0]["expression"], _PLAIN_SHAPE]
-                ),
+                "matchConditions": _mutate_condition(ordered),
                 "variables": [*common, *_mutating_variables(ordered)],
                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _patches()}}],
             },
