@@ -20,8 +20,11 @@ configurations too.
 
 With --pools the compilation carries the reference fleet's pool digest, as `gpugate serve --native-sync` writes it
 (webhook/native/pools.py). With --before FILE (another compilation: `git show main:deploy/components/native-tier/
-native.yaml`) both are measured, and both are run on 269 pods (workloads, limits, shapes, forged claims in four
-namespaces): every pod whose formed object or decisions differ is printed, so a cut that changes a decision shows.
+native.yaml`) both are measured, and both are run on 281 pods (workloads, limits, shapes, forged claims, and pods a
+later mutating webhook gives a sidecar between the chain's two passes, in four namespaces): every pod whose formed
+object or decisions differ is printed, so a cut that changes a decision shows. The mutating policies run as the
+apiserver's chain runs them, a second time on the reinvocation pass their change brings, and that pass's cost is a
+row of its own.
 
 Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--before FILE] [--rounds 5]   (needs go)
 """
@@ -173,6 +176,11 @@ def cases() -> list[dict[str, Any]]:
                 kw = {} if base == "bench" else copy.deepcopy(WORKLOADS[base])
                 case = {"name": f"forged-{name}-{base}@{ns}", "namespace": ns, "nsLabels": labels, "pod": _pod(**kw)}
                 out.append({**case, "tamper": tamper})
+        # A later mutating webhook (a sidecar injector's) adds a container without GPUs between the two passes.
+        for name in ("bench", "deployment", "two-containers"):
+            kw = {} if name == "bench" else copy.deepcopy({**WORKLOADS, **SHAPES}[name])
+            case = {"name": f"sidecar-{name}@{ns}", "namespace": ns, "nsLabels": labels, "pod": _pod(**kw)}
+            out.append({**case, "sidecar": True})
     return out
 
 

@@ -136,8 +136,9 @@ def test_native_cost_measures_the_apiserver_s_bench_pod_first_and_the_pool_diges
     bench = cases[0]["pod"]
     assert cases[0]["name"] == "bench" and bench["metadata"]["managedFields"]
     assert bench["spec"]["volumes"][0]["projected"] and len(bench["spec"]["tolerations"]) == 2
-    assert len({c["name"] for c in cases}) == len(cases) == 269
+    assert len({c["name"] for c in cases}) == len(cases) == 281
     assert sum("tamper" in c for c in cases) == 4 * 3 * len(native_cost.FORGERIES)
+    assert sum(bool(c.get("sidecar")) for c in cases) == 4 * 3
     plain, pooled = native_cost.compiled_objects(False), native_cost.compiled_objects(True)
     assert [o["metadata"]["name"] for o in plain] == [o["metadata"]["name"] for o in pooled]
     always = next(o for o in pooled if o["metadata"]["name"] == "gpugate-always" and "validations" in o["spec"])

@@ -28,6 +28,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -45,6 +46,7 @@ import (
 
 type mutating struct {
 	name     string
+	reinvoke bool // reinvocationPolicy IfNeeded
 	compiler *plugincel.CompositedCompiler
 	matcher  matchconditions.Matcher
 	patchers []patch.Patcher
@@ -148,6 +150,7 @@ func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutatin
 	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
 	compiler := newCompiler(p.Name, p.Spec.Variables, opts)
 	m := mutating{name: p.Name, compiler: compiler}
+	m.reinvoke = p.Spec.ReinvocationPolicy == admissionregistrationv1.IfNeededReinvocationPolicy
 	if len(p.Spec.MatchConditions) > 0 {
 		m.matcher = matchconditions.NewMatcher(compiler.CompileCondition(conditions(p.Spec.MatchConditions), opts, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "mutate", p.Name)
 	}
@@ -210,26 +213,73 @@ func attrs(pod *corev1.Pod) *admission.VersionedAttributes {
 
 // mutate runs one mutating policy on pod and returns the pod it leaves.
 func (m mutating) mutate(pod *corev1.Pod, ns *corev1.Namespace) (*corev1.Pod, error) {
+	out, _, err := m.invoke(pod, ns, true)
+	return out, err
+}
+
+// again is the policy on the reinvocation pass: the apiserver evaluates its match conditions, and applies it again
+// only when it is IfNeeded and was applied on the first pass (policy/mutating/dispatcher.go dispatchInvocations).
+func (m mutating) again(pod *corev1.Pod, ns *corev1.Namespace, applied bool) (*corev1.Pod, error) {
+	out, _, err := m.invoke(pod, ns, m.reinvoke && applied)
+	return out, err
+}
+
+// invoke evaluates the match conditions and, when they match and apply is set, the mutations; matched says whether
+// the mutations ran.
+func (m mutating) invoke(pod *corev1.Pod, ns *corev1.Namespace, apply bool) (*corev1.Pod, bool, error) {
 	ctx := m.compiler.CreateContext(context.Background())
 	va := attrs(pod)
 	if m.matcher != nil {
 		r := m.matcher.Match(ctx, va, nil, nil)
 		if r.Error != nil {
-			return nil, r.Error
+			return nil, false, r.Error
 		}
 		if !r.Matches {
-			return pod, nil
+			return pod, false, nil
 		}
+	}
+	if !apply {
+		return pod, false, nil
 	}
 	for _, p := range m.patchers {
 		obj, err := p.Patch(ctx, patch.Request{MatchedResource: gvr, VersionedAttributes: va, ObjectInterfaces: admission.NewObjectInterfacesFromScheme(scheme.Scheme), Namespace: ns}, celconfig.RuntimeCELCostBudget)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		pod = obj.(*corev1.Pod)
 		va = attrs(pod)
 	}
-	return pod, nil
+	return pod, true, nil
+}
+
+// formPod runs the mutating policies as the apiserver's mutating chain does: in order, then, when they changed the
+// pod, once more (the reinvocation pass), with sidecar standing for a later mutating webhook between the two (a
+// sidecar injector's: one container without GPUs added).
+func formPod(o objects, pod *corev1.Pod, ns *corev1.Namespace, sidecar bool) (*corev1.Pod, error) {
+	formed := pod
+	applied := make([]bool, len(o.mutating))
+	for i, m := range o.mutating {
+		next, ok, err := m.invoke(formed, ns, true)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", m.name, err)
+		}
+		formed, applied[i] = next, ok
+	}
+	if sidecar {
+		formed = formed.DeepCopy()
+		formed.Spec.Containers = append(formed.Spec.Containers, corev1.Container{Name: "proxy", Image: "envoy"})
+	}
+	if apiequality.Semantic.DeepEqual(pod, formed) {
+		return formed, nil
+	}
+	for i, m := range o.mutating {
+		next, err := m.again(formed, ns, applied[i])
+		if err != nil {
+			return nil, fmt.Errorf("%s (reinvocation pass): %v", m.name, err)
+		}
+		formed = next
+	}
+	return formed, nil
 }
 
 func (v validator) decisions(pod *corev1.Pod, ns *corev1.Namespace) []string {
@@ -249,14 +299,10 @@ type outcome struct {
 }
 
 // run forms the pod (every mutating policy, in order) and validates the result with every validating policy.
-func run(o objects, pod *corev1.Pod, ns *corev1.Namespace) outcome {
-	formed := pod
-	for _, m := range o.mutating {
-		next, err := m.mutate(formed, ns)
-		if err != nil {
-			return outcome{Formed: m.name + ": " + err.Error()}
-		}
-		formed = next
+func run(o objects, pod *corev1.Pod, ns *corev1.Namespace, sidecar bool) outcome {
+	formed, err := formPod(o, pod, ns, sidecar)
+	if err != nil {
+		return outcome{Formed: err.Error()}
 	}
 	if formed.Name == "" && formed.GenerateName != "" { // the apiserver names the pod before validating it
 		formed = formed.DeepCopy()
@@ -277,6 +323,8 @@ type testCase struct {
 	NsLabels  map[string]string `json:"nsLabels"`
 	Namespace string            `json:"namespace"`
 	Pod       corev1.Pod        `json:"pod"`
+	// Sidecar: a later mutating webhook adds a container without GPUs between the two passes of the chain.
+	Sidecar bool `json:"sidecar"`
 	// Tamper: the pod formed by the objects measured, changed so and sent again (a forged claim).
 	Tamper *struct {
 		Labels          map[string]*string      `json:"labels"`
@@ -304,7 +352,7 @@ func prepare(c testCase, o objects, ns *corev1.Namespace) *corev1.Pod {
 		return pod
 	}
 	var formed corev1.Pod
-	if err := json.Unmarshal([]byte(run(o, pod, ns).Formed), &formed); err != nil {
+	if err := json.Unmarshal([]byte(run(o, pod, ns, false).Formed), &formed); err != nil {
 		must(fmt.Errorf("case %s: the pod could not be formed to tamper with", c.Name))
 	}
 	set := func(m map[string]string, with map[string]*string) map[string]string {
@@ -380,6 +428,21 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		must(err)
 		formed = next
 	}
+	// The reinvocation pass, which the pod's change always brings: each mutating policy's match conditions again,
+	// and an IfNeeded policy applied again when they match.
+	for _, m := range o.mutating {
+		f := func() {
+			if _, err := m.again(formed.DeepCopy(), ns, true); err != nil {
+				must(err)
+			}
+		}
+		oc := objectCost{Object: m.name + " (reinvocation pass)"}
+		for r := 0; r < rounds; r++ {
+			a, us := cost(f, n)
+			oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+		}
+		out = append(out, oc)
+	}
 	for _, v := range o.validating {
 		f := func() { v.decisions(formed.DeepCopy(), ns) }
 		oc := objectCost{Object: v.name}
@@ -448,7 +511,7 @@ func main() {
 		for _, c := range cases {
 			ns := namespaceOf(c)
 			pod := prepare(c, measured, ns)
-			x, y := run(measured, pod.DeepCopy(), ns), run(other, pod.DeepCopy(), ns)
+			x, y := run(measured, pod.DeepCopy(), ns, c.Sidecar), run(other, pod.DeepCopy(), ns, c.Sidecar)
 			if !reflect.DeepEqual(x, y) {
 				b, _ := json.Marshal(map[string]any{"case": c.Name, "measured": x, "other": y})
 				rep.Differs = append(rep.Differs, string(b))

@@ -20,13 +20,18 @@ validating webhook, so their message answers first).
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import re
 import shutil
+import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,7 @@ from tests.harness.controlplane import ControlPlane, find_binaries
 from tests.harness.fleet import device_classes
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, gpugate_executable, point_at, register, render_deploy
 from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 
 from .test_fleet import CASES, NAMESPACE_PREFIX
 
@@ -388,16 +394,17 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     assert "validate.gpugate.io" not in refused.stderr
     assert native.gate.admission_requests() == before
 
-    # A container added after gpugate-mutate (a sidecar injector's, here in the pod as sent) lacks its void: the
-    # pod no longer looks formed, the webhooks are called and /mutate adds it, as without the native tier.
+    # A container added after gpugate-mutate (a sidecar injector's, here in the pod as sent) lacks its void:
+    # gpugate-mutate adds it (and `containers` to gpugate.io/mutated) as /mutate would, so the pod is formed again and
+    # the webhooks skip it (the last test has the injector itself).
     sidecar = json.loads(json.dumps(copy))
     sidecar["spec"]["containers"].append({"name": "proxy", "image": "registry.k8s.io/pause:3.10"})
     voided = _dry_run(native, sidecar)
     assert voided.ok, voided.stderr
     proxy = json.loads(voided.stdout)["spec"]["containers"][1]
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in proxy.get("env", [])
-    assert native.gate.admission_requests() > before
-    before = native.gate.admission_requests()
+    assert "containers" in json.loads(voided.stdout)["metadata"]["annotations"]["gpugate.io/mutated"].split(",")
+    assert native.gate.admission_requests() == before
 
     # A pod naming a class that serves it is formed natively as /mutate forms it: no call either.
     named = _dry_run(native, _probe(native, labels={"gpugate.io/model": "h100-mig"}))
@@ -410,3 +417,128 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     chosen = _dry_run(native, _probe(native, node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"}))
     assert chosen.ok, chosen.stderr
     assert native.gate.admission_requests() >= before + 2
+
+
+class _SidecarInjector(BaseHTTPRequestHandler):
+    """Another project's mutating webhook (Istio's sidecar injector, Datadog's library injection): it adds a
+    container that requests no GPU to every pod it is sent, once."""
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        request = review["request"]
+        response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+        if not any(c["name"] == "proxy" for c in request["object"]["spec"]["containers"]):
+            patch = [{"op": "add", "path": "/spec/containers/-", "value": {"name": "proxy", "image": "envoy"}}]
+            response |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _sidecar_injector(cp: ControlPlane, namespace: str) -> Iterator[None]:
+    """The injector registered for the pods of ``namespace`` labelled sidecar=inject, under a configuration name
+    that sorts after "gpugate" (webhooks run in that order), as Istio's "istio-sidecar-injector" does."""
+    pair = cp.ca.issue("sidecar-injector", common_name="sidecar-injector", ips=["127.0.0.1"], server=True)
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _SidecarInjector)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pair.cert, pair.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    name = "zz-sidecar-injector"
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "inject.sidecar.example.com",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{server.server_address[1]}/inject",
+                    "caBundle": base64.b64encode(cp.ca.cert_path.read_bytes()).decode(),
+                },
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "objectSelector": {"matchLabels": {"sidecar": "inject"}},
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+            }
+        ],
+    }
+    cp.kubectl("apply", "-f", "-", stdin=config)
+    try:
+        yield
+    finally:
+        cp.kubectl("delete", "mutatingwebhookconfiguration", name, check=False)
+        server.shutdown()
+        server.server_close()
+
+
+def _mutating_policy_evaluations(n: Native) -> float:
+    """How often the apiserver has evaluated gpugate-mutate's match condition: it moves only while the policy is
+    in force."""
+    metrics = n.cluster.kubectl("get", "--raw", "/metrics").stdout
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("apiserver_admission_match_condition_evaluation_seconds_count{")
+        and 'name="gpugate-mutate"' in line
+    )
+
+
+def test_a_container_another_webhook_adds_after_gpugate_gets_its_void_natively_as_from_the_webhook(
+    native: Native,
+) -> None:
+    """A mutating webhook that runs after gpugate's adds a container without GPUs to a GPU pod. The webhook alone
+    voids it on the reinvocation pass (/mutate, reinvocationPolicy IfNeeded). With the native tier gpugate's
+    webhook was skipped on the first pass, so the apiserver does not reinvoke it, and /validate refused every such
+    pod for the missing void; gpugate-mutate now voids the container on that pass, with no call to gpugate's
+    server, and the stored pod is the webhook's."""
+    ns = _namespace(native, "sidecar", {"team": "probe"})
+    pod = _probe(native, labels={"sidecar": "inject"})
+    pod["metadata"]["namespace"] = ns
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+    def proxy(result: Any) -> dict[str, Any]:
+        containers = json.loads(result.stdout)["spec"]["containers"]
+        return next((c for c in containers if c["name"] == "proxy"), {})
+
+    with _sidecar_injector(native.cluster, ns):
+        native.cluster.kubectl("apply", "-f", "-", stdin=native.native)
+        _with_webhooks(native, narrowed=True)
+        last: list[Any] = []
+
+        def natively() -> Any:
+            before = native.gate.admission_requests()
+            done = _dry_run(native, pod)
+            last[:] = [done.stderr if not done.ok else done.stdout[-400:]]
+            return done if done.ok and proxy(done) and native.gate.admission_requests() == before else None
+
+        b = eventually(natively, timeout=60)
+        assert b, f"with the native tier, the injected pod was not admitted without a call to gpugate: {last}"
+        assert void in proxy(b).get("env", []), proxy(b)
+        annotations = json.loads(b.stdout)["metadata"]["annotations"]
+        assert "containers" in annotations["gpugate.io/mutated"].split(","), annotations
+
+        # (a) the webhook alone: once gpugate-mutate is no longer evaluated.
+        native.cluster.kubectl("delete", "-f", "-", stdin=native.native)
+        _with_webhooks(native)
+
+        def by_the_webhook() -> Any:
+            before, evaluated = native.gate.admission_requests(), _mutating_policy_evaluations(native)
+            done = _dry_run(native, pod)
+            alone = _mutating_policy_evaluations(native) == evaluated and native.gate.admission_requests() > before
+            return done if done.ok and alone else None
+
+        a = eventually(by_the_webhook, timeout=60)
+        assert a, "60 s after the native objects were deleted, gpugate-mutate was still evaluated"
+        assert void in proxy(a).get("env", []), proxy(a)
+        assert _normal(json.loads(b.stdout)) == _normal(json.loads(a.stdout))

@@ -106,21 +106,21 @@ def _matches(conditions: list[dict[str, str]], pod: dict[str, Any], namespace: s
     return all(r.plain_value() for r in results)
 
 
-def test_the_mutating_policy_runs_once_and_only_on_pods_that_could_be_plain(compiled: list[dict]) -> None:
+def test_the_mutating_policy_matches_pods_it_could_form_and_formed_pods_a_later_webhook_gave_a_container(
+    compiled: list[dict],
+) -> None:
     """A matched MutatingAdmissionPolicy costs the apiserver a patch round trip and a second pass of the mutating
-    chain even when it adds nothing, and with reinvocationPolicy IfNeeded a second evaluation of its own: the
-    match conditions turn away what could never be plain, and the policy is not reinvoked."""
+    chain even when it adds nothing: the match condition turns away what could never be plain, and on the
+    reinvocation pass (IfNeeded) every formed pod but one a later webhook gave a container without GPUs."""
     spec = compiled[0]["spec"]
-    assert spec["reinvocationPolicy"] == "Never"
+    assert spec["reinvocationPolicy"] == "IfNeeded"
     conditions = spec["matchConditions"]
     # One condition: the apiserver evaluates every match condition before it reads any, CEL's && stops at the first
-    # false part, and the reinvocation pass (the pod carries gpugate.io/policy) stops at the first.
-    assert [c["name"] for c in conditions] == ["plain-gpu-pod"]
-    assert conditions[0]["expression"].startswith('((!has(object.metadata.annotations) || !("gpugate.io/policy" in ')
+    # false part, and || at the first true one.
+    assert [c["name"] for c in conditions] == ["gpu-pod-to-form"]
+    assert conditions[0]["expression"].startswith('(((!has(object.metadata.annotations) || !("gpugate.io/policy" in ')
     assert _matches(conditions, _gpu_pod())
     assert _matches(conditions, _gpu_pod(annotations={"example.com/x": "y"}, labels={"app": "a"}))
-    formed = _gpu_pod(annotations={"gpugate.io/policy": "default"})  # what a reinvocation or the webhook sees
-    assert not _matches(conditions, formed)
     assert not _matches(conditions, _gpu_pod(spec={"nodeName": "n1"}))
     assert not _matches(conditions, _gpu_pod(spec={"resourceClaims": [{"name": "gpu"}]}))
     assert not _matches(conditions, _gpu_pod(annotations={"cdi.k8s.io/x": "y"}))
@@ -131,6 +131,31 @@ def test_the_mutating_policy_runs_once_and_only_on_pods_that_could_be_plain(comp
     assert not _matches(conditions, many)
     cpu = _gpu_pod(container={"resources": {}})
     assert not _matches(conditions, cpu)
+
+    # What the reinvocation pass sees: a formed pod stops there, unless a container without GPUs and without
+    # NVIDIA_VISIBLE_DEVICES was added after the first pass (a sidecar injector's), in spec or as an init container.
+    bookkeeping = {"gpugate.io/policy": "default", "gpugate.io/mutated": "labels,runtimeClassName,tolerations"}
+    formed = _gpu_pod(annotations=dict(bookkeeping))
+    assert not _matches(conditions, formed)
+    assert not _matches(conditions, _gpu_pod(annotations={"gpugate.io/policy": "default"}))
+    proxy = {"name": "proxy", "image": "envoy"}
+    sidecar = _gpu_pod(annotations=dict(bookkeeping))
+    sidecar["spec"]["containers"].append(dict(proxy))
+    assert _matches(conditions, sidecar)
+    init = _gpu_pod(annotations=dict(bookkeeping))
+    init["spec"]["initContainers"] = [{"name": "istio-init", "image": "proxyv2"}]
+    assert _matches(conditions, init)
+    voided = _gpu_pod(annotations=dict(bookkeeping))
+    voided["spec"]["containers"].append({**proxy, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]})
+    assert not _matches(conditions, voided)
+    # Only where a class voids: an AMD pod's second container is no reason to run again.
+    amd = _gpu_pod(annotations=dict(bookkeeping), container={"resources": {"limits": {"amd.com/gpu": "1"}}})
+    amd["spec"]["containers"].append(dict(proxy))
+    assert not _matches(conditions, amd)
+    # A GPU container added later is not one to void (the webhook judges that pod).
+    second = _gpu_pod(annotations=dict(bookkeeping))
+    second["spec"]["containers"].append({**proxy, "resources": {"limits": {"nvidia.com/gpu": "1"}}})
+    assert not _matches(conditions, second)
 
 
 def test_a_warn_object_is_evaluated_only_where_a_warn_policy_can_govern(compiled: list[dict]) -> None:

@@ -1045,9 +1045,10 @@ def _sidecar_added(policies: tuple[Policy, ...]) -> str:
     """A pod this policy may have formed, with a container that holds no GPU and has no ``NVIDIA_VISIBLE_DEVICES``:
     what the reinvocation pass sees after a later mutating webhook added a sidecar or an init container (Istio's,
     Datadog's library injection). Implied by the ``reform`` variable (a container ``voidContainers`` or ``voidInit``
-    lists holds no GPU that any policy counts), so it changes no decision, and cheap for a formed pod that needs
-    nothing, which every GPU pod the policy formed is on that pass: its GPU container has no such variable, and
-    counts a GPU. "" when no class gets ``void``."""
+    lists names no GPU resource that every policy counts), but for a container added later that names a GPU at a
+    quantity of 0: it is left to /validate, which refuses it without its void. Cheap for a formed pod that needs
+    nothing, which every GPU pod the policy formed is on that pass: its GPU container names a GPU, and no quantity
+    is parsed. "" when no class gets ``void``."""
     t = _plain_tables(policies)
     resources = sorted({key.rsplit("|", 1)[-1] for key in t["void"]})
     if not resources:
@@ -1066,7 +1067,7 @@ def _sidecar_added(policies: tuple[Policy, ...]) -> str:
             f"({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : [])).exists(c, "
             f"(!has(c.env) || !c.env.exists(e, e.name == {string(VISIBLE_DEVICES)})) && (!has(c.resources) || "
             "![has(c.resources.limits) ? c.resources.limits : {}, has(c.resources.requests) ? c.resources.requests : "
-            f"{{}}].exists(m, m.exists(r, {counted} && quantity(string(m[r])).isGreaterThan(quantity('0'))))))",
+            f"{{}}].exists(m, m.exists(r, {counted}))))",
         ]
     )
 
