@@ -14,7 +14,9 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
 
 Three more on request (--registrations), not in the default run and its report: "native", the objects
 `gpugate policy compile policies` prints (the native tier) with no webhook, and "native + webhook", those
-objects beside the two webhook configurations pointed at `gpugate serve`; and "native (before)", the objects of
+objects beside the two webhook configurations pointed at `gpugate serve` and narrowed by the same compilation's
+condition (gpugate-always's gpugate.io/webhook-match-condition), as deploy/components/native-tier and the chart's
+nativeTier install them: a plain GPU pod makes no webhook call there; and "native (before)", the objects of
 `--native-before FILE` (another compilation, e.g. main's) measured in the same run as "native", so that a change
 of the compiler is compared under the same load. A run that measures them prints their ratios against gpugate and
 CEL (and native's against native (before)).
@@ -64,6 +66,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries  # noqa: E402
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
+from webhook.native.compiler import NARROWING, NARROWING_ANNOTATION  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
 NATIVE = ("native", "native + webhook", "native (before)")  # measured on request: --registrations
@@ -172,6 +175,10 @@ def pod(
 
 
 GPU_POD = pod("bench-gpu", gpus=1)
+# A GPU pod that chose its GPU by an instance type both H100 pools share: never plain, so the webhook decides it
+# (it narrows the choice to one class's product) in every registration that has gpugate's webhooks.
+CHOSEN_POD = {**pod("probe", gpus=1), "spec": {**pod("probe", gpus=1)["spec"],
+              "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}}  # fmt: skip
 # What gpugate's /mutate adds to GPU_POD as the apiserver sends it (the apiserver has already added the
 # not-ready/unreachable tolerations): for --noop-patch, the no-op answering with a patch of the same size.
 NOOP_PATCH = [
@@ -395,6 +402,10 @@ class Registrar:
                 seen.add("cel-mutate")
         if self.validations() > validated:
             seen.add("gpugate-validate")
+        validated = self.validations()
+        self.api.create(CHOSEN_POD)
+        if self.validations() > validated:
+            seen.add("gpugate-validate-chosen")
         for endpoint in ("mutate", "validate"):
             status, obj = self.api.create(pod("probe", gpus=1, annotations={PROBE_ANNOTATION: endpoint}))
             if status != 201 and f"no-op {endpoint} probe" in obj.get("message", ""):
@@ -410,11 +421,12 @@ class Registrar:
         "nothing": set(),
         "no-op": {"noop-mutate", "noop-validate"},
         "no-op + patch": {"noop-mutate", "noop-validate", "gpugate-mutate"},
-        "gpugate": {"gpugate-mutate", "gpugate-validate"},
+        "gpugate": {"gpugate-mutate", "gpugate-validate", "gpugate-validate-chosen"},
         "CEL": {"cel-mutate", "cel-validate"},
         # The native tier's pod carries gpugate's annotations: what tells it from the webhook is /validate.
         "native": {"gpugate-mutate", "native-validate"},
-        "native + webhook": {"gpugate-mutate", "gpugate-validate", "native-validate"},
+        # Narrowed: the plain GPU pod skips the webhooks, the pod that chose an instance type is theirs.
+        "native + webhook": {"gpugate-mutate", "native-validate", "gpugate-validate-chosen"},
         "native (before)": {"gpugate-mutate", "native-validate"},
     }
 
@@ -428,12 +440,10 @@ class Registrar:
 
     def switch(self, target: str, *, timeout: float = 90.0) -> None:
         started = time.monotonic()
-        hooks = "gpugate" if target == "native + webhook" else target
-        current = "gpugate" if self.current == "native + webhook" else self.current
-        if hooks in self.webhooks:
-            self._apply(self.webhooks[hooks])  # same names: replaces the other server's clientConfig
-        elif current in self.webhooks:
-            self._delete(self.webhooks[current])
+        if target in self.webhooks:
+            self._apply(self.webhooks[target])  # same names: replaces the other server's clientConfig (and conditions)
+        elif self.current in self.webhooks:
+            self._delete(self.webhooks[self.current])
         if target in NATIVE:
             # The same names in both compilations: applying one replaces the other (objects only one has go).
             objects = self.before if target == "native (before)" else self.native
@@ -459,6 +469,21 @@ class Registrar:
             time.sleep(0.2)
         self.current = target
         self.switches.append(time.monotonic() - started)
+
+
+def narrowed(webhooks: list[dict[str, Any]], native: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The webhook configurations with the condition of the native objects' own compilation added to the first
+    webhook of each, as deploy/components/native-tier's narrowing.yaml and the chart add it."""
+    always = next(
+        (o for o in native if o["metadata"]["name"] == "gpugate-always" and "validations" in o.get("spec", {})), None
+    )
+    if always is None:
+        return webhooks
+    condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
+    out = json.loads(json.dumps(webhooks))
+    for config in out:
+        config["webhooks"][0]["matchConditions"].append(condition)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -617,9 +642,9 @@ def measure(args: argparse.Namespace) -> Run:
             before = (
                 [d for d in yaml.safe_load_all(Path(args.native_before).read_text()) if d] if args.native_before else []
             )
-            registrar = Registrar(
-                cp, api, {r: point_at(deploy, t) for r, t in targets.items()}, cel, gate, native, before
-            )
+            webhooks = {r: point_at(deploy, t) for r, t in targets.items()}
+            webhooks["native + webhook"] = narrowed(webhooks["gpugate"], native)
+            registrar = Registrar(cp, api, webhooks, cel, gate, native, before)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
             assert noop.process.proc is not None and gate.process.proc is not None
             pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}

@@ -8,10 +8,12 @@ import socket
 import threading
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
 from bench import apiserver, decisions, scale
+from tests.harness.gpugate import WEBHOOK_KINDS
 from tests.support import REPO
 
 
@@ -143,3 +145,15 @@ def test_native_cost_measures_the_apiserver_s_bench_pod_first_and_the_pool_diges
     assert [o["metadata"]["name"] for o in plain] == [o["metadata"]["name"] for o in pooled]
     always = next(o for o in pooled if o["metadata"]["name"] == "gpugate-always" and "validations" in o["spec"])
     assert "gpugate.io/pool-digest" in always["metadata"]["annotations"]
+
+
+def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier_component_does() -> None:
+    """bench/apiserver.py's "native + webhook" is what deploy/components/native-tier installs: both webhook
+    configurations with the condition of the same compilation added to their first webhook."""
+    native = [d for d in yaml.safe_load_all((REPO / "deploy/components/native-tier/native.yaml").read_text()) if d]
+    base = [d for d in yaml.safe_load_all((REPO / "deploy/base/webhooks.yaml").read_text()) if d]
+    patch = yaml.safe_load((REPO / "deploy/components/native-tier/narrowing.yaml").read_text())
+    webhooks = [o for o in base if o.get("kind") in WEBHOOK_KINDS]
+    assert len(webhooks) == 2
+    assert apiserver.narrowed(webhooks, native) == [jsonpatch.apply_patch(o, patch) for o in webhooks]
+    assert apiserver.narrowed(webhooks, []) == webhooks
