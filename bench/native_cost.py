@@ -15,8 +15,8 @@ labelled team=ml that the shipped policies give to "default".
 With --webhooks it also runs the match conditions of deploy/base/webhooks.yaml's two pod webhooks narrowed by the
 same compilation (`gpugate policy compile --webhook-patch`, as deploy/components/native-tier installs them) on the
 formed pod: what "native + webhook" costs beside the policies for a pod the webhooks skip (each webhook converts the
-pod and evaluates its conditions, the mutating one again on the reinvocation pass; the narrowing is the longest). A --before file may hold webhook
-configurations too.
+pod and evaluates its conditions, the mutating one again on the reinvocation pass; the narrowing is the longest).
+A --before file may hold webhook configurations too.
 
 With --pools the compilation carries the reference fleet's pool digest, as `gpugate serve --native-sync` writes it
 (webhook/native/pools.py). With --before FILE (another compilation: `git show main:deploy/components/native-tier/

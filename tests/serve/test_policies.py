@@ -3,6 +3,7 @@ reported once while the last good set stays, a reload in the background that nev
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,37 @@ def test_a_loader_bug_on_odd_input_is_a_broken_edit_too(policy_dir, monkeypatch)
     (policy_dir / "default.yaml").write_text(POLICY + "\n# edited\n")
     assert store.current().digest == good
     assert store.last_error and "default.yaml: cannot be loaded: MemoryError" in store.last_error
+
+
+def test_a_file_caught_between_its_truncation_and_its_content_is_not_put_in_force(tmp_path: Path) -> None:
+    """A writer that truncates and then writes (an editor, `>`, Path.write_text) leaves the file empty for a moment:
+    read there, it is a valid directory of no policies, and every GPU pod would pass unformed. An edit younger than
+    ``settle`` is read at a later check; the one that then rests is put in force. (Seen in tests/e2e/test_faults.py
+    on a loaded machine: one worker served no policies.)"""
+    path = tmp_path / "p.yaml"
+    path.write_text(HEAD + "spec: {priority: 1}\n")
+    now, wall = [0.0], [0.0]
+    store = PolicyStore(tmp_path, interval=1.0, clock=lambda: now[0], settle=0.5, wallclock=lambda: wall[0])
+    assert store.current().policies[0].priority == 1
+
+    def written(text: str, at: float) -> None:
+        path.write_text(text)
+        os.utime(path, ns=(int(at * 1e9), int(at * 1e9)))
+
+    written("", at=100.0)  # truncated, not yet written
+    wall[0], now[0] = 100.2, 1.5
+    assert [p.priority for p in store.current().policies] == [1], "an empty file read mid-write was put in force"
+    assert store.generation == 1 and store.reload_errors == 0 and store.last_error is None
+    written(HEAD + "spec: {priority: 2}\n", at=100.25)
+    wall[0], now[0] = 100.5, 3.0
+    assert store.current().policies[0].priority == 1  # 0.25 s old: not yet
+    wall[0], now[0] = 101.0, 4.5
+    assert store.current().policies[0].priority == 2 and store.generation == 2
+    # A file time ahead of this clock (another host's) does not hold a reload back.
+    written(HEAD + "spec: {priority: 3}\n", at=500.0)
+    now[0] = 6.0
+    assert store.current().policies[0].priority == 3
+    # Emptying a file on purpose, once it rests, removes its policies as before.
+    written("", at=101.5)
+    wall[0], now[0] = 103.0, 7.5
+    assert store.current().policies == ()

@@ -35,9 +35,19 @@ class PolicyStore:
         clock: Callable[[], float] = time.monotonic,
         background: bool = False,
         fallback: PolicySet | None = None,
+        settle: float = 0.0,
+        wallclock: Callable[[], float] = time.time,
     ) -> None:
-        """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise."""
+        """Load ``directory``; if it is invalid, start from ``fallback`` (a last good set) when given, else raise.
+
+        ``settle``: an edit whose newest file was written less than this many seconds ago (by ``wallclock``, the
+        clock file times are in) is read at a later check, not now: a writer that truncates a file and then writes
+        it (an editor, ``>``, ``Path.write_text``) leaves it empty for a moment, and an empty file is a valid
+        directory of no policies, which would be put in force. A file time in the future (another host's clock)
+        does not hold a reload back."""
         self.directory = Path(directory)
+        self._settle_ns = int(settle * 1e9)
+        self._wallclock = wallclock
         self.generation = 1
         self.reload_errors = 0
         self.last_error: str | None = None
@@ -64,6 +74,7 @@ class PolicyStore:
             loaded=self._loaded,
             failed=self._failed,
             recovered=self._recovered,
+            settled=self._settled,
             log=log,
             name="gpugate-policy-reload",
         )
@@ -82,6 +93,12 @@ class PolicyStore:
 
     def current(self) -> PolicySet:
         return self._files.current()
+
+    def _settled(self, version: Hashable) -> bool:
+        if self._settle_ns <= 0 or not isinstance(version, tuple):
+            return True
+        now = int(self._wallclock() * 1e9)
+        return not any(0 <= now - entry[1] < self._settle_ns for entry in version)
 
     def _fingerprint(self) -> tuple[tuple[str, int, int, int], ...]:
         try:

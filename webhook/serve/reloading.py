@@ -6,7 +6,8 @@ Checks are lazy: on access, at most once per ``interval``, by one thread at a ti
 value in force meanwhile. A version that fails to load is reported once and not retried until the files
 change again. A version whose fingerprint changed while it was read (a ConfigMap or Secret update in
 progress: kubelet swaps a symlink, so a reader can see old and new files) is not put in force; the next
-check reads it again.
+check reads it again. So is a version that is not ``settled`` yet (files written a moment ago, which a writer
+that truncates and then writes may not have finished: an empty file read there parses as no policies at all).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Follower(Generic[T]):
     ``fingerprint()`` names the files' current version (names, sizes, times, inodes) and raises OSError when
     they cannot be looked at; ``load()`` reads them, raising one of ``errors`` for a broken version.
     ``loaded(previous, value)`` is called for each version put in force, ``failed(fingerprint, error)`` once for each
-    broken one, ``recovered()`` when the files return to the version in force after a broken one.
+    broken one, ``recovered()`` when the files return to the version in force after a broken one. A version for
+    which ``settled(fingerprint)`` is false is neither loaded nor reported: the next check looks again.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class Follower(Generic[T]):
         loaded: Callable[[T, T], None] = lambda _previous, _value: None,
         failed: Callable[[Hashable, Exception], None] = lambda _version, _error: None,
         recovered: Callable[[], None] = lambda: None,
+        settled: Callable[[Hashable], bool] = lambda _version: True,
         log: logging.Logger,
         name: str,
     ) -> None:
@@ -56,6 +59,7 @@ class Follower(Generic[T]):
         self._failed: Hashable | None = None
         self._fingerprint, self._load, self._errors = fingerprint, load, errors
         self._loaded, self._on_failure, self._recovered = loaded, failed, recovered
+        self._settled = settled
         self._clock = clock
         self._checked = clock()
         self._lock = threading.Lock()
@@ -100,7 +104,7 @@ class Follower(Generic[T]):
                 self._failed = None
                 self._recovered()
             return
-        if version == self._failed:
+        if version == self._failed or not self._settled(version):
             return
         try:
             value = self._load()

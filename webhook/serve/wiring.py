@@ -25,6 +25,8 @@ log = logging.getLogger("gpugate")
 # Each worker re-reads its policy store and namespace cache this often even without traffic, so that its
 # gauges (aggregated over workers by prometheus_client's multiprocess mode) are current in every scrape.
 REFRESH_INTERVAL = 1.0
+#: Seconds an edit of the policy files must have rested before a worker reads it (webhook/serve/policies.py).
+POLICY_SETTLE = 0.5
 
 
 def build_app(
@@ -148,7 +150,9 @@ def _policy_store(policies_dir: str, *, last_good: Path | None) -> PolicyStore:
     """The store over ``policies_dir``; while its files are broken, one that starts from the last good copy
     kept in ``last_good`` (None: no copy is kept)."""
     try:
-        return PolicyStore(policies_dir, background=True)  # a reload never holds up a request
+        # A reload never holds up a request, and waits for an edit to settle (a file caught between its
+        # truncation and its new content would read as no policies).
+        return PolicyStore(policies_dir, background=True, settle=POLICY_SETTLE)
     except PolicyError:
         if last_good is None:
             raise
@@ -158,7 +162,7 @@ def _policy_store(policies_dir: str, *, last_good: Path | None) -> PolicyStore:
             policies_dir,
             fallback.digest,
         )
-        return PolicyStore(policies_dir, background=True, fallback=fallback)
+        return PolicyStore(policies_dir, background=True, fallback=fallback, settle=POLICY_SETTLE)
 
 
 def _every(interval: float, action: Callable[[], object], *, name: str) -> threading.Thread:
