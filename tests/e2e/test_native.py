@@ -420,15 +420,23 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
 
 
 class _SidecarInjector(BaseHTTPRequestHandler):
-    """Another project's mutating webhook (Istio's sidecar injector, Datadog's library injection): it adds a
-    container that requests no GPU to every pod it is sent, once."""
+    """Another project's mutating webhook (Istio's sidecar injector, Datadog's library injection): it adds, once, a
+    container and an init container that request no GPU to every pod it is sent, as Istio adds istio-proxy and
+    istio-init."""
 
     def do_POST(self) -> None:
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         request = review["request"]
         response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-        if not any(c["name"] == "proxy" for c in request["object"]["spec"]["containers"]):
-            patch = [{"op": "add", "path": "/spec/containers/-", "value": {"name": "proxy", "image": "envoy"}}]
+        spec = request["object"]["spec"]
+        if not any(c["name"] == "proxy" for c in spec["containers"]):
+            init = {"name": "proxy-init", "image": "envoy"}
+            patch = [
+                {"op": "add", "path": "/spec/containers/-", "value": {"name": "proxy", "image": "envoy"}},
+                {"op": "add", "path": "/spec/initContainers/-", "value": init}
+                if spec.get("initContainers")
+                else {"op": "add", "path": "/spec/initContainers", "value": [init]},
+            ]
             response |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
         body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
         self.send_response(200)
@@ -497,19 +505,19 @@ def _mutating_policy_evaluations(n: Native) -> float:
 def test_a_container_another_webhook_adds_after_gpugate_gets_its_void_natively_as_from_the_webhook(
     native: Native,
 ) -> None:
-    """A mutating webhook that runs after gpugate's adds a container without GPUs to a GPU pod. The webhook alone
-    voids it on the reinvocation pass (/mutate, reinvocationPolicy IfNeeded). With the native tier gpugate's
-    webhook was skipped on the first pass, so the apiserver does not reinvoke it, and /validate refused every such
-    pod for the missing void; gpugate-mutate now voids the container on that pass, with no call to gpugate's
-    server, and the stored pod is the webhook's."""
+    """A mutating webhook that runs after gpugate's adds a container and an init container without GPUs to a GPU
+    pod. The webhook alone voids both on the reinvocation pass (/mutate, reinvocationPolicy IfNeeded). With the
+    native tier gpugate's webhook was skipped on the first pass, so the apiserver does not reinvoke it, and
+    /validate refused every such pod for the missing void; gpugate-mutate now voids both on that pass, with no call
+    to gpugate's server, and the stored pod is the webhook's."""
     ns = _namespace(native, "sidecar", {"team": "probe"})
     pod = _probe(native, labels={"sidecar": "inject"})
     pod["metadata"]["namespace"] = ns
     void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
-    def proxy(result: Any) -> dict[str, Any]:
-        containers = json.loads(result.stdout)["spec"]["containers"]
-        return next((c for c in containers if c["name"] == "proxy"), {})
+    def proxy(result: Any, field: str = "containers", name: str = "proxy") -> dict[str, Any]:
+        containers = json.loads(result.stdout)["spec"].get(field) or []
+        return next((c for c in containers if c["name"] == name), {})
 
     with _sidecar_injector(native.cluster, ns):
         native.cluster.kubectl("apply", "-f", "-", stdin=native.native)
@@ -525,8 +533,9 @@ def test_a_container_another_webhook_adds_after_gpugate_gets_its_void_natively_a
         b = eventually(natively, timeout=60)
         assert b, f"with the native tier, the injected pod was not admitted without a call to gpugate: {last}"
         assert void in proxy(b).get("env", []), proxy(b)
+        assert void in proxy(b, "initContainers", "proxy-init").get("env", []), json.loads(b.stdout)["spec"]
         annotations = json.loads(b.stdout)["metadata"]["annotations"]
-        assert "containers" in annotations["gpugate.io/mutated"].split(","), annotations
+        assert {"containers", "initContainers"} <= set(annotations["gpugate.io/mutated"].split(",")), annotations
 
         # (a) the webhook alone: once gpugate-mutate is no longer evaluated.
         native.cluster.kubectl("delete", "-f", "-", stdin=native.native)
@@ -541,4 +550,5 @@ def test_a_container_another_webhook_adds_after_gpugate_gets_its_void_natively_a
         a = eventually(by_the_webhook, timeout=60)
         assert a, "60 s after the native objects were deleted, gpugate-mutate was still evaluated"
         assert void in proxy(a).get("env", []), proxy(a)
+        assert void in proxy(a, "initContainers", "proxy-init").get("env", []), json.loads(a.stdout)["spec"]
         assert _normal(json.loads(b.stdout)) == _normal(json.loads(a.stdout))
