@@ -26,7 +26,15 @@ object or decisions differ is printed, so a cut that changes a decision shows. T
 apiserver's chain runs them, a second time on the reinvocation pass their change brings, and that pass's cost is a
 row of its own.
 
-Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--before FILE] [--rounds 5]   (needs go)
+With --anatomy it also prints what the objects cost before any expression of theirs and where their expressions
+spend. The floor: the same evaluators on objects that do nothing (a MutatingAdmissionPolicy with one JSON patch
+operation, a ValidatingAdmissionPolicy with one validation, one whose match condition is false, a webhook with one
+match condition), each evaluation of theirs converting the pod afresh. The variables: for each variable of
+gpugate-mutate and gpugate-always, the allocations of evaluating it with the variables it reads, on the formed pod
+(a probe ValidatingAdmissionPolicy per variable, less one that reads none).
+
+Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--before FILE] [--rounds 5]
+(needs go)
 """
 
 from __future__ import annotations
@@ -202,6 +210,103 @@ def compiled_objects(pools: bool, webhooks: bool = False) -> list[dict[str, Any]
     return objects
 
 
+_PODS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+FLOOR = "floor: "
+PROBE = "probe: "
+
+
+def _vap(
+    name: str, validation: str, variables: list[dict[str, str]] | None = None, matched: str | None = None
+) -> list[dict[str, Any]]:
+    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [_PODS]}}
+    if matched is not None:
+        spec["matchConditions"] = [{"name": "floor", "expression": matched}]
+    if variables:
+        spec["variables"] = variables
+    spec["validations"] = [{"expression": validation, "message": "floor"}]
+    meta = {"name": name}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": meta,
+         "spec": spec},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": meta,
+         "spec": {"policyName": name, "validationActions": ["Audit"]}},
+    ]  # fmt: skip
+
+
+def floor_objects() -> list[dict[str, Any]]:
+    """Objects that decide nothing, each evaluated as the apiserver evaluates gpugate's: what an object of each
+    kind costs a pod before any expression of its own."""
+    api = "admissionregistration.k8s.io/v1"
+    patch = "[JSONPatch{op: 'add', path: '/metadata/labels/floor', value: 'x'}]"
+    mutating = {
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "Never",
+        "matchConstraints": {"resourceRules": [_PODS]},
+        "matchConditions": [{"name": "floor", "expression": "true"}],
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
+    }
+    hook = {
+        "name": "floor.webhook.gpugate.io",
+        "matchConditions": [{"name": "floor", "expression": "true"}],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://floor.invalid/"},
+    }
+    meta = {"name": f"{FLOOR}mutating policy, one JSON patch operation"}
+    return [
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicy", "metadata": meta, "spec": mutating},
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicyBinding", "metadata": meta,
+         "spec": {"policyName": meta["name"]}},
+        *_vap(f"{FLOOR}validating policy, one validation, a match condition", "true", matched="true"),
+        *_vap(f"{FLOOR}validating policy, one validation", "true"),
+        *_vap(f"{FLOOR}validating policy, its match condition false", "true", matched="false"),
+        {"apiVersion": api, "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "floor"},
+         "webhooks": [hook]},
+    ]  # fmt: skip
+
+
+def variable_probes(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per variable of ``obj``, a ValidatingAdmissionPolicy with the object's variables whose one validation reads
+    that variable (into a one-element list: no comparison of its value), and one that reads none: the difference is
+    what the variable costs with the variables it reads."""
+    name, declared = obj["metadata"]["name"], obj["spec"].get("variables") or []
+    out = _vap(f"{PROBE}{name}", "true", declared)
+    for v in declared:
+        out += _vap(f"{PROBE}{name} {v['name']}", f"size([variables.{v['name']}]) == 1", declared)
+    return out
+
+
+def anatomy_runs(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """What to run for --anatomy, each list on its own: the floor; the mutating policy's variables on the pod as
+    sent; the validating policies' variables on the pod the mutating policy formed (it runs first in that list,
+    as in the apiserver, and its own row is not read)."""
+    mutating = [o for o in objects if o["kind"].startswith("MutatingAdmissionPolicy")]
+    validating = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["spec"].get("variables")]
+    return [
+        floor_objects(),
+        [p for o in mutating if o["kind"] == "MutatingAdmissionPolicy" for p in variable_probes(o)],
+        [*mutating, *(p for o in validating for p in variable_probes(o))],
+    ]
+
+
+def anatomy(results: dict[str, Any]) -> str:
+    """The floor's rows and, per object, its variables' costs, from a run of floor_objects + variable_probes."""
+    costs = {c["object"]: c for c in results["costs"]}
+    lines = ["| before any expression: an object that does nothing | allocations | CPU µs |", "| --- | --- | --- |"]
+    for name, c in costs.items():
+        if name.startswith(FLOOR) or name.startswith("floor.webhook"):
+            label = name.removeprefix(FLOOR).replace("floor.webhook.gpugate.io", "webhook, one match condition")
+            lines.append(f"| {label} | {c['allocations']:,} | {statistics.median(c['cpu_us']):,.0f} |")
+    for obj in sorted({n.removeprefix(PROBE).split(" ")[0] for n in costs if n.startswith(PROBE)}):
+        none = costs[f"{PROBE}{obj}"]["allocations"]
+        lines += ["", f"| {obj}: variable | allocations, with the variables it reads |", "| --- | --- |"]
+        for name, c in costs.items():
+            if name.startswith(f"{PROBE}{obj} "):
+                lines.append(f"| {name.split(' ', 2)[2]} | {c['allocations'] - none:,} |")
+    return "\n".join(lines)
+
+
 def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
     argv = [str(binary), "-cases", str(case_file), "-rounds", str(rounds)]
     if compare is not None:
@@ -243,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pools", action="store_true", help="with the reference fleet's pool digest (--native-sync)")
     parser.add_argument("--webhooks", action="store_true", help="with the narrowed webhooks' match conditions")
+    parser.add_argument("--anatomy", action="store_true", help="also the floor and each variable's cost")
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
     args = parser.parse_args(argv)
@@ -260,7 +366,16 @@ def main(argv: list[str] | None = None) -> int:
         results = {"this tree": measure(binary, after, case_file, args.rounds, before)}
         if before is not None:
             results = {"before": measure(binary, before, case_file, args.rounds, None), **results}
+        if args.anatomy:
+            costs: list[dict[str, Any]] = []
+            for i, run in enumerate(anatomy_runs([d for d in yaml.safe_load_all(after.read_text()) if d])):
+                probes = work / f"anatomy-{i}.yaml"
+                probes.write_text(yaml.safe_dump_all(run, sort_keys=False, width=1 << 20))
+                costs += measure(binary, probes, case_file, args.rounds, None)["costs"]
+            parts = anatomy({"costs": costs})
     print(table(results))
+    if args.anatomy:
+        print("\n" + parts)
     measured = results["this tree"]
     if before is not None:
         differs = measured.get("differs") or []

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import jsonpatch
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -145,6 +146,42 @@ def test_native_cost_measures_the_apiserver_s_bench_pod_first_and_the_pool_diges
     assert [o["metadata"]["name"] for o in plain] == [o["metadata"]["name"] for o in pooled]
     always = next(o for o in pooled if o["metadata"]["name"] == "gpugate-always" and "validations" in o["spec"])
     assert "gpugate.io/pool-digest" in always["metadata"]["annotations"]
+
+
+def test_native_cost_anatomy_probes_every_variable_on_the_pod_each_object_sees_and_floors_each_kind() -> None:
+    """--anatomy: the floor is one object of each kind that decides nothing, valid against kube-apiserver
+    1.36's schemas; the mutating policy's variables are probed on the pod as sent (no mutating policy before them), the
+    validating policies' on the pod it formed (it runs first); one probe per variable reads that variable alone."""
+    from bench import native_cost
+
+    objects = native_cost.compiled_objects(False)
+    floor, mutating, validating = native_cost.anatomy_runs(objects)
+    for obj in [*floor, *mutating[:4], *validating[-4:]]:
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+    assert {o["kind"] for o in floor} == {
+        "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
+    }  # fmt: skip
+    assert not any(o["kind"] == "MutatingAdmissionPolicy" for o in mutating)
+    assert validating[0]["metadata"]["name"] == "gpugate-mutate"
+    mutate = next(o for o in objects if o["kind"] == "MutatingAdmissionPolicy")
+    probes = [o for o in mutating if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert [o["metadata"]["name"] for o in probes] == ["probe: gpugate-mutate"] + [
+        f"probe: gpugate-mutate {v['name']}" for v in mutate["spec"]["variables"]
+    ]
+    assert (
+        probes[3]["spec"]["validations"][0]["expression"]
+        == f"size([variables.{mutate['spec']['variables'][2]['name']}]) == 1"
+    )
+    assert {o["metadata"]["name"].split(" ")[1] for o in validating[2:]} == {"gpugate-always", "gpugate-warn"}
+    costs = [
+        {"object": "floor: validating policy, one validation", "allocations": 1000, "cpu_us": [250.0]},
+        {"object": "probe: gpugate-warn", "allocations": 1100, "cpu_us": [1.0]},
+        {"object": "probe: gpugate-warn podGPUs", "allocations": 1304, "cpu_us": [1.0]},
+    ]
+    table = native_cost.anatomy({"costs": costs})
+    assert "| validating policy, one validation | 1,000 | 250 |" in table
+    assert "| podGPUs | 204 |" in table.split("| gpugate-warn: variable")[1]
 
 
 def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier_component_does() -> None:

@@ -182,6 +182,14 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
         '"default", gpugate pool digest)'
     )
     assert _evaluate(bound["expression"], six, {**variables, "classLargest": 8, "className": "h100"}) is True
+    # A pod within the bound builds no message (the apiserver evaluates every message for every pod).
+    assert _evaluate(bound["messageExpression"], six, {**variables, "classLargest": 8, "className": "h100"}) == ""
+    fleet_wide = next(v for v in vap["spec"]["validations"] if "variables.gpus <= variables.largest" in v["expression"])
+    assert _evaluate(fleet_wide["messageExpression"], six, variables) == ""
+    assert _evaluate(fleet_wide["messageExpression"], six, {**variables, "largest": 4}) == (
+        "pod: requests 6 × nvidia.com/gpu, more than the 4 one node of the cluster (or a pool that scales up) offers; "
+        'request at most what a node has, or add such nodes (policy "default", gpugate pool digest)'
+    )
     assert _evaluate(bound["expression"], six, {**variables, "classLargest": -1, "className": ""}) is True  # no verdict
     # Over the fleet-wide bound too: that one message only.
     assert _evaluate(bound["expression"], six, {**variables, "largest": 4}) is True
