@@ -29,9 +29,10 @@ row of its own.
 With --anatomy it also prints what the objects cost before any expression of theirs and where their expressions
 spend. The floor: the same evaluators on objects that do nothing (a MutatingAdmissionPolicy with one JSON patch
 operation, a ValidatingAdmissionPolicy with one validation, one whose match condition is false, a webhook with one
-match condition), each evaluation of theirs converting the pod afresh. The variables: for each variable of
-gpugate-mutate and gpugate-always, the allocations of evaluating it with the variables it reads, on the formed pod
-(a probe ValidatingAdmissionPolicy per variable, less one that reads none).
+match condition), each evaluation of theirs converting the pod afresh. The variables: for each variable of each
+native object, the allocations of evaluating it with the variables it reads, on the pod that object sees
+(gpugate-mutate's on the pod as sent, the validating objects' on the pod it formed): a probe
+ValidatingAdmissionPolicy per variable, less one that reads none.
 
 Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--before FILE] [--rounds 5]
 (needs go)
@@ -291,7 +292,7 @@ def anatomy_runs(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def anatomy(results: dict[str, Any]) -> str:
-    """The floor's rows and, per object, its variables' costs, from a run of floor_objects + variable_probes."""
+    """The floor's rows and, per object, its variables' costs, from the costs of the runs of anatomy_runs."""
     costs = {c["object"]: c for c in results["costs"]}
     lines = ["| before any expression: an object that does nothing | allocations | CPU µs |", "| --- | --- | --- |"]
     for name, c in costs.items():
