@@ -34,8 +34,12 @@ native object, the allocations of evaluating it with the variables it reads, on 
 (gpugate-mutate's on the pod as sent, the validating objects' on the pod it formed): a probe
 ValidatingAdmissionPolicy per variable, less one that reads none.
 
-Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--before FILE] [--rounds 5]
-(needs go)
+With --cel-equivalent it also measures bench/cel-equivalent.yaml, the CEL a platform team could register instead
+(one mutating policy with an apply configuration and a JSON patch, one validating policy), on the same pod: what
+bench/apiserver.py's "CEL" row costs, object by object.
+
+Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--before FILE]
+[--rounds 5]   (needs go)
 """
 
 from __future__ import annotations
@@ -194,6 +198,7 @@ def cases() -> list[dict[str, Any]]:
 
 
 WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
+CEL_EQUIVALENT = REPO / "bench" / "cel-equivalent.yaml"
 
 
 def compiled_objects(pools: bool, webhooks: bool = False) -> list[dict[str, Any]]:
@@ -350,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", action="store_true", help="with the reference fleet's pool digest (--native-sync)")
     parser.add_argument("--webhooks", action="store_true", help="with the narrowed webhooks' match conditions")
     parser.add_argument("--anatomy", action="store_true", help="also the floor and each variable's cost")
+    parser.add_argument("--cel-equivalent", action="store_true", help="also bench/cel-equivalent.yaml, measured alike")
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
     args = parser.parse_args(argv)
@@ -367,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {"this tree": measure(binary, after, case_file, args.rounds, before)}
         if before is not None:
             results = {"before": measure(binary, before, case_file, args.rounds, None), **results}
+        if args.cel_equivalent:
+            results["CEL equivalent"] = measure(binary, CEL_EQUIVALENT, case_file, args.rounds, None)
         if args.anatomy:
             costs: list[dict[str, Any]] = []
             for i, run in enumerate(anatomy_runs([d for d in yaml.safe_load_all(after.read_text()) if d])):

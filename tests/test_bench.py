@@ -102,6 +102,16 @@ def test_the_report_computes_the_targets_from_the_medians() -> None:
     # CPU pods: 5x nothing, but nothing itself spreads 18x over the rounds: within the noise, and said so.
     assert "**CPU pods with gpugate registered are slower**" not in doc
     assert "not measurably slower" in doc and doc.startswith("# Performance")
+    # --write replaces docs/development/performance.md: the hand-written native tier's section is carried over from it
+    # whole, and nothing else of the old file survives.
+    current = (REPO / "docs" / "development" / "performance.md").read_text()
+    section = current[current.index(apiserver.NATIVE_BEGIN) : current.index(apiserver.NATIVE_END)]
+    assert "### The floor, and where the expressions spend" in section
+    rewritten = apiserver.document(run, text, decisions=None, scale=None, current=current)
+    assert section in rewritten and rewritten.count(apiserver.NATIVE_BEGIN) == 1
+    assert rewritten.replace(section, "") == doc.replace(
+        doc[doc.index(apiserver.NATIVE_BEGIN) : doc.index(apiserver.NATIVE_END)], ""
+    )
 
 
 @pytest.mark.fuzzer_fixture  # the every-field pod's placeholder values satisfy no schema
@@ -182,6 +192,32 @@ def test_native_cost_anatomy_probes_every_variable_on_the_pod_each_object_sees_a
     table = native_cost.anatomy({"costs": costs})
     assert "| validating policy, one validation | 1,000 | 250 |" in table
     assert "| podGPUs | 204 |" in table.split("| gpugate-warn: variable")[1]
+
+
+def test_native_cost_sets_the_cel_equivalent_beside_gpugate_s_objects_each_in_its_own_column() -> None:
+    """--cel-equivalent: bench/cel-equivalent.yaml is measured as a column of its own; an object one side lacks is a
+    dash there, and each side's total counts its own objects only (a reinvocation pass is an object of its own)."""
+    from bench import native_cost
+
+    equivalent = [d for d in yaml.safe_load_all(native_cost.CEL_EQUIVALENT.read_text()) if d]
+    mutating = next(o for o in equivalent if o["kind"] == "MutatingAdmissionPolicy")
+    assert {m["patchType"] for m in mutating["spec"]["mutations"]} == {"ApplyConfiguration", "JSONPatch"}
+    results = {
+        "this tree": {"costs": [{"object": "gpugate-mutate", "allocations": 4000, "cpu_us": [900.0, 1100.0, 1000.0]}]},
+        "CEL equivalent": {
+            "costs": [
+                {"object": "bench-gpu-defaults", "allocations": 2900, "cpu_us": [700.0]},
+                {"object": "bench-gpu-defaults (reinvocation pass)", "allocations": 2800, "cpu_us": [650.0]},
+            ]
+        },
+    }
+    rows = native_cost.table(results).splitlines()
+    assert rows[0] == (
+        "| object | this tree: allocations | this tree: CPU µs | CEL equivalent: allocations | CEL equivalent: CPU µs |"
+    )
+    assert "| gpugate-mutate | 4,000 | 1,000 | — | — |" in rows
+    assert "| bench-gpu-defaults (reinvocation pass) | — | — | 2,800 | 650 |" in rows
+    assert rows[-1] == "| **per GPU pod** | **4,000** | **1,000** | **5,700** | **1,350** |"
 
 
 def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier_component_does() -> None:

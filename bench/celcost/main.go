@@ -2,7 +2,8 @@
 // admission evaluators (k8s.io/apiserver v0.36.3, the version the end-to-end suite runs), without a server.
 //
 // For the MutatingAdmissionPolicy it runs what policy/mutating/dispatcher.go does for one policy (the match
-// conditions, then the JSON patch: patch/json_patch.go encodes the pod, applies the patch and decodes it), and for
+// conditions, then the JSON patch: patch/json_patch.go encodes the pod, applies the patch and decodes it; or an
+// apply configuration, patch/smd.go, merged with the Pod's structured-merge-diff schema), and for
 // each ValidatingAdmissionPolicy what policy/validating/validator.go Validate does (match conditions, validations,
 // messageExpressions, auditAnnotations: an activation each, cel/activation.go, each converting the pod), on the
 // pod as the mutating policy left it. Per object it prints the Go heap allocations and the process CPU per pod,
@@ -40,6 +41,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 )
@@ -158,17 +160,34 @@ func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutatin
 	popts := opts
 	popts.HasPatchTypes = true
 	for _, mutation := range p.Spec.Mutations {
-		if mutation.JSONPatch == nil {
-			must(fmt.Errorf("%s: only JSONPatch mutations are measured here", p.Name))
+		// As policy/mutating/compilation.go compiles each: a JSON patch, or an apply configuration merged with
+		// structured-merge-diff (bench/cel-equivalent.yaml's; gpugate's objects use JSON patches only, since an apply
+		// configuration may not change the atomic tolerations and nodeSelector, patch/smd.go validatePatch).
+		var accessor plugincel.ExpressionAccessor
+		switch {
+		case mutation.JSONPatch != nil:
+			accessor = &patch.JSONPatchCondition{Expression: mutation.JSONPatch.Expression}
+		case mutation.ApplyConfiguration != nil:
+			accessor = &patch.ApplyConfigurationCondition{Expression: mutation.ApplyConfiguration.Expression}
+		default:
+			must(fmt.Errorf("%s: a mutation with neither a JSON patch nor an apply configuration", p.Name))
 		}
-		ev := compiler.CompileMutatingEvaluator(&patch.JSONPatchCondition{Expression: mutation.JSONPatch.Expression}, popts, environment.StoredExpressions)
+		ev := compiler.CompileMutatingEvaluator(accessor, popts, environment.StoredExpressions)
 		for _, e := range ev.CompilationErrors() {
 			must(fmt.Errorf("%s: %v", p.Name, e))
 		}
-		m.patchers = append(m.patchers, patch.NewJSONPatcher(ev))
+		if mutation.JSONPatch != nil {
+			m.patchers = append(m.patchers, patch.NewJSONPatcher(ev))
+		} else {
+			m.patchers = append(m.patchers, patch.NewApplyConfigurationPatcher(ev))
+		}
 	}
 	return m
 }
+
+// typeConverter: the Pod's structured-merge-diff schema an apply configuration is merged with, from the same
+// generated OpenAPI models as the apiserver's (client-go's applyconfigurations).
+var typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme)
 
 func compileHook(name string, in []admissionregistrationv1.MatchCondition, f *admissionregistrationv1.FailurePolicyType, kind string) hook {
 	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
@@ -243,10 +262,19 @@ func (m mutating) invoke(pod *corev1.Pod, ns *corev1.Namespace, apply bool) (*co
 		return pod, false, nil
 	}
 	for _, p := range m.patchers {
-		obj, err := p.Patch(ctx, patch.Request{MatchedResource: gvr, VersionedAttributes: va, ObjectInterfaces: admission.NewObjectInterfacesFromScheme(scheme.Scheme), Namespace: ns}, celconfig.RuntimeCELCostBudget)
+		obj, err := p.Patch(ctx, patch.Request{MatchedResource: gvr, VersionedAttributes: va, ObjectInterfaces: admission.NewObjectInterfacesFromScheme(scheme.Scheme), Namespace: ns, TypeConverter: typeConverter}, celconfig.RuntimeCELCostBudget)
 		if err != nil {
 			return nil, false, err
 		}
+		// As dispatcher.go dispatchOne: the result converted to the typed version (a copy for a JSON patch's, the
+		// typed object for an apply configuration's unstructured one) and defaulted. client-go's scheme holds no
+		// defaulting functions (the Pod's are kube-apiserver's own, k8s.io/kubernetes pkg/apis/core/v1), so the
+		// apiserver's defaulting of the patched pod is not counted here.
+		obj, err = scheme.Scheme.ConvertToVersion(obj, gvk.GroupVersion())
+		if err != nil {
+			return nil, false, err
+		}
+		scheme.Scheme.Default(obj)
 		pod = obj.(*corev1.Pod)
 		va = attrs(pod)
 	}
