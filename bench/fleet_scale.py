@@ -11,7 +11,12 @@ each) until P pods are placed:
             (runtime class, toleration, node selector), so that the same pods land on the same pools;
   native    as gpugate, with the native tier beside it (`gpugate policy compile` of the same policies, applied
             and in force before the webhooks are registered) and the webhooks narrowed by the same compile's
-            `--webhook-patch`, as deploy/components/native-tier installs them: the templates as in gpugate.
+            `--webhook-patch`, as deploy/components/native-tier installs them: the templates as in gpugate;
+  CEL       the issue's yardstick in-process, bench/cel-equivalent.yaml (one MutatingAdmissionPolicy, one
+            ValidatingAdmissionPolicy: what bench/apiserver.py's "CEL" row measures) and no webhook, over the
+            templates of `none` (its one default model cannot place the other classes): what in-process CEL of
+            that size costs at this scale. It matches the pods that request nvidia.com/gpu (all but MI300X's),
+            adds the runtime class and the toleration they carry and the team label, and checks whole GPUs.
 
 Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or,
 for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
@@ -263,6 +268,7 @@ class RunResult:
     audit_seconds: float | None = None
     audit_summary: str | None = None
     start_seconds: float = 0.0
+    cel_labelled: int | None = None  # CEL: placed pods carrying the team label bench/cel-equivalent.yaml adds
 
 
 def run(
@@ -300,6 +306,10 @@ def run(
                     peak_rss[0] = max(peak_rss[0], group_rss(gate_pid))
 
             threading.Thread(target=sample, daemon=True).start()
+        elif mode == "CEL":
+            install_cel_equivalent(cluster)
+        elif mode != "none":
+            raise SystemExit(f"fleet_scale: no mode {mode!r} (gpugate, native, CEL, none)")
         ns = cluster.create_namespace("bench", {"team": "bench", "cost-center": "cc-1"})
         result.start_seconds = time.monotonic() - began
         apiserver_pid = cluster.cp.apiserver.proc.pid if cluster.cp.apiserver.proc else 0
@@ -312,7 +322,7 @@ def run(
         if profile is not None:
             profiler = threading.Thread(target=take_profile, args=(cluster, mode, *profile), daemon=True)
             profiler.start()
-        created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode == "none"))
+        created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode in ("none", "CEL")))
         for obj in created:
             for attempt in range(10):  # as a user or a GitOps controller would: a webhook timeout is retried
                 try:
@@ -363,6 +373,10 @@ def run(
                 if len(result.wrong_examples) < 5:
                     result.wrong_examples.append(f"{pod['metadata']['name']} ({cls}) on {pod['spec']['nodeName']}")
 
+        if mode == "CEL":
+            result.cel_labelled = sum(
+                (p["metadata"].get("labels") or {}).get("gpugate.io/team") == "bench" for p in placed
+            )
         cpu_after = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
         metrics_after = api.raw("/metrics")
         if profiler is not None:
@@ -470,6 +484,36 @@ def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeou
     raise SystemExit(f"fleet_scale: the native tier was not in force after {timeout:.0f} s")
 
 
+CEL_EQUIVALENT = REPO / "bench" / "cel-equivalent.yaml"
+
+
+def install_cel_equivalent(cluster: FleetCluster, timeout: float = 120.0) -> None:
+    """Apply bench/cel-equivalent.yaml and wait until the apiserver forms a GPU pod with it (the team label from its
+    namespace) and refuses one asking for 9 GPUs (its validating policy)."""
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=CEL_EQUIVALENT.read_text())
+    ns = cluster.create_namespace("cel-probe", {"team": "probe"})
+
+    def probe(gpus: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe", "namespace": ns},
+            "spec": {
+                "containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+            },
+        }
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe("1"), check=False)
+        formed = done.ok and (json.loads(done.stdout)["metadata"].get("labels") or {}).get("gpugate.io/team") == "probe"
+        refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=probe("9"), check=False)
+        if formed and not refused.ok and "bench-whole-gpus" in refused.stderr:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"fleet_scale: bench/cel-equivalent.yaml was not in force after {timeout:.0f} s")
+
+
 def narrowed(objects: list[dict[str, Any]], exe: Path, policies: Path) -> list[dict[str, Any]]:
     """deploy/'s objects with `gpugate policy compile --webhook-patch policies` applied to both webhook
     configurations, as deploy/components/native-tier patches them: the webhooks skip the pods the native tier
@@ -557,6 +601,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("gpugate CPU ms per pod", "gpugate_cpu_ms_per_pod", "{:.2f}"),
         ("gpugate peak RSS, MiB (master + workers)", "gpugate_peak_rss_mib", "{:.0f}"),
         ("`gpugate audit` over the result, seconds", "audit_seconds", "{:.1f}"),
+        ("pods the CEL equivalent labelled (it matches nvidia.com/gpu only)", "cel_labelled", "{}"),
     ]
     for label, attr, fmt in fields:
         if attr is None:
@@ -589,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/fleet_scale.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
-    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, native, none")
+    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, native, CEL, none")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--write", action="store_true", help="put the table into docs/development/performance.md")

@@ -48,7 +48,7 @@ TABLE_END = "<!-- placements: end -->"
 
 # Nodes per pool for the scheduled tests: two of each, so that "Insufficient" and "didn't match" counts read
 # plainly in the scheduler's messages.
-COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 12, "h100": 5}  # enough L4 and H100 that no case waits for another's GPUs
+COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 16, "h100": 5}  # enough L4 and H100 that no case waits for another's GPUs
 PINNED_NODE = "l4-0"
 # Which policy governs a namespace depends on its name (serving: ml-serving, serving-*; research: research-*).
 NAMESPACE_PREFIX = {"default": "fleet", "ml-serving": "serving", "research-nlp": "research-nlp"}

@@ -1,7 +1,7 @@
-"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs), in both of
-its modes: every pod placed on a pool of its class, with gpugate registered (gpugate injecting what the
-templates leave out) and without it (the templates carrying it), the figures the published run reports
-measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the full run's numbers are in
+"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs): every pod
+placed on a pool of its class, with gpugate registered (gpugate injecting what the templates leave out), without it
+(the templates carrying it) and with bench/cel-equivalent.yaml over the same templates, the figures the published run
+reports measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the full run's numbers are in
 docs/development/performance.md."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_class_pods_fill_the_classes_within_their_pools() -> None:
         fleet_scale.class_pods(10_000, counts)
 
 
-@pytest.mark.parametrize("mode", ["gpugate", "none"])
+@pytest.mark.parametrize("mode", ["gpugate", "none", "CEL"])
 def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tmp_path: Path) -> None:
     result = fleet_scale.run(mode, nodes=20, pods=200, workdir=tmp_path, timeout=300)
 
@@ -52,3 +52,8 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
         assert result.audit_summary and " 0 refused, 0 warned, 0 changed" in result.audit_summary, result.audit_summary
     else:
         assert result.webhook_p50_ms is None and result.audit_summary is None
+    # The CEL equivalent labels the pods it matches (those requesting nvidia.com/gpu) and no other.
+    wanted = fleet_scale.class_pods(200, fleet_scale.pool_counts(20))
+    matched = sum(n for cls, n in wanted.items() if fleet_scale.CLASSES[cls]["resource"] == "nvidia.com/gpu")
+    assert result.cel_labelled == (matched if mode == "CEL" else None)
+    assert 0 < matched < 200
