@@ -130,6 +130,26 @@ def test_a_status_update_rewriting_gpugate_labels_is_refused(apiserver: ControlP
     assert apiserver.kubectl("label", "pod", "status", "-n", NAMESPACE, "gpugate.io/team=x", "--overwrite").ok
 
 
+def test_an_update_adding_a_gpu_toleration_to_a_cpu_pod_is_refused_past_the_match_condition(
+    apiserver: ControlPlane,
+) -> None:
+    """The backstop's match condition lets through, unevaluated, an UPDATE that keeps the labels, annotations and
+    tolerations; one that adds a toleration (labels and annotations kept: the condition's last comparison, of two
+    lists of tolerations, decides) is judged and refused: had the comparison failed to evaluate, the policy's
+    failurePolicy Ignore would have admitted it."""
+    stored = pod(pod_spec(container(), tolerations=[{"key": "dedicated", "operator": "Equal", "value": "x"}]))
+    stored["metadata"] = {"name": "tolerations", "namespace": NAMESPACE, "labels": {"app": "cpu"}}
+    apiserver.kubectl("create", "-f", "-", stdin=stored)
+    added = [*stored["spec"]["tolerations"], GPU_TOLERATION]
+    result = apiserver.kubectl(
+        "patch", "pod", "tolerations", "-n", NAMESPACE, "--type=merge",
+        "-p", json.dumps({"spec": {"tolerations": added}}), check=False,
+    )  # fmt: skip
+    assert not result.ok, "a GPU toleration added to a CPU pod was admitted"
+    assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr and "GPU node taint" in result.stderr
+    assert apiserver.kubectl("annotate", "pod", "tolerations", "-n", NAMESPACE, "example.com/note=x").ok
+
+
 def test_a_pod_without_gpus_under_an_alias_of_a_gpu_runtime_is_refused_by_its_handler(apiserver: ControlPlane) -> None:
     """gpugate-runtime-handlers reads the RuntimeClasses as its parameters: ``my-gpu`` (handler nvidia) and
     ``k3s-gpu`` (handler nvidia-experimental) are GPU runtime classes no list names; ``sandboxed`` is not."""

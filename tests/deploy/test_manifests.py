@@ -873,15 +873,32 @@ class Backstop:
     """The ValidatingAdmissionPolicy evaluated as the apiserver does: variables in order, then rules."""
 
     def __init__(self, policy: dict[str, Any]) -> None:
+        self.conditions = [compile_cel(c["expression"]) for c in policy["spec"].get("matchConditions", [])]
         self.variables = [(v["name"], compile_cel(v["expression"])) for v in policy["spec"]["variables"]]
         self.validations = [
             (v.get("message"), compile_cel(v.get("messageExpression", "''")), compile_cel(v["expression"]))
             for v in policy["spec"]["validations"]
         ]
 
-    def denials(
+    def matches(
         self, new: dict[str, Any], old: dict[str, Any] | None = None, request: dict[str, Any] | None = None
+    ) -> bool:
+        """The policy's match conditions, as the apiserver evaluates them before any validation."""
+        data = {"object": new, "oldObject": old, "request": request or {"operation": "UPDATE" if old else "CREATE"}}
+        return all(evaluate(c, **data) is True for c in self.conditions)
+
+    def denials(
+        self,
+        new: dict[str, Any],
+        old: dict[str, Any] | None = None,
+        request: dict[str, Any] | None = None,
+        *,
+        conditions: bool = True,
     ) -> list[str]:
+        """The messages of the validations that fail; none when a match condition is false (unless conditions is
+        False: then the validations are evaluated whatever the conditions say)."""
+        if conditions and not self.matches(new, old, request):
+            return []
         data: dict[str, Any] = {
             "object": new,
             "oldObject": old,
@@ -1176,11 +1193,55 @@ def test_backstop_refuses_status_updates_that_change_gpugate_metadata(
     assert backstop.denials(new, old, {"operation": "UPDATE", "resource": POD_RESOURCE}) == []
 
 
+def _status_changed(p: dict[str, Any]) -> dict[str, Any]:
+    return {**p, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize(("case", "new", "old", "expected"), BACKSTOP_CASES, ids=[c[0] for c in BACKSTOP_CASES])
+def test_the_backstop_skips_an_update_that_changes_nothing_it_judges_and_nothing_it_skips_could_fail(
+    backstop: Backstop, case: str, new: dict[str, Any], old: dict[str, Any] | None, expected: list[str]
+) -> None:
+    """Its match condition: a CREATE is judged; an UPDATE or status update that leaves the labels, annotations and
+    tolerations as they were is not, and every validation would have passed it (evaluated regardless here), whatever
+    the pod, including one stored before the backstop that it would refuse now."""
+    assert backstop.matches(new, None, {"operation": "CREATE", "resource": POD_RESOURCE})
+    update = {"operation": "UPDATE", "resource": POD_RESOURCE}
+    for request in (update, STATUS):
+        assert not backstop.matches(_status_changed(new), new, request), case
+        assert backstop.denials(_status_changed(new), new, request, conditions=False) == [], case
+    if old is not None:  # the case's own update: judged as before when it changes what is judged
+        assert backstop.denials(new, old) == backstop.denials(new, old, conditions=False)
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "refusal"),
+    [
+        ("adds a CDI annotation", {"metadata": {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=all"}}}, "CDI device"),
+        ("adds a GPU toleration", {"spec": {"tolerations": [GPU_TOLERATION]}}, "GPU node taint"),
+        ("adds a gpugate.io label", {"metadata": {"labels": {"gpugate.io/team": "x"}}}, STATUS_REFUSED),
+    ],
+)
+def test_the_backstop_judges_an_update_of_a_cpu_pod_that_changes_what_it_judges(
+    backstop: Backstop, case: str, change: dict[str, Any], refusal: str
+) -> None:
+    old = pod(CPU)
+    new = {
+        **old,
+        "metadata": {**old["metadata"], **change.get("metadata", {})},
+        "spec": {**old["spec"], **change.get("spec", {})},
+    }
+    for request in ({"operation": "UPDATE", "resource": POD_RESOURCE}, STATUS):
+        assert backstop.matches(new, old, request), case
+    denials = backstop.denials(new, old, STATUS)
+    assert len(denials) == 1 and refusal in denials[0], denials
+
+
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook; gpugate-backstop's 13 variables, 4 validations and the message expression of
-    # one; gpugate-runtime-handlers' 8 variables, its validation with its message expression and a match condition
-    assert len(expressions) == 2 + 13 + 4 + 1 + 8 + 1 + 1 + 1
+    # a match condition per webhook; gpugate-backstop's match condition, 13 variables, 4 validations and the message
+    # expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message expression and a
+    # match condition
+    assert len(expressions) == 2 + 1 + 13 + 4 + 1 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
