@@ -48,7 +48,10 @@ TABLE_END = "<!-- placements: end -->"
 
 # Nodes per pool for the scheduled tests: two of each, so that "Insufficient" and "didn't match" counts read
 # plainly in the scheduler's messages.
-COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 16, "h100": 5}  # enough L4 and H100 that no case waits for another's GPUs
+# Enough L4 and H100 that no case waits for another's GPUs, whatever order the scheduler sees them in: at the peak
+# 41 L4 GPUs are in use (of 64), and on H100 three pods of 1-2 GPUs, which the scheduler spreads over as many nodes,
+# beside three of 8 GPUs (a training pod, a LeaderWorkerSet's leader and worker) that each need a whole node: 6 of 7.
+COUNTS = {**fleet.DEFAULT_COUNTS, "l4": 16, "h100": 7}
 PINNED_NODE = "l4-0"
 # Which policy governs a namespace depends on its name (serving: ml-serving, serving-*; research: research-*).
 NAMESPACE_PREFIX = {"default": "fleet", "ml-serving": "serving", "research-nlp": "research-nlp"}
