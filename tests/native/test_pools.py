@@ -14,7 +14,7 @@ from tests.support import REPO
 from webhook.inventory.model import Inventory
 from webhook.inventory.snapshot import load_snapshot
 from webhook.native.compiler import Compiled, compile_policies
-from webhook.native.pools import DIGEST_ANNOTATION, digest_of, fingerprint, with_pools
+from webhook.native.pools import DIGEST_ANNOTATION, _least_bound, digest_of, fingerprint, with_pools
 from webhook.policy.files import load_policies
 from webhook.policy.model import PolicySet
 
@@ -168,6 +168,7 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
         "classLargest": 4,
         "className": "l4",
         "model": "",
+        "podGPUs": 6,
     }
     assert _evaluate(bound["expression"], six, variables) is False
     assert _evaluate(bound["messageExpression"], six, variables) == (
@@ -194,3 +195,30 @@ def test_a_pod_is_bounded_by_the_nodes_of_the_class_it_is_formed_for() -> None:
     # Over the fleet-wide bound too: that one message only.
     assert _evaluate(bound["expression"], six, {**variables, "largest": 4}) is True
     assert _evaluate(bound["expression"], six, {**variables, "claimsFormed": False}) is True
+
+
+def test_a_pod_within_the_least_bound_builds_no_bound_message_and_works_out_no_bound() -> None:
+    """The apiserver evaluates both bounds' messages for every pod, in a context of their own: a pod whose GPUs
+    (podGPUs, which the limits' messages read there anyway) are within the least bound of the digest stops at that,
+    without its GPU resource, its amount of it or the bounds (none are given here); a pod over it gets its message."""
+    policies, fleet = load_policies(SHIPPED), load_snapshot(FLEET)
+    digest = digest_of(fleet, policies)
+    least = _least_bound(digest, policies)
+    assert least == min([*digest["largest"].values(), *(v[0] for v in digest["classLargest"].values())]) == 4
+    vap = _pooled(policies, digest)
+    bounds = [v for v in vap["spec"]["validations"] if "variables.gpus <=" in v["expression"]]
+    assert len(bounds) == 2
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    for gpus in (0, 1, least):
+        for v in bounds:
+            assert _evaluate(v["messageExpression"], pod, {"podGPUs": gpus}) == ""
+    over = {"podGPUs": 6, "gpus": 6, "resource": "nvidia.com/gpu", "largest": 56, "classLargest": 4,
+            "className": "l4", "model": "", "policy": "default"}  # fmt: skip
+    assert [_evaluate(v["messageExpression"], pod, over) for v in bounds] == [
+        "",
+        'pod: requests 6 × nvidia.com/gpu, more than the 4 one node of GPU model class "l4" (or a pool that scales '
+        'up for it) offers; label the pod gpugate.io/model with a class whose nodes hold it (policy "default", '
+        "gpugate pool digest)",
+    ]
+    # No bound in the digest (a fleet scaling from zero): nothing to compare with.
+    assert _least_bound({"largest": {}, "classLargest": {}}, policies) is None

@@ -18,6 +18,7 @@ the webhook writes for the pods it sees.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..policy.classes import ModelClass
 from ..policy.model import Device, PolicySet
 from ..policy.vendors import DEFAULT_GPU_RUNTIME_CLASSES
 from .cel import literal
-from .compiler import POOLS_READ, PREFIX, Compiled, _entries, _named_entries, _plain_tables
+from .compiler import POOLS_READ, PREFIX, Compiled, _counted, _entries, _named_entries, _plain_tables
 
 LEGACY_NAME = f"{PREFIX}-pools"  # where the digest was written before it joined gpugate-always
 DIGEST_ANNOTATION = "gpugate.io/pool-digest"
@@ -199,8 +200,14 @@ def with_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any]) 
     # strings costs a pod more than testing the bound (111 allocations per GPU pod, bench/native_cost.py --pools).
     # The test is the validation's without claimsFormed (which only a failing pod's message would pay for): it
     # implies the validation holds, so a pod it refuses still gets its message.
+    # Before that test, a cheaper one where it is sound (_least_bound): the pod's GPUs as the scheduler counts them
+    # (podGPUs, which the limits' messages read in the same context) within the least bound of the digest. The
+    # test only spares building a message, never decides: the validation is what refuses.
+    least = _least_bound(digest, policies) if "podGPUs" in {v["name"] for v in always["spec"]["variables"]} else None
     for v in validations[:2]:
         within = v["expression"].removeprefix("!variables.claimsFormed || ")
+        if least is not None:
+            within = f"variables.podGPUs <= {least} || {within}"
         v["messageExpression"] = f"({within}) ? '' : ({v['messageExpression']})"
     guarded = [{**v, "expression": f"!({_in(enforce)}) || {v['expression']}"} for v in validations]
     conditions = always["spec"]["matchConditions"]
@@ -230,6 +237,24 @@ def with_pools(compiled: Compiled, policies: PolicySet, digest: dict[str, Any]) 
         },
     }
     return replace(compiled, objects=tuple(merged if o is always else o for o in compiled.objects))
+
+
+def _least_bound(digest: dict[str, Any], policies: PolicySet) -> int | None:
+    """The least of the digest's bounds (``largest`` and ``classLargest``), where a pod within it is within every
+    bound: ``gpus`` (the amount of the pod's one GPU resource one node must hold: the app containers' sum, or one
+    init container's) is never more than ``podGPUs`` (compiler._mode_validations: every GPU count of the pod's
+    policy, app containers and sidecars together, or an init container with the sidecars before it) when every
+    resource a policy can form a pod for is one of that policy's GPU counts. None where one is not, or where the
+    digest has no bound."""
+    tables = _plain_tables(policies.policies)
+    for p in policies.policies:
+        profile = tables["profiles"].get(p.name)
+        counted = re.compile(_counted(p))
+        for key, resources in tables["candidates"].items():
+            if key.split("|", 1)[0] == profile and not all(counted.fullmatch(r) for r in resources):
+                return None
+    bounds = [*digest.get("largest", {}).values(), *(v[0] for v in (digest.get("classLargest") or {}).values())]
+    return min(bounds) if bounds else None
 
 
 def _alias_validation(aliases: dict[str, str], policies: PolicySet) -> dict[str, Any]:
