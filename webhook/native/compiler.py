@@ -44,10 +44,10 @@ PREFIX = "gpugate"
 MANAGED = {"app.kubernetes.io/managed-by": "gpugate", "app.kubernetes.io/part-of": "gpugate"}
 #: The namespaces the webhooks skip (deploy/base/webhooks.yaml): the native tier skips the same ones.
 EXCLUDED_NAMESPACES = ("kube-system", "gpugate")
-#: Containers (and, separately, init containers) a plain pod may have: JSON patches need an index, and CEL
-#: has no range, so the indices are a literal list of this length.
+#: Containers (and, separately, init containers) a plain pod may have, and tolerations one device may add: the
+#: bounds of the work (and of the patch) of one pod. The indices a patch needs come from the lists themselves (a
+#: two-variable ``transformList``: one evaluation per element, not one per slot of a literal list of indices).
 MAX_CONTAINERS = 16
-#: Tolerations one device may add, for the same reason.
 MAX_TOLERATIONS = 8
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 #: Touch names as the ``gpugate.io/mutated`` annotation lists them (sorted, as ``admission.engine`` writes).
@@ -433,10 +433,6 @@ def _gpu_sum(container: str) -> str:
     )
 
 
-def _indices(n: int) -> str:
-    return literal(list(range(n)))
-
-
 # ------------------------------------------------------------------------------------------ the MAP
 
 
@@ -659,9 +655,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         {"name": "tolerationsNormal", "expression": at("tolerationsNormal", [])},
         {
             "name": "missingTolerations",
-            "expression": f"{_indices(MAX_TOLERATIONS)}.filter(i, i < size(variables.tolerationsNormal) && "
-            f"[variables.tolerationsNormal[i]].all(n, !has({spec}.tolerations) || "
-            f"!{tolerations}.exists(e, {same})))",
+            "expression": f"variables.tolerationsNormal.transformList(i, n, !has({spec}.tolerations) || "
+            f"!{tolerations}.exists(e, {same}), i)",
         },
         {"name": "tolerations", "expression": at("tolerations", [])},
         {"name": "selector", "expression": at("selector", {})},
@@ -672,13 +667,11 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
         {"name": "voids", "expression": f"variables.key in {literal(t['void'])}"},
         {
             "name": "voidContainers",
-            "expression": f"variables.voids ? {_indices(MAX_CONTAINERS)}.filter(i, i < size({spec}.containers) && "
-            f"[{spec}.containers[i]].all(c, {hidden})) : []",
+            "expression": f"variables.voids ? {spec}.containers.transformList(i, c, {hidden}, i) : []",
         },
         {
             "name": "voidInit",
-            "expression": f"variables.voids ? {_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
-            f"[variables.init[i]].all(c, {hidden})) : []",
+            "expression": f"variables.voids ? variables.init.transformList(i, c, {hidden}, i) : []",
         },
         {
             "name": "labelPairs",
@@ -835,17 +828,17 @@ def _mode_validations(policies: list[Policy]) -> tuple[list[dict[str, Any]], lis
     if per_pod:
         extra.append({"name": "maxPerPod", "expression": f"{literal(per_pod)}[?variables.policy].orValue(-1)"})
         table = "variables.maxPerPod"
-        sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
+
+        def sidecar(c: str) -> str:
+            return f"has({c}.restartPolicy) && {c}.restartPolicy == 'Always'"
+
+        # Over the init containers themselves, with their indices (transformList), once each.
         app = (
-            f"variables.appGPUs.sum() + {_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
-            f"[variables.init[i]].all(c, {sidecar})).map(i, variables.initGPUs[i]).sum()"
+            f"variables.appGPUs.sum() + variables.init.transformList(i, c, {sidecar('c')}, variables.initGPUs[i]).sum()"
         )
         init_peak = (
-            f"{_indices(MAX_CONTAINERS)}.filter(i, i < size(variables.init) && "
-            "!(has(variables.init[i].restartPolicy) && variables.init[i].restartPolicy == 'Always')).map(i, "
-            "variables.initGPUs[i]"
-            + f" + {_indices(MAX_CONTAINERS)}.filter(j, j < i && [variables.init[j]].all(c, {sidecar})).map(j, "
-            "variables.initGPUs[j]).sum())"
+            f"variables.init.transformList(i, c, !({sidecar('c')}), variables.initGPUs[i] + "
+            f"variables.init.transformList(j, d, j < i && {sidecar('d')}, variables.initGPUs[j]).sum())"
         )
         # The pod's GPUs as the scheduler counts them (KEP-753): app containers and sidecars, or the largest
         # init container's with the sidecars started before it.
