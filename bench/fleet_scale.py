@@ -263,6 +263,7 @@ class RunResult:
         0  # Deployment/Job creates that failed (5xx, e.g. a webhook timeout) and were retried
     )
     webhook_calls: int | None = None  # the apiserver's calls to gpugate's webhooks
+    webhook_calls_by_operation: str | None = None  # the same, by the request's operation: "CREATE 0, UPDATE 455"
     webhook_fail_open: int | None = None  # mutating calls that failed (e.g. timed out) and were ignored
     webhook_rejections: int | None = None  # calls that refused the pod or failed closed
     audit_seconds: float | None = None
@@ -402,6 +403,14 @@ def run(
                 )
             }
             result.webhook_calls = deltas["apiserver_admission_webhook_request_total"]
+            calls = "apiserver_admission_webhook_request_total"
+            by_operation = {
+                op: int(
+                    counter(metrics_after, calls, {"operation": op}) - counter(metrics_before, calls, {"operation": op})
+                )
+                for op in ("CREATE", "UPDATE", "DELETE")
+            }
+            result.webhook_calls_by_operation = ", ".join(f"{op} {n}" for op, n in by_operation.items())
             result.webhook_fail_open = deltas["apiserver_admission_webhook_fail_open_count"]
             result.webhook_rejections = deltas["apiserver_admission_webhook_rejection_count"]
             gm = gate.metrics()
@@ -593,6 +602,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("gpugate's webhooks in the apiserver (mutating), p99 ms", "webhook_p99_ms", "{:.1f}"),
         ("Deployment/Job creates retried after a 5xx (webhook timeout)", "workload_create_retries", "{}"),
         ("webhook calls by the apiserver", "webhook_calls", "{}"),
+        ("the same, by the request's operation", "webhook_calls_by_operation", "{}"),
         ("mutating calls failed open (ignored: timeout or error)", "webhook_fail_open", "{}"),
         ("webhook rejections (refused or failed closed)", "webhook_rejections", "{}"),
         ("gpugate's own /mutate handling, p50 ms", "gpugate_p50_ms", "{:.2f}"),
