@@ -15,11 +15,11 @@ One control plane (etcd + kube-apiserver from tests/harness/controlplane.py), on
 Three more on request (--registrations), not in the default run and its report: "native", the objects
 `gpugate policy compile policies` prints (the native tier) with no webhook, and "native + webhook", those
 objects beside the two webhook configurations pointed at `gpugate serve` and narrowed by the same compilation's
-condition (gpugate-always's gpugate.io/webhook-match-condition), as deploy/components/native-tier and the chart's
-nativeTier install them: a plain GPU pod makes no webhook call there; and "native (before)", the objects of
-`--native-before FILE` (another compilation, e.g. main's) measured in the same run as "native", so that a change
-of the compiler is compared under the same load. A run that measures them prints their ratios against gpugate and
-CEL (and native's against native (before)).
+objectSelector and condition (gpugate-always's gpugate.io/webhook-object-selector and webhook-match-condition),
+as deploy/components/native-tier and the chart's nativeTier install them: a plain GPU pod makes no webhook call
+there; and "native (before)", the objects of `--native-before FILE` (another compilation, e.g. main's) measured
+in the same run as "native", so that a change of the compiler is compared under the same load. A run that
+measures them prints their ratios against gpugate and CEL (and native's against native (before)).
 
 For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
 `POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jsonpatch
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.harness.controlplane import BinariesMissing, ControlPlane, find_binaries  # noqa: E402
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, render_deploy  # noqa: E402
-from webhook.native.compiler import NARROWING, NARROWING_ANNOTATION  # noqa: E402
+from webhook.native.compiler import Compiled, webhook_patch  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
 NATIVE = ("native", "native + webhook", "native (before)")  # measured on request: --registrations
@@ -472,18 +473,16 @@ class Registrar:
 
 
 def narrowed(webhooks: list[dict[str, Any]], native: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The webhook configurations with the condition of the native objects' own compilation added to the first
-    webhook of each, as deploy/components/native-tier's narrowing.yaml and the chart add it."""
+    """The webhook configurations as deploy/components/native-tier's narrowing.yaml and the chart leave them beside
+    the native objects: the first webhook of each (a pod's creation) with the objectSelector and the matchCondition
+    of the same compilation (``gpugate policy compile --webhook-patch``)."""
     always = next(
         (o for o in native if o["metadata"]["name"] == "gpugate-always" and "validations" in o.get("spec", {})), None
     )
     if always is None:
         return webhooks
-    condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
-    out = json.loads(json.dumps(webhooks))
-    for config in out:
-        config["webhooks"][0]["matchConditions"].append(condition)
-    return out
+    patch = webhook_patch(Compiled(tuple(native), ()))
+    return [jsonpatch.apply_patch(config, patch) for config in webhooks]
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ report's arithmetic, and the decision and scale benchmarks on a small scale. No 
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import threading
 from typing import Any
@@ -129,7 +130,9 @@ def test_fleet_scale_narrows_both_webhooks_as_the_native_tier_component_does() -
     from bench import fleet_scale
     from tests.harness.gpugate import WEBHOOK_KINDS, gpugate_executable
 
-    objects = [d for d in yaml.safe_load_all((REPO / "deploy" / "base" / "webhooks.yaml").read_text()) if d]
+    # As kustomize renders them: the two webhooks of a configuration share their conditions as one YAML alias.
+    text = (REPO / "deploy" / "base" / "webhooks.yaml").read_text()
+    objects = [json.loads(json.dumps(d)) for d in yaml.safe_load_all(text) if d]
     out = fleet_scale.narrowed(objects, gpugate_executable(), REPO / "policies")
     configs = [(before, after) for before, after in zip(objects, out, strict=True) if before["kind"] in WEBHOOK_KINDS]
     assert len(configs) == 2
@@ -137,6 +140,8 @@ def test_fleet_scale_narrows_both_webhooks_as_the_native_tier_component_does() -
         added = after["webhooks"][0]["matchConditions"][len(before["webhooks"][0]["matchConditions"]) :]
         assert [c["name"] for c in added] == ["not-decided-natively"], added
         assert "gpugate.io/policy" in added[0]["expression"]
+        selector = {"matchExpressions": [{"key": "gpugate.io/formed-by", "operator": "DoesNotExist"}]}
+        assert after["webhooks"][0]["objectSelector"] == selector
         assert after["webhooks"][1:] == before["webhooks"][1:]
 
 
@@ -224,7 +229,9 @@ def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier
     """bench/apiserver.py's "native + webhook" is what deploy/components/native-tier installs: both webhook
     configurations with the condition of the same compilation added to their first webhook."""
     native = [d for d in yaml.safe_load_all((REPO / "deploy/components/native-tier/native.yaml").read_text()) if d]
-    base = [d for d in yaml.safe_load_all((REPO / "deploy/base/webhooks.yaml").read_text()) if d]
+    base = [
+        json.loads(json.dumps(d)) for d in yaml.safe_load_all((REPO / "deploy/base/webhooks.yaml").read_text()) if d
+    ]
     patch = yaml.safe_load((REPO / "deploy/components/native-tier/narrowing.yaml").read_text())
     webhooks = [o for o in base if o.get("kind") in WEBHOOK_KINDS]
     assert len(webhooks) == 2

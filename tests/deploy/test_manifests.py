@@ -225,26 +225,27 @@ def test_base_carries_no_certificate_material(base: list[dict[str, Any]]) -> Non
 # ---- webhooks ----------------------------------------------------------------------------------
 
 
+POD_CREATE = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}
+]
+
+
 def test_mutating_webhook(base: list[dict[str, Any]]) -> None:
+    """Two webhooks, one split in two: a pod's creation (which the native tier's objectSelector can skip: an
+    objectSelector also matches an UPDATE's old object), and every other request."""
     config = find(base, "MutatingWebhookConfiguration", "gpugate")
-    [hook] = config["webhooks"]
-    assert hook["name"] == "mutate.gpugate.io"
-    assert hook["clientConfig"]["service"] == {
+    pods, other = config["webhooks"]
+    assert [pods["name"], other["name"]] == ["mutate.gpugate.io", "mutate-objects.gpugate.io"]
+    assert pods["clientConfig"]["service"] == {
         "name": "gpugate",
         "namespace": "gpugate",
         "path": "/mutate",
         "port": 443,
     }
-    assert hook["failurePolicy"] == "Ignore"
-    assert hook["reinvocationPolicy"] == "IfNeeded"
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE"],
-            "resources": ["pods"],
-            "scope": "Namespaced",
-        },
+    assert pods["failurePolicy"] == "Ignore"
+    assert pods["reinvocationPolicy"] == "IfNeeded"
+    assert pods["rules"] == POD_CREATE
+    assert other["rules"] == [
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
@@ -254,32 +255,29 @@ def test_mutating_webhook(base: list[dict[str, Any]]) -> None:
         },
         *WORKLOAD_RULES,
     ]
+    assert {k: v for k, v in other.items() if k not in ("name", "rules")} == {
+        k: v for k, v in pods.items() if k not in ("name", "rules")
+    }
 
 
 def test_validating_webhook(base: list[dict[str, Any]]) -> None:
     config = find(base, "ValidatingWebhookConfiguration", "gpugate")
-    [hook] = config["webhooks"]
-    assert hook["name"] == "validate.gpugate.io"
-    assert hook["clientConfig"]["service"] == {
+    pods, other = config["webhooks"]
+    assert [pods["name"], other["name"]] == ["validate.gpugate.io", "validate-objects.gpugate.io"]
+    assert pods["clientConfig"]["service"] == {
         "name": "gpugate",
         "namespace": "gpugate",
         "path": "/validate",
         "port": 443,
     }
-    assert hook["failurePolicy"] == "Fail"
-    assert hook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": ["pods"],
-            "scope": "Namespaced",
-        },
+    assert pods["failurePolicy"] == "Fail"
+    assert pods["rules"] == POD_CREATE
+    assert other["rules"] == [
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["UPDATE"],
-            "resources": ["pods/ephemeralcontainers", "pods/status"],
+            "resources": ["pods", "pods/ephemeralcontainers", "pods/status"],
             "scope": "Namespaced",
         },
         {
@@ -299,11 +297,14 @@ def test_validating_webhook(base: list[dict[str, Any]]) -> None:
             "scope": "Namespaced",
         },
     ]
+    assert {k: v for k, v in other.items() if k not in ("name", "rules")} == {
+        k: v for k, v in pods.items() if k not in ("name", "rules")
+    }
 
 
 def test_both_webhooks_share_the_safety_settings(base: list[dict[str, Any]]) -> None:
     hooks = webhooks(base)
-    assert len(hooks) == 2
+    assert len(hooks) == 4
     for hook in hooks:
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
@@ -312,7 +313,7 @@ def test_both_webhooks_share_the_safety_settings(base: list[dict[str, Any]]) -> 
         assert hook["namespaceSelector"] == NAMESPACE_SELECTOR
         assert hook["matchConditions"], f"{hook['name']} has no matchConditions"
         assert "objectSelector" not in hook
-    assert hooks[0]["matchConditions"] == hooks[1]["matchConditions"]
+    assert all(hook["matchConditions"] == hooks[0]["matchConditions"] for hook in hooks)
 
 
 # ---- workload, RBAC, service -------------------------------------------------------------------
@@ -521,7 +522,7 @@ def test_static_overlay_fills_secret_and_ca_bundle(static: tuple[list[dict[str, 
         assert base64.b64decode(secret["data"][key]) == (out / key).read_bytes()
     ca_pem = (out / "ca.crt").read_bytes()
     hooks = webhooks(objects)
-    assert len(hooks) == 2
+    assert len(hooks) == 4
     for hook in hooks:
         # kustomize folds long base64 onto several lines; base64 decoders skip the newlines.
         assert base64.b64decode("".join(hook["clientConfig"]["caBundle"].split())) == ca_pem
@@ -1238,10 +1239,10 @@ def test_the_backstop_judges_an_update_of_a_cpu_pod_that_changes_what_it_judges(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook; gpugate-backstop's match condition, 13 variables, 4 validations and the message
-    # expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message expression and a
-    # match condition
-    assert len(expressions) == 2 + 1 + 13 + 4 + 1 + 8 + 1 + 1 + 1
+    # a match condition per webhook (four); gpugate-backstop's match condition, 13 variables, 4 validations and the
+    # message expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message expression
+    # and a match condition
+    assert len(expressions) == 4 + 1 + 13 + 4 + 1 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)

@@ -73,7 +73,7 @@ def test_the_shipped_default_is_the_gpu_operators_and_k3s_s_runtime_classes():
 @pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
 def test_match_conditions_route_every_gpu_runtime_class(base: Path):
     hooks = [h for doc in yaml.safe_load_all((base / "webhooks.yaml").read_text()) for h in doc["webhooks"]]
-    assert len(hooks) == 2
+    assert len(hooks) == 4  # a pod's creation and every other request, in each configuration
     for hook in hooks:
         [condition] = hook["matchConditions"]
         found = re.findall(r"s\.runtimeClassName in (\[[^\]]*\])", condition["expression"])

@@ -71,12 +71,14 @@ def test_component_adds_one_webhook_to_each_configuration(
 ) -> None:
     assert [h["name"] for h in webhooks(with_crds)] == [
         "mutate.gpugate.io",
+        "mutate-objects.gpugate.io",
         "mutate-workloads.gpugate.io",
         "validate.gpugate.io",
+        "validate-objects.gpugate.io",
         "validate-workloads.gpugate.io",
     ]
-    # The pod webhooks and every other object are untouched.
-    for name in POD_HOOKS.values():
+    # The base's webhooks and every other object are untouched.
+    for name in (*POD_HOOKS.values(), "mutate-objects.gpugate.io", "validate-objects.gpugate.io"):
         assert hook(with_crds, name) == hook(base, name)
     others = sorted(yaml.safe_dump(o) for o in with_crds if not o["kind"].endswith("WebhookConfiguration"))
     assert others == sorted(yaml.safe_dump(o) for o in base if not o["kind"].endswith("WebhookConfiguration"))
@@ -168,7 +170,7 @@ def test_overlays_and_the_exclusion_component_carry_over(tmp_path: Path) -> None
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         config = find(cert_manager, kind, "gpugate")
         assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpugate/gpugate-tls"
-        assert len(config["webhooks"]) == 2
+        assert len(config["webhooks"]) == 3
 
 
 RAY: dict[str, Any] = {

@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
@@ -43,6 +44,8 @@ from tests.harness.fleet import device_classes
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, gpugate_executable, point_at, register, render_deploy
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
+from webhook.native.compiler import Compiled, webhook_patch
+from webhook.policy.keys import FORMED_BY_LABEL
 
 from .test_fleet import CASES, NAMESPACE_PREFIX
 
@@ -56,14 +59,14 @@ POD_CASES = [
     if any(d.get("kind") == "Pod" for d in yaml.safe_load_all(source.read_text()) if d)
 ]
 CLUSTER_SCOPED = {"DeviceClass", "ClusterTrainingRuntime"}
-NARROWING = "gpugate.io/webhook-match-condition"
 
 
 @dataclass
 class Outcome:
     ok: bool
-    objects: list[Any]
+    objects: list[Any]  # as _normal leaves them
     stderr: str
+    marked: int = 0  # how many carried gpugate.io/formed-by (what the native tier gives a pod it formed)
 
 
 @dataclass
@@ -76,18 +79,10 @@ class Native:
 
     @property
     def narrowed(self) -> list[dict[str, Any]]:
-        """The webhook configurations with the compiled narrowing condition added, as the native-tier component's
-        patch adds it (to the first webhook of each)."""
-        always = next(
-            d
-            for d in yaml.safe_load_all(self.native)
-            if d and d["metadata"]["name"] == "gpugate-always" and "validations" in d["spec"]
-        )
-        condition = {"name": "not-decided-natively", "expression": always["metadata"]["annotations"][NARROWING]}
-        out = json.loads(json.dumps(self.webhooks))
-        for config in out:
-            config["webhooks"][0]["matchConditions"].append(condition)
-        return out
+        """The webhook configurations with the compiled objectSelector and narrowing condition added, as the
+        native-tier component's patch adds them (to the first webhook of each, a pod's creation)."""
+        patch = webhook_patch(Compiled(tuple(d for d in yaml.safe_load_all(self.native) if d), ()))
+        return [jsonpatch.apply_patch(config, patch) for config in self.webhooks]
 
 
 def _compiled() -> str:
@@ -157,8 +152,12 @@ _VOLATILE = re.compile(r"kube-api-access-[a-z0-9]{5}")
 
 
 def _normal(obj: dict[str, Any]) -> dict[str, Any]:
-    """The stored object without what differs between two dry runs of the same object."""
+    """The stored object without what differs between two dry runs of the same object, and without the one label
+    the native tier adds to a pod it formed (gpugate.io/formed-by: its webhooks' objectSelector skips that pod; the
+    tests below count and check it)."""
     meta = obj.get("metadata", {})
+    if obj.get("kind") == "Pod":
+        (meta.get("labels") or {}).pop(FORMED_BY_LABEL, None)
     for key in ("uid", "creationTimestamp", "managedFields", "resourceVersion"):
         meta.pop(key, None)
     if meta.get("generateName"):
@@ -170,12 +169,13 @@ def _normal(obj: dict[str, Any]) -> dict[str, Any]:
 def _send(n: Native, docs: list[dict[str, Any]]) -> Outcome:
     stdin: dict[str, Any] | list[Any] = docs[0] if len(docs) == 1 else docs
     result = n.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=stdin, check=False)
-    decoder, text, objects = json.JSONDecoder(), result.stdout.strip(), []
+    decoder, text, objects, marked = json.JSONDecoder(), result.stdout.strip(), [], 0
     while text:
         obj, end = decoder.raw_decode(text)
+        marked += FORMED_BY_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
         objects.append(_normal(obj))
         text = text[end:].strip()
-    return Outcome(result.ok, objects, result.stderr)
+    return Outcome(result.ok, objects, result.stderr, marked)
 
 
 def _phase(n: Native, sent: list[list[dict[str, Any]]]) -> list[Outcome]:
@@ -319,6 +319,14 @@ def test_native_tier_decides_as_the_webhook_and_forms_every_pod_it_admits_alone(
         f"with the server stopped: {sum(1 for c in native_only if c.ok and _formed_natively(c.objects))} formed by "
         f"the native tier, {len(stranded)} of them refused"
     )
+    # The label is the native tier's alone, on what it formed: never on what the webhook alone stored.
+    assert not any(a.marked for a in webhook_only), [n for n, a in zip(names, webhook_only, strict=True) if a.marked]
+    unmarked = [
+        name
+        for name, b in zip(names, both, strict=True)
+        if b.ok and _formed_natively(b.objects) and not b.marked and name not in claims
+    ]
+    print(f"(b): {sum(b.marked for b in both)} pods carry {FORMED_BY_LABEL}; formed without it: {unmarked or 'none'}")
     assert not differences, "\n".join(differences)
     assert not malformed, "\n".join(malformed)
     assert not stranded, f"formed natively, yet refused with the server stopped: {stranded}"
@@ -360,7 +368,24 @@ def test_a_plain_gpu_pod_makes_no_webhook_call_and_one_that_only_claims_to_be_fo
     stored = json.loads(formed.stdout)
     assert stored["metadata"]["annotations"]["gpugate.io/policy"] == "default"
     assert "nvidia.com/gpu.product" in stored["spec"]["nodeSelector"]
+    assert stored["metadata"]["labels"][FORMED_BY_LABEL] == "native-tier"
     assert native.gate.admission_requests() == before, "a plain GPU pod was sent to gpugate's server"
+
+    # The label written by the pod's author: gpugate-mutate removes it from a pod it does not form, so the webhooks
+    # judge that pod as ever (one that chose an instance type is formed by /mutate, a CPU pod is nobody's).
+    forged_label = {FORMED_BY_LABEL: "native-tier"}
+    chose = _probe(native, labels=dict(forged_label), node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"})
+    by_webhook = _dry_run(native, chose)
+    assert by_webhook.ok, by_webhook.stderr
+    assert FORMED_BY_LABEL not in json.loads(by_webhook.stdout)["metadata"]["labels"]
+    assert json.loads(by_webhook.stdout)["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert native.gate.admission_requests() >= before + 2
+    cpu = _probe(native, labels=dict(forged_label))
+    cpu["spec"]["containers"][0]["resources"] = {}
+    unmarked = _dry_run(native, cpu)
+    assert unmarked.ok, unmarked.stderr
+    assert FORMED_BY_LABEL not in (json.loads(unmarked.stdout)["metadata"].get("labels") or {})
+    before = native.gate.admission_requests()
 
     # A copy of what the native tier stored claims to be formed, and is: admitted as it is, no call either.
     copy = json.loads(json.dumps(plain))

@@ -334,7 +334,7 @@ class FakeAdmissionAPI:
     admissionregistration.k8s.io/v1 (with or without MutatingAdmissionPolicy), server-side apply (PATCH
     application/apply-patch+yaml, the object replaced by what the manager applies; for a webhook configuration,
     the applied matchConditions merged by name into the named webhooks, as the structured merge of a
-    ``listType=map`` does), GET and DELETE by name, and coordination.k8s.io Leases with resourceVersion
+    ``listType=map`` does, and an applied objectSelector set, and removed once its manager no longer states it), GET and DELETE by name, and coordination.k8s.io Leases with resourceVersion
     conflicts (409). Every request is recorded as "METHOD path"."""
 
     GROUP = "/apis/admissionregistration.k8s.io/v1"
@@ -346,7 +346,7 @@ class FakeAdmissionAPI:
         self.requests: list[str] = []
         self.managers: dict[str, str] = {}  # path -> field manager of the last apply
         #: (path, webhook, manager) -> the matchConditions entries that manager applied last
-        self.owned: dict[tuple[str, str, str], set[str]] = {}
+        self.owned: dict[tuple[str, ...], set[str]] = {}
         self.forbidden: set[str] = set()  # paths answered 403
         self.conflicts = 0  # Lease updates answered 409 as if another writer had just updated it
         self.rv = 1
@@ -463,6 +463,13 @@ class FakeAdmissionAPI:
                     self.owned[key] = stated
                     conditions.update({c["name"]: c for c in applied.get("matchConditions", [])})
                     hook["matchConditions"] = list(conditions.values())
+                    # A field (the objectSelector) is this manager's while it states it, and goes when it does not.
+                    selector = (path, hook["name"], self.managers[path], "objectSelector")
+                    if "objectSelector" in applied:
+                        hook["objectSelector"] = applied["objectSelector"]
+                        self.owned[selector] = {"objectSelector"}
+                    elif self.owned.pop(selector, None):
+                        hook.pop("objectSelector", None)
             return self._store(req, path, merged, 200)
         return self._store(req, path, body, 200 if existing else 201)
 

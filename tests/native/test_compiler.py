@@ -6,6 +6,7 @@ tests/e2e/test_native.py's to prove, through the real apiserver."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
@@ -97,9 +98,14 @@ def _gpu_pod(**meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": "p", **meta}, "spec": {"containers": [container], **spec}}
 
 
-def _matches(conditions: list[dict[str, str]], pod: dict[str, Any], namespace: str = "default") -> bool:
+def _matches(
+    conditions: list[dict[str, str]],
+    pod: dict[str, Any],
+    namespace: str = "default",
+    request: dict[str, Any] | None = None,
+) -> bool:
     env = cel.NewEnv(variables={name: cel.Type.DYN for name in ("object", "request")})
-    request = {"namespace": namespace}
+    request = {"namespace": namespace, **(request or {})}
     results = [env.compile(c["expression"]).eval(data={"object": pod, "request": request}) for c in conditions]
     for r in results:
         assert r.type() != cel.Type.ERROR, r.value()
@@ -158,6 +164,42 @@ def test_the_mutating_policy_matches_pods_it_could_form_and_formed_pods_a_later_
     assert not _matches(conditions, second)
 
 
+def test_the_native_tier_marks_what_it_formed_and_unmarks_what_it_did_not(compiled: list[dict]) -> None:
+    """The pod-create webhooks skip a pod that carries gpugate.io/formed-by (their objectSelector, no CEL): gpugate-mutate
+    gives the label to every pod it forms, and removes it from a pod that carries it and is not formed as it forms
+    one (a later webhook changed it, or its author wrote it), so that the webhooks judge that pod; gpugate-always,
+    which sees every pod that carries it, refuses one that still does and is not so formed."""
+    mutate, always = compiled[0], next(o for o in compiled if o["metadata"]["name"] == "gpugate-always")
+    patch = mutate["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    plain = patch[patch.index("!variables.plain || size(variables.touched) == 0 ? [] : ") :]
+    assert 'jsonpatch.escapeKey("gpugate.io/formed-by"), value: "native-tier"}' in plain
+    assert patch.endswith(
+        "(variables.unform ? [JSONPatch{op: 'remove', path: '/metadata/labels/' + "
+        'jsonpatch.escapeKey("gpugate.io/formed-by")}] : [])'
+    )
+    variables = {v["name"]: v["expression"] for v in mutate["spec"]["variables"]}
+    assert variables["unform"].startswith('!variables.plain && "gpugate.io/formed-by" in variables.labels && !(')
+    # Its match condition lets through a pod that carries the label and is not formed: one that only names a policy,
+    # and one without GPUs at all (nothing else of gpugate-mutate's would match it).
+    request = {"operation": "CREATE", "resource": {"resource": "pods"}}
+    marked = {"gpugate.io/formed-by": "native-tier"}
+    conditions = mutate["spec"]["matchConditions"]
+    assert _matches(conditions, _gpu_pod(labels=marked, annotations={"gpugate.io/policy": "default"}), request=request)
+    assert _matches(conditions, _gpu_pod(labels=marked, container={"resources": {}}), request=request)
+    assert not _matches(conditions, _gpu_pod(container={"resources": {}}), request=request)
+    # gpugate-always sees every pod that carries the label, and says which label and what to do.
+    assert _matches(always["spec"]["matchConditions"], _gpu_pod(labels=marked, container={"resources": {}}))
+    assert not _matches(always["spec"]["matchConditions"], _gpu_pod(container={"resources": {}}))
+    (check,) = [v for v in always["spec"]["validations"] if "gpugate.io/formed-by" in v["expression"]]
+    assert check["expression"] == '!("gpugate.io/formed-by" in variables.labels) || variables.claimsFormed'
+    assert "gpugate.io/formed-by" in check["message"] and "remove the label" in check["message"]
+    assert "messageExpression" not in check  # a static message: no activation of its own
+    selector = {"matchExpressions": [{"key": "gpugate.io/formed-by", "operator": "DoesNotExist"}]}
+    assert always["metadata"]["annotations"]["gpugate.io/webhook-object-selector"] == json.dumps(
+        selector, separators=(",", ":")
+    )
+
+
 def test_a_warn_object_is_evaluated_only_where_a_warn_policy_can_govern(compiled: list[dict]) -> None:
     """The shipped research policy (warn) matches research-*: a GPU pod anywhere else never reaches gpugate-warn,
     and gpugate-always (every mode's security rules) is not narrowed."""
@@ -177,8 +219,8 @@ def test_no_message_works_out_its_validation_again(compiled: list[dict]) -> None
     validations = [v for o in compiled for v in o["spec"].get("validations", [])]
     assert validations
     for v in validations:
-        assert v["expression"] not in v["messageExpression"], v["message"]
-        assert "variables.claimsFormed" not in v["messageExpression"], v["message"]
+        assert v["expression"] not in v.get("messageExpression", ""), v["message"]
+        assert "variables.claimsFormed" not in v.get("messageExpression", ""), v["message"]
 
 
 def test_a_formed_pod_s_claim_is_checked_on_the_object_not_by_forming_it_again(compiled: list[dict]) -> None:
@@ -337,21 +379,28 @@ def test_the_webhooks_are_narrowed_by_the_condition_gpugate_always_enforces(comp
         assert set(re.findall(r"variables\.(\w+)", claim["expression"] + claim["messageExpression"])) <= set(variables)
     # It reads nothing a webhook's matchCondition does not have.
     assert "namespaceObject" not in skipped and "variables." not in skipped and "params" not in skipped
-    # A webhook takes at most 64 matchConditions; gpugate's have two.
+    # A webhook takes at most 64 matchConditions; gpugate's have two. The first webhook of each configuration is the
+    # one that routes a pod's creation alone (deploy/base/webhooks.yaml), and only it gets the objectSelector.
     assert webhook_patch(compile_policies(load_policies(SHIPPED))) == [
+        {
+            "op": "add",
+            "path": "/webhooks/0/objectSelector",
+            "value": {"matchExpressions": [{"key": "gpugate.io/formed-by", "operator": "DoesNotExist"}]},
+        },
         {
             "op": "add",
             "path": "/webhooks/0/matchConditions/-",
             "value": {"name": "not-decided-natively", "expression": condition},
-        }
+        },
     ]
 
 
 def test_compile_prints_the_webhook_patch() -> None:
     done = gpugate("policy", "compile", "--webhook-patch", str(SHIPPED))
     assert done.returncode == 0, done.stderr
-    (op,) = yaml.safe_load(done.stdout)
-    assert op["op"] == "add" and op["value"]["name"] == "not-decided-natively"
+    selector, condition = yaml.safe_load(done.stdout)
+    assert selector["path"] == "/webhooks/0/objectSelector"
+    assert condition["op"] == "add" and condition["value"]["name"] == "not-decided-natively"
 
 
 def _returning(value: dict[str, str]) -> Callable[[], dict[str, str]]:

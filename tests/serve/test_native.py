@@ -48,7 +48,11 @@ def _webhooks(api: FakeAdmissionAPI) -> None:
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": "gpugate", "resourceVersion": "1"},
-            "webhooks": [{"name": hook, "matchConditions": [{"name": "involves-gpus", "expression": "true"}]}],
+            # The pod-create webhook and the one of every other request, as deploy/base/webhooks.yaml has them.
+            "webhooks": [
+                {"name": name, "matchConditions": [{"name": "involves-gpus", "expression": "true"}]}
+                for name in (hook, hook.replace(".gpugate.io", "-objects.gpugate.io"))
+            ],
         }
 
 
@@ -227,9 +231,15 @@ def test_a_refused_write_is_reported_and_retried_the_objects_in_force_stay(
     assert "HTTP 403" in mode and "gpugate-mutate" in mode and "deploy/components/native-sync" in mode
     # The webhooks were not narrowed: nothing skips them while the native objects are not all in force.
     assert len(api.objects[MUTATING]["webhooks"][0]["matchConditions"]) == 1
+    assert "objectSelector" not in api.objects[MUTATING]["webhooks"][0]
     api.forbidden.clear()
     assert "kept by this replica" in sync.step()
     assert len(api.objects[MUTATING]["webhooks"][0]["matchConditions"]) == 2
+    # Once they are, the pod-create webhooks skip what gpugate-mutate formed (and gpugate-always judges it).
+    selector = {"matchExpressions": [{"key": "gpugate.io/formed-by", "operator": "DoesNotExist"}]}
+    for path in (MUTATING, VALIDATING):
+        assert api.objects[path]["webhooks"][0]["objectSelector"] == selector
+        assert all("objectSelector" not in hook for hook in api.objects[path]["webhooks"][1:])
 
 
 def test_the_pool_digest_joins_gpugate_always_once_the_inventory_syncs_and_again_only_when_the_pools_change(

@@ -18,6 +18,7 @@ pkg/admission/plugin/policy/mutating/patch/smd.go ``validatePatch``), so every m
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Any
 from ..policy.classes import ModelClass
 from ..policy.keys import (
     CLAIMS_PENDING_LABEL,
+    FORMED_BY_LABEL,
+    FORMED_BY_NATIVE,
     GROUP,
     MODEL_LABEL,
     MUTATED_ANNOTATION,
@@ -703,6 +706,8 @@ def _mutating_variables(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
             f"variables.annotations[?{string(MUTATED_ANNOTATION)}].orValue('').split(',').all(f, "
             f"f in {literal(list(TOUCHES))}) && (size(variables.voidContainers) > 0 || size(variables.voidInit) > 0)",
         },
+        # A pod that carries the formed-by label and is not formed as this tier forms one: the label goes (narrow).
+        {"name": "unform", "expression": _unformed_condition(policies, variables=True)},
     ]
 
 
@@ -754,10 +759,12 @@ def _patches() -> str:
         f"path: '/spec/affinity', value: {{'nodeAffinity': {affinity}}}}}])",
         env("containers", "variables.voidContainers", f"{spec}.containers"),
         env("initContainers", "variables.voidInit", "variables.init"),
-        "(size(variables.labelPairs) == 0 || has(object.metadata.labels) ? [] : "
-        "[JSONPatch{op: 'add', path: '/metadata/labels', value: {}}])",
+        "(has(object.metadata.labels) ? [] : [JSONPatch{op: 'add', path: '/metadata/labels', value: {}}])",
         "variables.labelPairs.map(p, JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey(p[0]), "
         "value: p[1]})",
+        # What tells the narrowed webhooks' objectSelector that this tier formed the pod (narrow).
+        f"[JSONPatch{{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey({string(FORMED_BY_LABEL)}), "
+        f"value: {string(FORMED_BY_NATIVE)}}}]",
         "(!has(object.metadata.annotations) ? [JSONPatch{op: 'add', path: '/metadata/annotations', value: "
         f"size(variables.labelPairs) > 0 ? {{{whole_annotations}}} : {{{bare_annotations}}}}}] : "
         f"({annotations}).map(p, JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey(p[0]), "
@@ -774,10 +781,17 @@ def _patches() -> str:
             "(f == 'initContainers' && size(variables.voidInit) > 0)).join(',')}]",
         ]
     )
+    # A pod that carries the formed-by label and is not formed as this tier forms one (a later webhook changed it,
+    # or its author wrote the label) loses it, so the webhooks' objectSelector lets them judge it (narrow).
+    unform = (
+        "(variables.unform ? [JSONPatch{op: 'remove', path: '/metadata/labels/' + "
+        f"jsonpatch.escapeKey({string(FORMED_BY_LABEL)})}}] : [])"
+    )
     return (
-        f"variables.reform ? {reform} :\n"
+        f"(variables.reform ? {reform} :\n"
         + "!variables.plain || size(variables.touched) == 0 ? [] : "
         + " +\n".join(parts)
+        + f") +\n{unform}"
     )
 
 
@@ -1077,15 +1091,30 @@ def _one_condition(name: str, parts: list[str]) -> list[dict[str, str]]:
 
 
 def _mutate_condition(policies: tuple[Policy, ...]) -> list[dict[str, str]]:
-    """gpugate-mutate's one match condition: a pod it could form (``_PLAIN_SHAPE``), or one it formed that a later
-    mutating webhook gave a container to void (``_sidecar_added``), each cheapest part first."""
+    """gpugate-mutate's one match condition: a pod it could form (``_PLAIN_SHAPE``), one it formed that a later
+    mutating webhook gave a container to void (``_sidecar_added``), or one that carries the formed-by label and is
+    not so formed (``_unformed_condition``), each cheapest part first."""
     [plain] = _one_condition(
         "gpu-pod-to-form", [_UNFORMED, _match_conditions(policies, env=False)[0]["expression"], _PLAIN_SHAPE]
     )
-    sidecar = _sidecar_added(policies)
-    if sidecar:
-        plain["expression"] = f"({plain['expression']}) || ({sidecar})"
+    branches = [plain["expression"], _sidecar_added(policies), _unformed_condition(policies, variables=False)]
+    plain["expression"] = " || ".join(f"({b})" for b in branches if b)
     return [plain]
+
+
+def _unformed_condition(policies: tuple[Policy, ...], *, variables: bool) -> str:
+    """A pod that carries :data:`FORMED_BY_LABEL` and is not one the native tier decided (:func:`decided_natively`
+    on the pod as ``gpugate-mutate`` sees it): ``gpugate-mutate`` removes the label, so that the narrowed webhooks'
+    objectSelector does not skip it. On the reinvocation pass that is a pod a later mutating webhook changed
+    (a sidecar with an ``envFrom``); on the first, a pod whose author wrote the label. With ``variables``, for the
+    ``unform`` variable (a plain pod is given the label, not relieved of it)."""
+    label = string(FORMED_BY_LABEL)
+    has = (
+        f"!variables.plain && {label} in variables.labels"
+        if variables
+        else f"has(object.metadata.labels) && {label} in object.metadata.labels"
+    )
+    return f"{has} && !({decided_natively(policies, variables=variables)})"
 
 
 def _meta(name: str, digest: str) -> dict[str, Any]:
@@ -1405,6 +1434,14 @@ def explain(policies: PolicySet) -> list[Outcome]:
 #: compilation.
 NARROWING = "not-decided-natively"
 NARROWING_ANNOTATION = f"{GROUP}/webhook-match-condition"
+#: The pod-create webhooks' objectSelector with the native tier in force, and the annotation of ``gpugate-always``
+#: that carries it (JSON): a pod ``gpugate-mutate`` formed carries :data:`FORMED_BY_LABEL` and is not sent to them
+#: at all, before any CEL (k8s.io/apiserver pkg/admission/plugin/webhook/generic/webhook.go ``ShouldCallHook``
+#: tests the namespace and object selectors first, and converts the pod for the match conditions only after).
+#: Only on the webhooks that route a pod's creation alone (deploy/base/webhooks.yaml): an objectSelector also
+#: matches an UPDATE's old object, so on the webhook of every other request it would hide updates.
+OBJECT_SELECTOR = {"matchExpressions": [{"key": FORMED_BY_LABEL, "operator": "DoesNotExist"}]}
+OBJECT_SELECTOR_ANNOTATION = f"{GROUP}/webhook-object-selector"
 BOOKKEEPING = (MUTATED_ANNOTATION, POLICY_ANNOTATION, WORKLOAD_ANNOTATION)
 
 
@@ -1619,6 +1656,21 @@ def _claim_validations(policies: tuple[Policy, ...]) -> list[dict[str, Any]]:
     ]
 
 
+def _formed_by_validation() -> dict[str, Any]:
+    """A pod that carries :data:`FORMED_BY_LABEL` skips the pod-create webhooks (:data:`OBJECT_SELECTOR`), so it must
+    be one the native tier decided (``claimsFormed``, judged by the claim checks beside this one). ``gpugate-mutate``
+    removes the label from any pod it sees that is not; what carries it here was changed after gpugate-mutate's
+    last pass (by a mutating webhook on the reinvocation pass). A static message: no activation of its own."""
+    return {
+        "expression": f"!({string(FORMED_BY_LABEL)} in variables.labels) || variables.claimsFormed",
+        "message": f"pod: carries the label {FORMED_BY_LABEL}, which only gpugate's MutatingAdmissionPolicy "
+        "gpugate-mutate gives a pod it formed, but the pod is not formed as the native tier forms one (it was "
+        "changed after gpugate-mutate, or its author wrote the label); remove the label and let gpugate form the "
+        "pod (gpugate)",
+        "reason": "Forbidden",
+    }
+
+
 def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
     """``compiled`` with ``gpugate-always`` checking the pods the narrowed webhooks skip, and carrying their
     matchCondition in its annotation (:data:`NARROWING_ANNOTATION`)."""
@@ -1636,10 +1688,20 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
             claim = holder["spec"]["validations"]
             claims = {"name": "claimsFormed", "expression": decided_natively(ordered, variables=True)}
             obj["spec"]["variables"] = [*obj["spec"]["variables"], *missing, claims]
-            obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim]
+            obj["spec"]["validations"] = [*obj["spec"]["validations"], *claim, _formed_by_validation()]
+            # Every pod that carries the label, GPUs or not: the webhooks' objectSelector skips it.
+            obj["spec"]["matchConditions"] = [
+                {
+                    **c,
+                    "expression": f"({c['expression']}) || (has(object.metadata.labels) && "
+                    f"{string(FORMED_BY_LABEL)} in object.metadata.labels)",
+                }
+                for c in obj["spec"]["matchConditions"]
+            ]
             obj["metadata"]["annotations"] = {
                 **obj["metadata"]["annotations"],
                 NARROWING_ANNOTATION: narrowing_condition(ordered)["expression"],
+                OBJECT_SELECTOR_ANNOTATION: json.dumps(OBJECT_SELECTOR, sort_keys=True, separators=(",", ":")),
             }
         objects.append(obj)
     return Compiled(tuple(objects), compiled.outcomes)
@@ -1647,9 +1709,24 @@ def narrow(compiled: Compiled, policies: PolicySet) -> Compiled:
 
 def webhook_patch(compiled: Compiled) -> list[dict[str, Any]]:
     """A JSON patch (RFC 6902) for a gpugate webhook configuration: append the narrowing matchCondition of this
-    compilation to its first webhook (the pod webhook; deploy/components/native-tier applies it to both)."""
+    compilation to its first webhook (the pod-create webhook; deploy/components/native-tier applies it to both
+    configurations), and the objectSelector that skips the pods the native tier formed."""
     always = next(
         o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
     )
     condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
-    return [{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": condition}]
+    selector = webhook_object_selector(compiled)
+    return [
+        *([{"op": "add", "path": "/webhooks/0/objectSelector", "value": selector}] if selector else []),
+        {"op": "add", "path": "/webhooks/0/matchConditions/-", "value": condition},
+    ]
+
+
+def webhook_object_selector(compiled: Compiled) -> dict[str, Any] | None:
+    """The pod-create webhooks' objectSelector this compilation's ``gpugate-always`` carries (it judges what they skip:
+    :func:`_formed_by_validation`); None for objects an earlier gpugate compiled, which do not."""
+    always = next(
+        o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
+    )
+    selector = always["metadata"]["annotations"].get(OBJECT_SELECTOR_ANNOTATION)
+    return dict(json.loads(selector)) if selector else None

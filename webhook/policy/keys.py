@@ -25,6 +25,12 @@ MODEL_LABEL = f"{GROUP}/model"
 #: (``admission.claims``). gpugate's: a tenant may not set, change or remove it (``rules.attribution``).
 CLAIMS_PENDING_LABEL = f"{GROUP}/claims-pending"
 CLAIMS_PENDING_SEVERAL = "Several"
+#: The pod label ``gpugate-mutate`` (the native tier's MutatingAdmissionPolicy) gives a pod it formed, and removes
+#: from a pod that carries it and is not formed as the native tier forms one. The native tier gives the pod-create
+#: webhooks an objectSelector that skips a pod carrying it (no CEL, no conversion of the pod in the apiserver), and
+#: ``gpugate-always`` refuses a pod that carries it and is not so formed (``native.compiler.narrow``).
+FORMED_BY_LABEL = f"{GROUP}/formed-by"
+FORMED_BY_NATIVE = "native-tier"
 #: The attribution label the shipped policies and the audit's team tally use.
 TEAM_LABEL = f"{GROUP}/team"
 

@@ -32,7 +32,15 @@ from typing import Any
 from ..inventory.model import Inventory
 from ..kube import native as kube
 from ..native import claims, pools
-from ..native.compiler import NARROWING, NARROWING_ANNOTATION, PREFIX, Compiled, compile_policies
+from ..native.compiler import (
+    NARROWING,
+    NARROWING_ANNOTATION,
+    OBJECT_SELECTOR_ANNOTATION,
+    PREFIX,
+    Compiled,
+    compile_policies,
+    webhook_object_selector,
+)
 from ..policy.model import PolicySet
 
 log = logging.getLogger("gpugate")
@@ -75,17 +83,25 @@ def in_cluster_namespace() -> str:
 
 
 def webhook_narrowing(
-    compiled: Compiled, configuration: str, claim_condition: dict[str, str] | None = None
+    compiled: Compiled,
+    configuration: str,
+    claim_condition: dict[str, str] | None = None,
+    *,
+    object_selector: bool = True,
 ) -> list[dict[str, Any]]:
-    """Apply configurations that give each gpugate webhook the compilation's narrowing matchCondition, and the
-    validating one ``claim_condition`` when there is one: only those entries (matchConditions is a map keyed by
-    name, webhooks one keyed by name), so the install's manager keeps every other field. An entry this manager
-    applied before and no longer states (the claim condition, once no DeviceClass is provably not a GPU one) is
-    removed by the apiserver's structured merge."""
+    """Apply configurations that give each gpugate pod-create webhook the compilation's narrowing matchCondition and
+    objectSelector (a pod the native tier formed is not sent), and the validating one ``claim_condition`` when there
+    is one: only those fields (matchConditions is a map keyed by name, webhooks one keyed by name; the base sets no
+    objectSelector), so the install's manager keeps every other field. An entry or field this manager applied before
+    and no longer states (the claim condition, once no DeviceClass is provably not a GPU one; the objectSelector,
+    while a gpugate-always that does not judge what it skips is kept) is removed by the apiserver's structured
+    merge."""
     always = next(
         o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
     )
     condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
+    found = webhook_object_selector(compiled) if object_selector else None
+    selector = {"objectSelector": found} if found else {}
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -94,6 +110,7 @@ def webhook_narrowing(
             "webhooks": [
                 {
                     "name": hook,
+                    **selector,
                     "matchConditions": [condition]
                     + ([claim_condition] if claim_condition is not None and kind.startswith("Validating") else []),
                 }
@@ -193,7 +210,7 @@ class NativeSync:
             if claim != self.claim_condition:
                 compiled = compile_policies(current)
                 self.claim_condition = claim
-                self._narrow(compiled)
+                self._narrow(compiled, object_selector=self._always_judges_skipped())
                 log.info(
                     "native sync: the claim route of %s %s",
                     self.webhook_configuration,
@@ -274,7 +291,9 @@ class NativeSync:
             for k in (f"{kind}Binding", kind):
                 if kube.get(self.api_client, k, name) is not None:
                     kube.delete(self.api_client, k, name)
-        self._narrow(compiled)
+        # A gpugate-always kept from an earlier gpugate that does not judge the pods the objectSelector skips: the
+        # webhooks keep seeing them until it is rewritten.
+        self._narrow(compiled, object_selector=not keep_always or self._always_judges_skipped())
         log.info(
             "native sync: applied %d objects of policies %s and narrowed the webhooks of %s",
             len(objects),
@@ -282,6 +301,12 @@ class NativeSync:
             self.webhook_configuration,
         )
 
-    def _narrow(self, compiled: Compiled) -> None:
-        for narrowing in webhook_narrowing(compiled, self.webhook_configuration, self.claim_condition):
+    def _narrow(self, compiled: Compiled, *, object_selector: bool = True) -> None:
+        for narrowing in webhook_narrowing(
+            compiled, self.webhook_configuration, self.claim_condition, object_selector=object_selector
+        ):
             kube.apply(self.api_client, narrowing)
+
+    def _always_judges_skipped(self) -> bool:
+        always = kube.get(self.api_client, "ValidatingAdmissionPolicy", ALWAYS)
+        return OBJECT_SELECTOR_ANNOTATION in (((always or {}).get("metadata") or {}).get("annotations") or {})
