@@ -209,7 +209,8 @@ def compiled_objects(pools: bool, webhooks: bool = False) -> list[dict[str, Any]
         objects = list(with_pools(compiled, policies, digest_of(load_snapshot(FLEET), policies)).objects)
     if webhooks:
         narrowing = webhook_patch(compiled)
-        configurations = [d for d in yaml.safe_load_all(WEBHOOKS.read_text()) if d]
+        # As kustomize renders them (the two webhooks of a configuration share their conditions as one YAML alias).
+        configurations = [json.loads(json.dumps(d)) for d in yaml.safe_load_all(WEBHOOKS.read_text()) if d]
         objects += [
             jsonpatch.apply_patch(c, narrowing) for c in configurations if c["kind"].endswith("WebhookConfiguration")
         ]
@@ -393,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             diff = json.loads(line)
             mine, theirs = diff["measured"], diff["other"]
             print(f"- {diff['case']}" + (": the formed pod differs" if mine["formed"] != theirs["formed"] else ""))
+            if mine["formed"] != theirs["formed"]:
+                change = jsonpatch.make_patch(json.loads(theirs["formed"] or "{}"), json.loads(mine["formed"] or "{}")).patch
+                print(f"    before -> this tree: {json.dumps(change)[:400]}")
             for decision in sorted(set(theirs["decisions"] or []) - set(mine["decisions"] or [])):
                 print(f"    before:    {decision}")
             for decision in sorted(set(mine["decisions"] or []) - set(theirs["decisions"] or [])):

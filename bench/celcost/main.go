@@ -31,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/admission"
@@ -65,6 +66,10 @@ type hook struct {
 	name     string
 	matcher  matchconditions.Matcher
 	mutating bool
+	// Whether its rules route a pod's creation (the other webhooks of a configuration never see this pod), and its
+	// objectSelector: a pod it does not select is skipped before any match condition (ShouldCallHook).
+	routesPodCreate bool
+	selector        labels.Selector
 }
 
 type objects struct {
@@ -109,13 +114,13 @@ func load(path string) objects {
 			var c admissionregistrationv1.MutatingWebhookConfiguration
 			must(json.Unmarshal(b, &c))
 			for _, w := range c.Webhooks {
-				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "mutating"))
+				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "mutating", w.Rules, w.ObjectSelector))
 			}
 		case "ValidatingWebhookConfiguration":
 			var c admissionregistrationv1.ValidatingWebhookConfiguration
 			must(json.Unmarshal(b, &c))
 			for _, w := range c.Webhooks {
-				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "validating"))
+				out.hooks = append(out.hooks, compileHook(w.Name, w.MatchConditions, w.FailurePolicy, "validating", w.Rules, w.ObjectSelector))
 			}
 		}
 	}
@@ -189,10 +194,26 @@ func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutatin
 // generated OpenAPI models as the apiserver's (client-go's applyconfigurations).
 var typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme)
 
-func compileHook(name string, in []admissionregistrationv1.MatchCondition, f *admissionregistrationv1.FailurePolicyType, kind string) hook {
+func compileHook(name string, in []admissionregistrationv1.MatchCondition, f *admissionregistrationv1.FailurePolicyType, kind string, rules []admissionregistrationv1.RuleWithOperations, objectSelector *metav1.LabelSelector) hook {
 	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
 	compiler := newCompiler(name, nil, opts)
-	return hook{name, matchconditions.NewMatcher(compiler.CompileCondition(conditions(in), opts, environment.StoredExpressions), f, "webhook", kind, name), kind == "mutating"}
+	routes := false
+	for _, r := range rules {
+		creates := false
+		for _, op := range r.Operations {
+			creates = creates || op == admissionregistrationv1.Create || op == admissionregistrationv1.OperationAll
+		}
+		for _, res := range r.Resources {
+			routes = routes || (creates && (res == "pods" || res == "*"))
+		}
+	}
+	selector := labels.Everything()
+	if objectSelector != nil {
+		var err error
+		selector, err = metav1.LabelSelectorAsSelector(objectSelector)
+		must(err)
+	}
+	return hook{name, matchconditions.NewMatcher(compiler.CompileCondition(conditions(in), opts, environment.StoredExpressions), f, "webhook", kind, name), kind == "mutating", routes, selector}
 }
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Validator {
@@ -482,10 +503,25 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		out = append(out, oc)
 	}
 	for _, h := range o.hooks {
+		if !h.routesPodCreate {
+			continue
+		}
 		f := func() {
 			if r := h.matcher.Match(context.Background(), attrs(formed.DeepCopy()), nil, nil); r.Error != nil {
 				must(fmt.Errorf("%s: %v", h.name, r.Error))
 			}
+		}
+		if !h.selector.Matches(labels.Set(formed.Labels)) {
+			// Skipped by its objectSelector (webhook/predicates/object/matcher.go: the labels of the object, no
+			// conversion, no CEL); measured as that test.
+			f = func() {
+				pod := formed.DeepCopy()
+				attrs(pod)
+				if h.selector.Matches(labels.Set(pod.Labels)) {
+					must(fmt.Errorf("%s: the objectSelector changed its mind", h.name))
+				}
+			}
+			h.name += " (objectSelector: not sent)"
 		}
 		// A mutating webhook's conditions are evaluated again on the reinvocation pass, before the apiserver asks
 		// whether to reinvoke it (webhook/mutating/dispatcher.go: ShouldCallHook, then ShouldReinvokeWebhook).

@@ -198,9 +198,20 @@ def test_the_native_tier_narrows_both_pod_webhooks_with_the_condition_of_its_own
         for h in o["webhooks"]
         if h.get("matchConditions") and h["matchConditions"][-1]["name"] == "not-decided-natively"
     }
-    # The pod webhooks, not the workload CRDs' (they see no pods).
+    # The pod-create webhooks, not those of every other request, nor the workload CRDs' (they see no pods).
     assert narrowed == {"mutate.gpugate.io": expression, "validate.gpugate.io": expression}
     assert expression.startswith("!(request.operation == 'CREATE'")
+    # And only they skip what the native tier formed, by the objectSelector the same objects carry.
+    selectors = {
+        h["name"]: h["objectSelector"]
+        for o in objects
+        if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in o["webhooks"]
+        if "objectSelector" in h
+    }
+    selector = json.loads(always["metadata"]["annotations"]["gpugate.io/webhook-object-selector"])
+    assert selectors == {"mutate.gpugate.io": selector, "validate.gpugate.io": selector}
+    assert selector == {"matchExpressions": [{"key": "gpugate.io/formed-by", "operator": "DoesNotExist"}]}
 
 
 def test_the_native_sync_renders_the_flag_and_a_role_limited_to_gpugate_s_own_objects(helm: Path) -> None:
@@ -297,7 +308,12 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(
     default: list[dict[str, Any]], base: list[dict[str, Any]]
 ) -> None:
     ours, theirs = webhooks(default), webhooks(base)
-    assert [h["name"] for h in ours] == [h["name"] for h in theirs] == ["mutate.gpugate.io", "validate.gpugate.io"]
+    assert [h["name"] for h in ours] == [h["name"] for h in theirs] == [
+        "mutate.gpugate.io",
+        "mutate-objects.gpugate.io",
+        "validate.gpugate.io",
+        "validate-objects.gpugate.io",
+    ]
     secret = find(default, "Secret", "gpugate-tls")
     for mine, reference in zip(ours, theirs, strict=True):
         bundle = mine["clientConfig"].pop("caBundle")
@@ -431,8 +447,8 @@ def test_network_policy_narrowed_to_the_control_plane(helm: Path, tmp_path: Path
 def test_failure_policies_and_exclusions(helm: Path) -> None:
     objects = template(helm, *VARIANTS["tuned"])
     hooks = {h["name"]: h for h in webhooks(objects)}
-    assert hooks["mutate.gpugate.io"]["failurePolicy"] == "Ignore"
-    assert hooks["validate.gpugate.io"]["failurePolicy"] == "Ignore"
+    assert len(hooks) == 4
+    assert all(hook["failurePolicy"] == "Ignore" for hook in hooks.values())
     for hook in hooks.values():
         assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-operator", "gpugate"]
     for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
@@ -475,7 +491,9 @@ def test_own_secret_mode(helm: Path) -> None:
 def test_url_client_config(helm: Path) -> None:
     objects = template(helm, *VARIANTS["url"])
     hooks = {h["name"]: h["clientConfig"] for h in webhooks(objects)}
+    assert hooks["mutate.gpugate.io"]["url"] == hooks["mutate-objects.gpugate.io"]["url"]
     assert hooks["mutate.gpugate.io"]["url"] == "https://127.0.0.1:8443/mutate"
+    assert hooks["validate.gpugate.io"]["url"] == hooks["validate-objects.gpugate.io"]["url"]
     assert hooks["validate.gpugate.io"]["url"] == "https://127.0.0.1:8443/validate"
     assert all("service" not in c for c in hooks.values())
     leaf = x509.load_pem_x509_certificate(base64.b64decode(find(objects, "Secret")["data"]["tls.crt"]))
@@ -486,9 +504,12 @@ def test_url_client_config(helm: Path) -> None:
 def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> None:
     objects = template(helm, *VARIANTS["workload CRDs"])
     hooks = {h["name"]: h for h in webhooks(objects)}
+    # One CRD webhook per configuration, beside the base's two.
     assert sorted(hooks) == [
+        "mutate-objects.gpugate.io",
         "mutate-workloads.gpugate.io",
         "mutate.gpugate.io",
+        "validate-objects.gpugate.io",
         "validate-workloads.gpugate.io",
         "validate.gpugate.io",
     ]

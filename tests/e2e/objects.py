@@ -164,10 +164,13 @@ def model_selection(p: dict[str, Any]) -> list[str] | None:
 
 
 def gpugate_denial(stderr: str) -> str | None:
-    """The message after `admission webhook "<mutate|validate>.gpugate.io" denied the request: `."""
+    """The message after `admission webhook "<one of gpugate's>" denied the request: `: a pod's creation, every other
+    request, the workload CRDs."""
     for hook in (
         "mutate.gpugate.io",
         "validate.gpugate.io",
+        "mutate-objects.gpugate.io",
+        "validate-objects.gpugate.io",
         "mutate-workloads.gpugate.io",
         "validate-workloads.gpugate.io",
     ):
