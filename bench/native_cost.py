@@ -395,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             mine, theirs = diff["measured"], diff["other"]
             print(f"- {diff['case']}" + (": the formed pod differs" if mine["formed"] != theirs["formed"] else ""))
             if mine["formed"] != theirs["formed"]:
-                change = jsonpatch.make_patch(json.loads(theirs["formed"] or "{}"), json.loads(mine["formed"] or "{}")).patch
+                was, now = (json.loads(d["formed"] or "{}") for d in (theirs, mine))
+                change = jsonpatch.make_patch(was, now).patch
                 print(f"    before -> this tree: {json.dumps(change)[:400]}")
             for decision in sorted(set(theirs["decisions"] or []) - set(mine["decisions"] or [])):
                 print(f"    before:    {decision}")
