@@ -308,12 +308,16 @@ def test_webhooks_equal_the_base_but_for_the_ca_bundle(
     default: list[dict[str, Any]], base: list[dict[str, Any]]
 ) -> None:
     ours, theirs = webhooks(default), webhooks(base)
-    assert [h["name"] for h in ours] == [h["name"] for h in theirs] == [
-        "mutate.gpugate.io",
-        "mutate-objects.gpugate.io",
-        "validate.gpugate.io",
-        "validate-objects.gpugate.io",
-    ]
+    assert (
+        [h["name"] for h in ours]
+        == [h["name"] for h in theirs]
+        == [
+            "mutate.gpugate.io",
+            "mutate-objects.gpugate.io",
+            "validate.gpugate.io",
+            "validate-objects.gpugate.io",
+        ]
+    )
     secret = find(default, "Secret", "gpugate-tls")
     for mine, reference in zip(ours, theirs, strict=True):
         bundle = mine["clientConfig"].pop("caBundle")
