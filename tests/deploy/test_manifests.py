@@ -9,6 +9,7 @@ overrides. CEL: Google's cel-cpp runtime (cel-expr-python), type-checked with `o
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -813,8 +814,57 @@ def test_match_condition_sends_status_updates_only_when_they_change_metadata(
     match_condition: Any, case: str, new: dict[str, Any], old: dict[str, Any], sent: bool
 ) -> None:
     assert evaluate(match_condition, object=new, oldObject=old, request=STATUS) is sent
-    ordinary = {"operation": "UPDATE", "resource": POD_RESOURCE}  # the pod itself: as before
-    assert evaluate(match_condition, object=old, oldObject=old, request=ordinary) is ("nvidia.com/gpu" in str(old))
+    # The pod itself: sent when the update changes labels or annotations, as before.
+    ordinary = {"operation": "UPDATE", "resource": POD_RESOURCE}
+    assert evaluate(match_condition, object=new, oldObject=old, request=ordinary) is (
+        new != old and "nvidia.com/gpu" in str(new) + str(old)
+    )
+
+
+def _finalized(obj: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(obj))
+    out["metadata"].update(meta)
+    return out
+
+
+OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}]
+# (case, new, old, sent): an update of a GPU pod itself is sent only when it changes what gpugate reads of it.
+UPDATE_CASES = [
+    (
+        "the Job controller removes its finalizer",
+        _finalized(labelled(GPU, TEAM), finalizers=[]),
+        _finalized(labelled(GPU, TEAM), finalizers=["batch.kubernetes.io/job-tracking"]),
+        False,
+    ),
+    (
+        "nothing but the resourceVersion",
+        _finalized(labelled(GPU, TEAM), resourceVersion="2"),
+        labelled(GPU, TEAM),
+        False,
+    ),
+    ("a label changed", labelled(GPU, {**TEAM, "app": "y"}), labelled(GPU, TEAM), True),
+    ("an annotation added", labelled(GPU, TEAM, {"a": "b"}), labelled(GPU, TEAM), True),
+    (
+        "the image changed",
+        labelled({**GPU, "containers": [{**GPU["containers"][0], "image": "cuda:13"}]}, TEAM),
+        labelled(GPU, TEAM),
+        True,
+    ),
+    ("a toleration added", labelled({**GPU, "tolerations": [GPU_TOLERATION]}, TEAM), labelled(GPU, TEAM), True),
+    ("orphaned", labelled(GPU, TEAM), _finalized(labelled(GPU, TEAM), ownerReferences=OWNER), True),
+    ("a CPU pod's finalizer", _finalized(pod(CPU), finalizers=[]), _finalized(pod(CPU), finalizers=["f"]), False),
+]
+
+
+@pytest.mark.parametrize(("case", "new", "old", "sent"), UPDATE_CASES, ids=[c[0] for c in UPDATE_CASES])
+def test_match_condition_sends_a_pod_update_only_when_it_changes_what_gpugate_reads(
+    match_condition: Any, case: str, new: dict[str, Any], old: dict[str, Any], sent: bool
+) -> None:
+    request = {"operation": "UPDATE", "resource": POD_RESOURCE}
+    assert evaluate(match_condition, object=new, oldObject=old, request=request) is sent
+    # A subresource or a workload is not such an update: the ephemeral containers' and the status' own rules.
+    ephemeral = {**request, "subResource": "ephemeralcontainers"}
+    assert evaluate(match_condition, object=new, oldObject=old, request=ephemeral) is ("nvidia.com/gpu" in str(new))
 
 
 CLAIMS = {"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"}

@@ -77,6 +77,28 @@ def test_status_updates_reach_gpugate_only_when_they_change_metadata(stack: Stac
     assert _labels(stack, ns)["app"] == "renamed"
 
 
+def test_a_pod_update_reaches_gpugate_only_when_it_changes_what_gpugate_reads(stack: Stack) -> None:
+    """A finalizer added and removed (what the Job controller does to each of its pods) changes nothing gpugate reads
+    of a pod: not sent. A label edit is, and an attribution label's is refused."""
+    ns, _ = _created(stack, "e2e-update")
+
+    def patch(body: dict) -> KubectlResult:
+        return stack.cluster.kubectl(
+            "patch", "pod", "trainer", "-n", ns, "--type=merge", "-p", json.dumps(body), check=False
+        )
+
+    sent = stack.gpugate.admission_requests()
+    assert patch({"metadata": {"finalizers": ["example.com/tracking"]}}).ok
+    assert patch({"metadata": {"finalizers": None}}).ok
+    assert stack.gpugate.admission_requests() == sent
+    assert patch({"metadata": {"labels": {"app": "renamed"}}}).ok
+    assert stack.gpugate.admission_requests() == sent + 1  # sent, judged and allowed
+    refused = patch({"metadata": {"labels": {TEAM: "someone-else"}}})
+    message = gpugate_denial(refused.stderr)
+    assert message is not None and "is set by gpugate and cannot be edited" in message, refused
+    assert _labels(stack, ns)[TEAM] == "unassigned"
+
+
 OWN_KEY = "billing.example.com/team"
 
 
