@@ -12,11 +12,12 @@ The pod is bench/apiserver.py's GPU pod as kube-apiserver v1.36.3 holds it when 
 service account's projected volume, the not-ready/unreachable tolerations and the managed fields), in a namespace
 labelled team=ml that the shipped policies give to "default".
 
-With --webhooks it also runs the match conditions of deploy/base/webhooks.yaml's two pod webhooks narrowed by the
-same compilation (`gpugate policy compile --webhook-patch`, as deploy/components/native-tier installs them) on the
-formed pod: what "native + webhook" costs beside the policies for a pod the webhooks skip (each webhook converts the
-pod and evaluates its conditions, the mutating one again on the reinvocation pass; the narrowing is the longest).
-A --before file may hold webhook configurations too.
+With --webhooks it also runs deploy/base/webhooks.yaml's two pod-create webhooks narrowed by the same compilation
+(`gpugate policy compile --webhook-patch`, as deploy/components/native-tier installs them) on the formed pod: what
+"native + webhook" costs beside the policies for a pod the webhooks skip. A webhook whose objectSelector does not
+select the pod costs that test alone (a row "objectSelector: not sent"); one that does converts the pod and evaluates
+its match conditions (the mutating one again on the reinvocation pass). A --before file may hold webhook
+configurations too; with it, each pod formed otherwise is printed with the JSON patch from the one to the other.
 
 With --pools the compilation carries the reference fleet's pool digest, as `gpugate serve --native-sync` writes it
 (webhook/native/pools.py). With --before FILE (another compilation: `git show main:deploy/components/native-tier/

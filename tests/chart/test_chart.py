@@ -508,6 +508,7 @@ def test_url_client_config(helm: Path) -> None:
 def test_workload_crd_webhooks(helm: Path, default: list[dict[str, Any]]) -> None:
     objects = template(helm, *VARIANTS["workload CRDs"])
     hooks = {h["name"]: h for h in webhooks(objects)}
+    assert len(webhooks(objects)) == len(hooks) == 6  # no name twice
     # One CRD webhook per configuration, beside the base's two.
     assert sorted(hooks) == [
         "mutate-objects.gpugate.io",
