@@ -238,9 +238,10 @@ def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(syn
         serving.write_text(original)
 
 
-def _conditions(s: Synced) -> dict[str, str]:
-    hook = _get(s, "validatingwebhookconfiguration", "gpugate")
-    return {c["name"]: c["expression"] for c in (hook or {"webhooks": [{}]})["webhooks"][0].get("matchConditions", [])}
+def _conditions(s: Synced, webhook: str = "validate.gpugate.io") -> dict[str, str]:
+    config = _get(s, "validatingwebhookconfiguration", "gpugate") or {"webhooks": []}
+    hook = next((h for h in config["webhooks"] if h["name"] == webhook), {})
+    return {c["name"]: c["expression"] for c in hook.get("matchConditions", [])}
 
 
 def _claim(namespace: str, device_class: str) -> dict[str, Any]:
@@ -264,10 +265,13 @@ def test_claims_of_a_device_class_that_serves_no_gpu_skip_the_validating_webhook
             "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
         }
         synced.cluster.kubectl("apply", "-f", "-", stdin=device_class)
-    assert eventually(lambda: '["dra.cpu"]' in _conditions(synced).get("gpu-device-classes", ""), timeout=90), (
-        _conditions(synced)
+    # On the webhook that routes the claims, not the pod-create one (which keeps its narrowing).
+    claims = "validate-objects.gpugate.io"
+    assert eventually(lambda: '["dra.cpu"]' in _conditions(synced, claims).get("gpu-device-classes", ""), timeout=90), (
+        _conditions(synced, claims)
     )
-    assert "not-decided-natively" in _conditions(synced)  # the narrowing entry stays beside it
+    assert "not-decided-natively" in _conditions(synced)
+    assert "gpu-device-classes" not in _conditions(synced)
     ns = synced.cluster.create_namespace("sync-claims", {"team": "probe"})
 
     def skipped() -> bool:

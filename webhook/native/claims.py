@@ -6,7 +6,8 @@ The static deploy sends the validating webhook every ResourceClaim and ResourceC
 A claim is judged for its GPU requests alone (``webhook.admission.claims``: only GPU DeviceClasses count, against
 the limits), so one whose every request names a DeviceClass that is provably not a GPU class, a CPU claim of
 ``dra.cpu`` (kubernetes-sigs/dra-driver-cpu) or a NIC's, is always admitted: the webhook call is only latency and
-a dependency (``failurePolicy: Fail``). With the inventory synced, the sync adds to the validating webhook the
+a dependency (``failurePolicy: Fail``). With the inventory synced, the sync adds to the validating webhook that routes
+them (``validate-objects.gpugate.io``, not the pod-create one) the
 matchCondition ``gpu-device-classes`` (:data:`NAME`), false for exactly those claims, so they skip the webhook.
 
 Provably not a GPU class: the live DeviceClass exists and names drivers (its CEL selectors'

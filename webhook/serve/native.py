@@ -56,10 +56,13 @@ RESYNC_SECONDS = 60.0
 #: a compilation no longer has it (no policy left in that mode).
 NAMES = tuple(f"{PREFIX}-{n}" for n in ("mutate", "enforce", "warn", "audit", "always"))
 ALWAYS = f"{PREFIX}-always"
+#: The pod-create webhook of each configuration (deploy/base/webhooks.yaml), which the narrowing is for.
 WEBHOOKS = {
     "MutatingWebhookConfiguration": "mutate.gpugate.io",
     "ValidatingWebhookConfiguration": "validate.gpugate.io",
 }
+#: The validating webhook of every other request, which routes the ResourceClaims: the claim condition's.
+CLAIM_WEBHOOK = "validate-objects.gpugate.io"
 _ORDER = {
     # The checks first (gpugate-always judges what the narrowed webhooks skip), the webhooks' narrowing last.
     "ValidatingAdmissionPolicy": 0,
@@ -90,8 +93,8 @@ def webhook_narrowing(
     object_selector: bool = True,
 ) -> list[dict[str, Any]]:
     """Apply configurations that give each gpugate pod-create webhook the compilation's narrowing matchCondition and
-    objectSelector (a pod the native tier formed is not sent), and the validating one ``claim_condition`` when there
-    is one: only those fields (matchConditions is a map keyed by name, webhooks one keyed by name; the base sets no
+    objectSelector (a pod the native tier formed is not sent), and the validating webhook that routes the claims
+    (:data:`CLAIM_WEBHOOK`) ``claim_condition`` when there is one: only those fields (matchConditions is a map keyed by name, webhooks one keyed by name; the base sets no
     objectSelector), so the install's manager keeps every other field. An entry or field this manager applied before
     and no longer states (the claim condition, once no DeviceClass is provably not a GPU one; the objectSelector,
     while a gpugate-always that does not judge what it skips is kept) is removed by the apiserver's structured
@@ -102,22 +105,22 @@ def webhook_narrowing(
     condition = {"name": NARROWING, "expression": always["metadata"]["annotations"][NARROWING_ANNOTATION]}
     found = webhook_object_selector(compiled) if object_selector else None
     selector = {"objectSelector": found} if found else {}
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": kind,
-            "metadata": {"name": configuration},
-            "webhooks": [
-                {
-                    "name": hook,
-                    **selector,
-                    "matchConditions": [condition]
-                    + ([claim_condition] if claim_condition is not None and kind.startswith("Validating") else []),
-                }
-            ],
-        }
-        for kind, hook in WEBHOOKS.items()
-    ]
+    out = []
+    for kind, hook in WEBHOOKS.items():
+        hooks: list[dict[str, Any]] = [{"name": hook, **selector, "matchConditions": [condition]}]
+        if kind.startswith("Validating"):
+            # Stated with no condition when there is none, so that one this manager applied before is removed
+            # (and one an earlier gpugate applied to the pod-create webhook, which routes no claims, goes too).
+            hooks.append({"name": CLAIM_WEBHOOK, "matchConditions": [claim_condition] if claim_condition else []})
+        out.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": configuration},
+                "webhooks": hooks,
+            }
+        )
+    return out
 
 
 class NativeSync:
