@@ -94,11 +94,11 @@ def webhook_narrowing(
 ) -> list[dict[str, Any]]:
     """Apply configurations that give each gpugate pod-create webhook the compilation's narrowing matchCondition and
     objectSelector (a pod the native tier formed is not sent), and the validating webhook that routes the claims
-    (:data:`CLAIM_WEBHOOK`) ``claim_condition`` when there is one: only those fields (matchConditions is a map keyed by name, webhooks one keyed by name; the base sets no
-    objectSelector), so the install's manager keeps every other field. An entry or field this manager applied before
-    and no longer states (the claim condition, once no DeviceClass is provably not a GPU one; the objectSelector,
-    while a gpugate-always that does not judge what it skips is kept) is removed by the apiserver's structured
-    merge."""
+    (:data:`CLAIM_WEBHOOK`) ``claim_condition`` when there is one: only those fields (matchConditions is a map keyed
+    by name, webhooks one keyed by name; the base sets no objectSelector), so the install's manager keeps every
+    other field. An entry or field this manager applied before and no longer states (the claim condition, once no
+    DeviceClass is provably not a GPU one; the objectSelector, while a gpugate-always that does not judge what it
+    skips is kept) is removed by the apiserver's structured merge."""
     always = next(
         o for o in compiled.objects if o["metadata"]["name"] == f"{PREFIX}-always" and "validations" in o["spec"]
     )
