@@ -240,7 +240,7 @@ def test_a_policy_edit_is_applied_and_one_that_does_not_load_changes_nothing(syn
 
 def _conditions(s: Synced, webhook: str = "validate.gpugate.io") -> dict[str, str]:
     config = _get(s, "validatingwebhookconfiguration", "gpugate") or {"webhooks": []}
-    hook = next((h for h in config["webhooks"] if h["name"] == webhook), {})
+    hook: dict[str, Any] = next((h for h in config["webhooks"] if h["name"] == webhook), {})
     return {c["name"]: c["expression"] for c in hook.get("matchConditions", [])}
 
 
