@@ -89,7 +89,8 @@ class Timeline:
 
     unhealthy: list[tuple[float, float]] = field(default_factory=list)
     apiserver_down: list[tuple[float, float]] = field(default_factory=list)
-    relabels: list[tuple[float, str, str, str]] = field(default_factory=list)  # (time, namespace, old, new)
+    #: (the label call made, returned, namespace, old, new): the relabel takes effect somewhere between the two.
+    relabels: list[tuple[float, float, str, str, str]] = field(default_factory=list)
 
     def healthy(self, start: float, end: float) -> bool:
         return not any(s < end and start < e for s, e in self.unhealthy)
@@ -390,12 +391,15 @@ def inject(fault: str, cluster: Cluster, api: API, timeline: Timeline, *, hold: 
         namespace = sorted(cluster.namespaces)[1]
         team = cluster.namespaces[namespace]
         new = {"beta": "gamma"}.get(team, "beta")
+        # The relabel is stored, and reaches gpugate's watches, before kubectl returns: from the call on, a pod may
+        # meet the old value in /mutate and the new one in /validate.
+        started = time.monotonic()
         cluster.cp.kubectl("label", "namespace", namespace, f"team={new}", "--overwrite")
         changed = time.monotonic()
-        timeline.relabels.append((changed, namespace, team, new))
+        timeline.relabels.append((started, changed, namespace, team, new))
         cluster.namespaces[namespace] = new
         # Mutate and validate may run in workers whose watches see the relabel a moment apart.
-        timeline.unhealthy.append((changed, changed + LABEL_SETTLE))
+        timeline.unhealthy.append((started, changed + LABEL_SETTLE))
         time.sleep(LABEL_SETTLE)
     elif fault == "apiserver-restart":
         apiserver = cluster.cp.apiserver
@@ -439,12 +443,12 @@ def expected_teams(record: Sent, timeline: Timeline, initial: dict[str, str]) ->
     """Team labels acceptable for a pod: the namespace's team when sent; both around a relabel."""
     team = initial[record.namespace]
     allowed = {team}
-    for at, namespace, old, new in timeline.relabels:
+    for started, changed, namespace, old, new in timeline.relabels:
         if namespace != record.namespace:
             continue
-        if record.sent >= at + LABEL_SETTLE:
+        if record.sent >= changed + LABEL_SETTLE:
             allowed = {new}
-        elif record.done >= at:
+        elif record.done >= started:
             allowed = {old, new}
     return allowed
 

@@ -105,7 +105,11 @@ def test_refusals_are_wrong_only_while_gpugate_was_healthy_or_for_pods_without_g
 def test_a_stale_team_label_is_wrong_once_the_relabel_has_settled() -> None:
     beta = json.loads(json.dumps(GOOD_GPU_POD))
     beta["metadata"]["labels"]["gpugate.io/team"] = "beta"
-    relabel = faults.Timeline(relabels=[(10.0, "b", "beta", "gamma")])
+    relabel = faults.Timeline(relabels=[(9.8, 10.0, "b", "beta", "gamma")])
+    # Answered after the label call was made and before it returned: the relabel may have reached gpugate, either team.
+    gamma = json.loads(json.dumps(GOOD_GPU_POD))
+    gamma["metadata"]["labels"]["gpugate.io/team"] = "gamma"
+    assert wrong([sent("admitted", namespace="b", at=9.75, dry_run=True, returned=gamma)], timeline=relabel) == []
     assert (
         wrong(
             [sent("admitted", namespace="b", at=10.0 + faults.LABEL_SETTLE / 2, dry_run=True, returned=beta)],
