@@ -22,12 +22,20 @@ Figures per run: pods placed per second (from the first workload created to the 
 for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
 POST pods, i.e. what the controllers wait for) and, with gpugate, the webhooks' share
 (apiserver_admission_webhook_admission_duration_seconds) and gpugate's own handling time
-(gpugate_admission_duration_seconds); CPU seconds per pod of kube-apiserver and of gpugate (gunicorn's master
-and workers, /proc/<pid>/stat); gpugate's peak RSS; wrong placements (a pod on a pool its class does not name:
-must be 0); and `gpugate audit` over the result (its wall time and what it found).
+(gpugate_admission_duration_seconds); CPU seconds per pod of kube-apiserver, of etcd and of gpugate (gunicorn's
+master and workers, /proc/<pid>/stat); how busy the machine's cores were while the pods were placed (/proc/stat: every
+process of the run shares them) and the apiserver's wait for etcd to store a pod (etcd_request_duration_seconds for
+create pods), which is what a create waits for once they are saturated; kube-apiserver's CPU before the first create
+(--idle-seconds: the kwok nodes' heartbeats, and gpugate's watches in its modes); gpugate's peak RSS; wrong
+placements (a pod on a pool its class does not name: must be 0); and `gpugate audit` over the result (its wall time
+and what it found).
 
     .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000 --write  # the full run, into the docs
     .venv/bin/python bench/fleet_scale.py --nodes 20 --pods 200 --json       # what the make-check test runs
+
+--client-qps sets kube-controller-manager's and kube-scheduler's client rate limit (500 by default, so that the
+controllers create pods as fast as the apiserver takes them; 50 makes the controllers set the pace, and every mode
+places the pods at the same rate).
 
 Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make check` (a small run is).
 """
@@ -53,7 +61,7 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from bench.apiserver import _children, _proc_cpu
+from bench.apiserver import _children, _proc_cpu, machine_busy
 from tests.harness import fleet
 from tests.harness.gpugate import WEBHOOK_KINDS, GPUGate, point_at, register, render_deploy
 from tests.harness.kubeapi import ApiError
@@ -257,6 +265,12 @@ class RunResult:
     gpugate_p50_ms: float | None = None
     gpugate_p99_ms: float | None = None
     apiserver_cpu_ms_per_pod: float = 0.0
+    etcd_cpu_ms_per_pod: float = 0.0
+    machine_busy_percent: float = 0.0
+    etcd_pod_write_p50_ms: float | None = None
+    etcd_pod_write_p99_ms: float | None = None
+    client_qps: int = 0
+    apiserver_idle_cores: float | None = None
     gpugate_cpu_ms_per_pod: float | None = None
     gpugate_peak_rss_mib: float | None = None
     workload_create_retries: int = (
@@ -273,13 +287,20 @@ class RunResult:
 
 
 def run(
-    mode: str, nodes: int, pods: int, workdir: Path, timeout: float, profile: tuple[Path, int] | None = None
+    mode: str,
+    nodes: int,
+    pods: int,
+    workdir: Path,
+    timeout: float,
+    profile: tuple[Path, int] | None = None,
+    client_qps: int = 500,
+    idle_seconds: float = 0.0,
 ) -> RunResult:
-    result = RunResult(mode, nodes, pods)
+    result = RunResult(mode, nodes, pods, client_qps=client_qps)
     bins, kwok = find_scheduling_binaries()
     began = time.monotonic()
     cluster = FleetCluster(
-        bins, kwok, workdir / "cluster", pool_counts(nodes), client_qps=500, profiling=profile is not None
+        bins, kwok, workdir / "cluster", pool_counts(nodes), client_qps=client_qps, profiling=profile is not None
     )
     gate: GPUGate | None = None
     sampler_stop = threading.Event()
@@ -314,9 +335,18 @@ def run(
         ns = cluster.create_namespace("bench", {"team": "bench", "cost-center": "cc-1"})
         result.start_seconds = time.monotonic() - began
         apiserver_pid = cluster.cp.apiserver.proc.pid if cluster.cp.apiserver.proc else 0
+        # What the apiserver spends with nothing created (the kwok nodes' heartbeats and leases; gpugate's watches in
+        # its modes): a rate per second that the run's CPU per pod carries too, more of it the longer the run.
+        if idle_seconds > 0:
+            idle_from = (_proc_cpu(apiserver_pid), time.monotonic())
+            time.sleep(idle_seconds)
+            idle = (_proc_cpu(apiserver_pid) - idle_from[0]) / (time.monotonic() - idle_from[1])
+            result.apiserver_idle_cores = idle
         metrics_before = api.raw("/metrics")
         gate_metrics_before = gate.metrics() if gate else ""
+        etcd_pid = next((p.proc.pid for p in cluster.processes if p.name == "etcd" and p.proc), 0)
         cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+        etcd_before, machine_before = _proc_cpu(etcd_pid), (machine_busy(), time.monotonic())
 
         t0 = time.monotonic()
         profiler = None
@@ -379,6 +409,7 @@ def run(
                 (p["metadata"].get("labels") or {}).get("gpugate.io/team") == "bench" for p in placed
             )
         cpu_after = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+        etcd_after, machine_after = _proc_cpu(etcd_pid), (machine_busy(), time.monotonic())
         metrics_after = api.raw("/metrics")
         if profiler is not None:
             profiler.join()
@@ -388,6 +419,15 @@ def run(
         result.pod_create_p50_ms = _ms(quantile(b, a, 0.5))
         result.pod_create_p99_ms = _ms(quantile(b, a, 0.99))
         result.apiserver_cpu_ms_per_pod = (cpu_after[0] - cpu_before[0]) * ms / max(len(placed), 1)
+        result.etcd_cpu_ms_per_pod = (etcd_after - etcd_before) * ms / max(len(placed), 1)
+        # Every process of the run (and the bench itself) shares the machine's cores: how close to saturation it ran.
+        busy, wall = (after - before for after, before in zip(machine_after, machine_before, strict=True))
+        result.machine_busy_percent = 100.0 * busy / max(wall * (os.cpu_count() or 1), 1e-9)
+        # The apiserver's wait for etcd to store a pod (the create's largest part once the machine is saturated).
+        write = {"operation": "create", "resource": "pods"}
+        b, a = (histogram(m, "etcd_request_duration_seconds", write) for m in (metrics_before, metrics_after))
+        result.etcd_pod_write_p50_ms = _ms(quantile(b, a, 0.5))
+        result.etcd_pod_write_p99_ms = _ms(quantile(b, a, 0.99))
         if gate:
             hook = {"operation": "CREATE", "type": "admit"}
             name = "apiserver_admission_webhook_admission_duration_seconds"
@@ -608,6 +648,11 @@ def render(results: list[RunResult], command: str) -> str:
         ("gpugate's own /mutate handling, p50 ms", "gpugate_p50_ms", "{:.2f}"),
         ("gpugate's own /mutate handling, p99 ms", "gpugate_p99_ms", "{:.2f}"),
         ("kube-apiserver CPU ms per pod", "apiserver_cpu_ms_per_pod", "{:.2f}"),
+        ("etcd CPU ms per pod", "etcd_cpu_ms_per_pod", "{:.2f}"),
+        ("kube-apiserver CPU before the first create, cores", "apiserver_idle_cores", "{:.2f}"),
+        ("the machine's CPU busy while the pods were placed, %", "machine_busy_percent", "{:.1f}"),
+        ("the apiserver's etcd write of a pod, p50 ms", "etcd_pod_write_p50_ms", "{:.1f}"),
+        ("the apiserver's etcd write of a pod, p99 ms", "etcd_pod_write_p99_ms", "{:.1f}"),
         ("gpugate CPU ms per pod", "gpugate_cpu_ms_per_pod", "{:.2f}"),
         ("gpugate peak RSS, MiB (master + workers)", "gpugate_peak_rss_mib", "{:.0f}"),
         ("`gpugate audit` over the result, seconds", "audit_seconds", "{:.1f}"),
@@ -653,6 +698,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="take a CPU profile of kube-apiserver while the pods are created (DIR/<mode>.pprof and its top)",
     )
+    parser.add_argument(
+        "--client-qps",
+        type=int,
+        default=500,
+        help="kube-scheduler's and kube-controller-manager's client rate limit (default 500, burst twice that: the "
+        "controllers create pods as fast as the apiserver takes them; kube-controller-manager's own default is 20)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="seconds to measure kube-apiserver's CPU before the first create (default 10; 0: not measured)",
+    )
     parser.add_argument("--profile-seconds", type=int, default=40, help="length of each profile (default 40)")
     args = parser.parse_args(argv)
     profile = (Path(args.profile), args.profile_seconds) if args.profile else None
@@ -660,7 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix=f"gpugate-fleet-{mode}-") as tmp:
             print(f"fleet_scale: {mode}: {args.nodes} nodes, {args.pods} pods ...", file=sys.stderr, flush=True)
-            results.append(run(mode, args.nodes, args.pods, Path(tmp), args.timeout, profile))
+            results.append(
+                run(mode, args.nodes, args.pods, Path(tmp), args.timeout, profile, args.client_qps, args.idle_seconds)
+            )
             print(f"fleet_scale: {mode}: {asdict(results[-1])}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))

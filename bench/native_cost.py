@@ -5,7 +5,8 @@ disappear in the machine's noise. This runs the apiserver's own admission evalua
 against k8s.io/apiserver v0.36.3, the version the end-to-end suite runs) on one pod, object by object, the way the
 apiserver calls them: the MutatingAdmissionPolicy's match conditions and JSON patch (the pod encoded, patched and
 decoded), then each ValidatingAdmissionPolicy's match conditions, validations, messageExpressions and audit
-annotations on the formed pod. Allocations are exact and repeatable; CPU is the median of rounds, GC included.
+annotations on the formed pod. Allocations (their count, and the kilobytes they take: the garbage collector's work
+grows with both) are exact and repeatable; CPU is the median of rounds, GC included.
 
 The pod is bench/apiserver.py's GPU pod as kube-apiserver v1.36.3 holds it when admission runs
 (bench/celcost/bench-pod.json: the response of a dry-run create with nothing registered, so defaulted, with the
@@ -301,11 +302,15 @@ def anatomy_runs(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def anatomy(results: dict[str, Any]) -> str:
     """The floor's rows and, per object, its variables' costs, from the costs of the runs of anatomy_runs."""
     costs = {c["object"]: c for c in results["costs"]}
-    lines = ["| before any expression: an object that does nothing | allocations | CPU µs |", "| --- | --- | --- |"]
+    lines = [
+        "| before any expression: an object that does nothing | allocations | KB | CPU µs |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, c in costs.items():
         if name.startswith(FLOOR) or name.startswith("floor.webhook"):
             label = name.removeprefix(FLOOR).replace("floor.webhook.gpugate.io", "webhook, one match condition")
-            lines.append(f"| {label} | {c['allocations']:,} | {statistics.median(c['cpu_us']):,.0f} |")
+            cells = f"{c['allocations']:,} | {c['bytes'] / 1000:,.0f} | {statistics.median(c['cpu_us']):,.0f}"
+            lines.append(f"| {label} | {cells} |")
     for obj in sorted({n.removeprefix(PROBE).split(" ")[0] for n in costs if n.startswith(PROBE)}):
         none = costs[f"{PROBE}{obj}"]["allocations"]
         lines += ["", f"| {obj}: variable | allocations, with the variables it reads |", "| --- | --- |"]
@@ -331,23 +336,26 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     objects: list[str] = []
     for r in results.values():
         objects += [c["object"] for c in r["costs"] if c["object"] not in objects and not c["object"].startswith("(")]
-    head = "| object | " + " | ".join(f"{n}: allocations | {n}: CPU µs" for n in names) + " |"
-    lines = [head, "| --- |" + " --- | --- |" * len(names)]
-    totals = {n: [0, 0.0] for n in names}
+    head = "| object | " + " | ".join(f"{n}: allocations | {n}: KB | {n}: CPU µs" for n in names) + " |"
+    lines = [head, "| --- |" + " --- | --- | --- |" * len(names)]
+    totals = {n: [0, 0, 0.0] for n in names}
     for obj in objects:
         cells = []
         for n in names:
             cost = next((c for c in results[n]["costs"] if c["object"] == obj), None)
             if cost is None:
-                cells += ["—", "—"]
+                cells += ["—", "—", "—"]
                 continue
             cpu = statistics.median(cost["cpu_us"])
             totals[n][0] += cost["allocations"]
-            totals[n][1] += cpu
-            cells += [f"{cost['allocations']:,}", f"{cpu:,.0f}"]
+            totals[n][1] += cost["bytes"]
+            totals[n][2] += cpu
+            cells += [f"{cost['allocations']:,}", f"{cost['bytes'] / 1000:,.0f}", f"{cpu:,.0f}"]
         lines.append(f"| {obj} | " + " | ".join(cells) + " |")
     lines.append(
-        "| **per GPU pod** | " + " | ".join(f"**{totals[n][0]:,}** | **{totals[n][1]:,.0f}**" for n in names) + " |"
+        "| **per GPU pod** | "
+        + " | ".join(f"**{totals[n][0]:,}** | **{totals[n][1] / 1000:,.0f}** | **{totals[n][2]:,.0f}**" for n in names)
+        + " |"
     )
     return "\n".join(lines)
 

@@ -190,12 +190,17 @@ def test_native_cost_anatomy_probes_every_variable_on_the_pod_each_object_sees_a
     )
     assert {o["metadata"]["name"].split(" ")[1] for o in validating[2:]} == {"gpugate-always", "gpugate-warn"}
     costs = [
-        {"object": "floor: validating policy, one validation", "allocations": 1000, "cpu_us": [250.0]},
-        {"object": "probe: gpugate-warn", "allocations": 1100, "cpu_us": [1.0]},
-        {"object": "probe: gpugate-warn podGPUs", "allocations": 1304, "cpu_us": [1.0]},
+        {
+            "object": "floor: validating policy, one validation",
+            "allocations": 1000,
+            "bytes": 127_400,
+            "cpu_us": [250.0],
+        },
+        {"object": "probe: gpugate-warn", "allocations": 1100, "bytes": 130_000, "cpu_us": [1.0]},
+        {"object": "probe: gpugate-warn podGPUs", "allocations": 1304, "bytes": 140_000, "cpu_us": [1.0]},
     ]
     table = native_cost.anatomy({"costs": costs})
-    assert "| validating policy, one validation | 1,000 | 250 |" in table
+    assert "| validating policy, one validation | 1,000 | 127 | 250 |" in table
     assert "| podGPUs | 204 |" in table.split("| gpugate-warn: variable")[1]
 
 
@@ -208,21 +213,27 @@ def test_native_cost_sets_the_cel_equivalent_beside_gpugate_s_objects_each_in_it
     mutating = next(o for o in equivalent if o["kind"] == "MutatingAdmissionPolicy")
     assert {m["patchType"] for m in mutating["spec"]["mutations"]} == {"ApplyConfiguration", "JSONPatch"}
     results = {
-        "this tree": {"costs": [{"object": "gpugate-mutate", "allocations": 4000, "cpu_us": [900.0, 1100.0, 1000.0]}]},
-        "CEL equivalent": {
+        "this tree": {
             "costs": [
-                {"object": "bench-gpu-defaults", "allocations": 2900, "cpu_us": [700.0]},
-                {"object": "bench-gpu-defaults (reinvocation pass)", "allocations": 2800, "cpu_us": [650.0]},
+                {"object": "gpugate-mutate", "allocations": 4000, "bytes": 257_750, "cpu_us": [900.0, 1100.0, 1000.0]}
             ]
         },
-    }
+        "CEL equivalent": {
+            "costs": [
+                {"object": "bench-gpu-defaults", "allocations": 2900, "bytes": 211_304, "cpu_us": [700.0]},
+                {"object": "bench-gpu-defaults (reinvocation pass)", "allocations": 2800, "bytes": 204_911,
+                 "cpu_us": [650.0]},
+            ]
+        },
+    }  # fmt: skip
     rows = native_cost.table(results).splitlines()
     assert rows[0] == (
-        "| object | this tree: allocations | this tree: CPU µs | CEL equivalent: allocations | CEL equivalent: CPU µs |"
+        "| object | this tree: allocations | this tree: KB | this tree: CPU µs | CEL equivalent: allocations | "
+        "CEL equivalent: KB | CEL equivalent: CPU µs |"
     )
-    assert "| gpugate-mutate | 4,000 | 1,000 | — | — |" in rows
-    assert "| bench-gpu-defaults (reinvocation pass) | — | — | 2,800 | 650 |" in rows
-    assert rows[-1] == "| **per GPU pod** | **4,000** | **1,000** | **5,700** | **1,350** |"
+    assert "| gpugate-mutate | 4,000 | 258 | 1,000 | — | — | — |" in rows
+    assert "| bench-gpu-defaults (reinvocation pass) | — | — | — | 2,800 | 205 | 650 |" in rows
+    assert rows[-1] == "| **per GPU pod** | **4,000** | **258** | **1,000** | **5,700** | **416** | **1,350** |"
 
 
 def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier_component_does() -> None:

@@ -432,8 +432,9 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cost: Go heap allocations and process CPU (GC included) per call of f, over n calls after a warm-up.
-func cost(f func(), n int) (uint64, float64) {
+// cost: Go heap allocations, the bytes they take, and process CPU (GC included) per call of f, over n calls after a
+// warm-up.
+func cost(f func(), n int) (uint64, uint64, float64) {
 	f()
 	var a, b runtime.MemStats
 	runtime.GC()
@@ -444,12 +445,13 @@ func cost(f func(), n int) (uint64, float64) {
 	}
 	us := float64(cpuNow()-t) / float64(n) / 1e3
 	runtime.ReadMemStats(&b)
-	return (b.Mallocs - a.Mallocs) / uint64(n), us
+	return (b.Mallocs - a.Mallocs) / uint64(n), (b.TotalAlloc - a.TotalAlloc) / uint64(n), us
 }
 
 type objectCost struct {
 	Object      string    `json:"object"`
 	Allocations uint64    `json:"allocations"`
+	Bytes       uint64    `json:"bytes"`  // what the allocations take: the garbage collector's work grows with it
 	CPU         []float64 `json:"cpu_us"` // one figure per round
 }
 
@@ -470,8 +472,8 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		}
 		oc := objectCost{Object: m.name}
 		for r := 0; r < rounds; r++ {
-			a, us := cost(f, n)
-			oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+			a, b, us := cost(f, n)
+			oc.Allocations, oc.Bytes, oc.CPU = a, b, append(oc.CPU, us)
 		}
 		out = append(out, oc)
 		next, err := m.mutate(from.DeepCopy(), ns)
@@ -488,8 +490,8 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		}
 		oc := objectCost{Object: m.name + " (reinvocation pass)"}
 		for r := 0; r < rounds; r++ {
-			a, us := cost(f, n)
-			oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+			a, b, us := cost(f, n)
+			oc.Allocations, oc.Bytes, oc.CPU = a, b, append(oc.CPU, us)
 		}
 		out = append(out, oc)
 	}
@@ -497,8 +499,8 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		f := func() { v.decisions(formed.DeepCopy(), ns) }
 		oc := objectCost{Object: v.name}
 		for r := 0; r < rounds; r++ {
-			a, us := cost(f, n)
-			oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+			a, b, us := cost(f, n)
+			oc.Allocations, oc.Bytes, oc.CPU = a, b, append(oc.CPU, us)
 		}
 		out = append(out, oc)
 	}
@@ -535,8 +537,8 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 		for _, pass := range passes {
 			oc := objectCost{Object: h.name + pass}
 			for r := 0; r < rounds; r++ {
-				a, us := cost(f, n)
-				oc.Allocations, oc.CPU = a, append(oc.CPU, us)
+				a, b, us := cost(f, n)
+				oc.Allocations, oc.Bytes, oc.CPU = a, b, append(oc.CPU, us)
 			}
 			out = append(out, oc)
 		}
@@ -544,11 +546,12 @@ func measure(o objects, c testCase, rounds, n int) []objectCost {
 	// The copy each call starts from is not the apiserver's: measured alone, and taken off every object's figures.
 	base := objectCost{Object: "(the pod's copy, subtracted)"}
 	for r := 0; r < rounds; r++ {
-		a, us := cost(func() { attrs(formed.DeepCopy()) }, n)
-		base.Allocations, base.CPU = a, append(base.CPU, us)
+		a, b, us := cost(func() { attrs(formed.DeepCopy()) }, n)
+		base.Allocations, base.Bytes, base.CPU = a, b, append(base.CPU, us)
 	}
 	for i := range out {
 		out[i].Allocations -= base.Allocations
+		out[i].Bytes -= base.Bytes
 		for r := range out[i].CPU {
 			// What costs nothing but the copy comes out a hair either side of zero.
 			out[i].CPU[r] = max(out[i].CPU[r]-base.CPU[r], 0)

@@ -46,6 +46,9 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     assert result.pods_wanted == 200
     assert (result.pods_placed, result.wrong_placements) == (200, 0), result.wrong_examples
     assert result.pod_create_p50_ms is not None and result.apiserver_cpu_ms_per_pod > 0
+    assert result.etcd_cpu_ms_per_pod > 0 and result.etcd_pod_write_p50_ms is not None
+    assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
+    assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
     if mode == "gpugate":
         assert result.webhook_p50_ms is not None and result.gpugate_p50_ms is not None
         assert result.gpugate_cpu_ms_per_pod and result.gpugate_peak_rss_mib
