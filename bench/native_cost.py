@@ -40,8 +40,11 @@ With --cel-equivalent it also measures bench/cel-equivalent.yaml, the CEL a plat
 (one mutating policy with an apply configuration and a JSON patch, one validating policy), on the same pod: what
 bench/apiserver.py's "CEL" row costs, object by object.
 
-Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--before FILE]
-[--rounds 5]   (needs go)
+With --cuts it also measures gpugate-always with part of what it checks on the same pod (CUTS: without the claim
+checks, without the mode's checks, one trivial validation with and without its variables): what each part costs.
+
+Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--cuts]
+[--before FILE] [--rounds 5]   (needs go)
 """
 
 from __future__ import annotations
@@ -320,6 +323,35 @@ def anatomy(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: --cuts: gpugate-always with part of what it checks, on the same pod (its name kept, so its row is read off).
+CUTS = (
+    ("as compiled", lambda v: True, True),
+    ("without the claim checks (claimsFormed and what reads it)", lambda v: "variables.claimsFormed" not in v, True),
+    ("without the mode's checks (all but the claim checks)", lambda v: "variables.claimsFormed" in v, True),
+    ("one validation `true`, its variables declared", lambda v: False, True),
+    ("one validation `true`, no variables", lambda v: False, False),
+)
+
+
+def cut_runs(objects: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The compilation once per cut of CUTS: gpugate-always keeps the validations the cut keeps (one that is always
+    true when it keeps none) and its variables or none."""
+    runs = []
+    for label, keep, variables in CUTS:
+        variant = copy.deepcopy(objects)
+        always = next(
+            o for o in variant if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+        )
+        spec = always["spec"]
+        spec["validations"] = [v for v in spec["validations"] if keep(v["expression"])] or [
+            {"expression": "true", "message": "cut"}
+        ]
+        if not variables:
+            spec.pop("variables", None)
+        runs.append((label, variant))
+    return runs
+
+
 def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
     argv = [str(binary), "-cases", str(case_file), "-rounds", str(rounds)]
     if compare is not None:
@@ -366,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--webhooks", action="store_true", help="with the narrowed webhooks' match conditions")
     parser.add_argument("--anatomy", action="store_true", help="also the floor and each variable's cost")
     parser.add_argument("--cel-equivalent", action="store_true", help="also bench/cel-equivalent.yaml, measured alike")
+    parser.add_argument(
+        "--cuts", action="store_true", help="also gpugate-always with part of what it checks, cut by cut (CUTS)"
+    )
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
     args = parser.parse_args(argv)
@@ -392,9 +427,20 @@ def main(argv: list[str] | None = None) -> int:
                 probes.write_text(yaml.safe_dump_all(run, sort_keys=False, width=1 << 20))
                 costs += measure(binary, probes, case_file, args.rounds, None)["costs"]
             parts = anatomy({"costs": costs})
+        if args.cuts:
+            cut_lines = ["| gpugate-always | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
+            for i, (label, variant) in enumerate(cut_runs([d for d in yaml.safe_load_all(after.read_text()) if d])):
+                path = work / f"cut-{i}.yaml"
+                path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
+                row = next(c for c in measure(binary, path, case_file, args.rounds, None)["costs"]
+                           if c["object"] == "gpugate-always")  # fmt: skip
+                cpu = statistics.median(row["cpu_us"])
+                cut_lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
     print(table(results))
     if args.anatomy:
         print("\n" + parts)
+    if args.cuts:
+        print("\n" + "\n".join(cut_lines))
     measured = results["this tree"]
     if before is not None:
         differs = measured.get("differs") or []

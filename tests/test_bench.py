@@ -204,6 +204,37 @@ def test_native_cost_anatomy_probes_every_variable_on_the_pod_each_object_sees_a
     assert "| podGPUs | 204 |" in table.split("| gpugate-warn: variable")[1]
 
 
+def test_native_cost_cuts_take_from_gpugate_always_only_the_part_each_names() -> None:
+    """--cuts: each variant differs from the compilation in gpugate-always's validations (and variables) alone; the
+    claim checks are the validations that read claimsFormed, the mode's checks the others."""
+    from bench import native_cost
+
+    objects = native_cost.compiled_objects(False, True)
+    runs = dict(native_cost.cut_runs(objects))
+    assert list(runs) == [label for label, _, _ in native_cost.CUTS]
+
+    def always(objs: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(
+            o for o in objs if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+        )
+
+    whole = always(objects)["spec"]
+    claims = [v for v in whole["validations"] if "variables.claimsFormed" in v["expression"]]
+    assert 0 < len(claims) < len(whole["validations"])
+    for label, variant in runs.items():
+        assert [o for o in variant if o is not always(variant)] == [o for o in objects if o is not always(objects)]
+        spec = always(variant)["spec"]
+        assert (spec.get("variables") is None) == (label == "one validation `true`, no variables")
+        if label.startswith("without the claim checks"):
+            assert spec["validations"] == [v for v in whole["validations"] if v not in claims]
+        elif label.startswith("without the mode's checks"):
+            assert spec["validations"] == claims
+        elif label.startswith("one validation"):
+            assert spec["validations"] == [{"expression": "true", "message": "cut"}]
+        else:
+            assert spec == whole
+
+
 def test_native_cost_sets_the_cel_equivalent_beside_gpugate_s_objects_each_in_its_own_column() -> None:
     """--cel-equivalent: bench/cel-equivalent.yaml is measured as a column of its own; an object one side lacks is a
     dash there, and each side's total counts its own objects only (a reinvocation pass is an object of its own)."""
