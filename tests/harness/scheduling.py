@@ -63,9 +63,12 @@ class FleetCluster:
     client_qps: int = 200  # scheduler / controller-manager client rate limits (the defaults, 20-50, are for one node)
     extra: list[Process] = field(default_factory=list)
     profiling: bool = False  # kube-apiserver's /debug/pprof for the admin client (bench/fleet_scale.py --profile)
+    audit_pod_creates: bool = False  # an audit log of the pods' creates (ControlPlane.audit_pod_creates)
 
     def __post_init__(self) -> None:
-        self.cp = ControlPlane(self.bin_dir, self.workdir, profiling=self.profiling)
+        self.cp = ControlPlane(
+            self.bin_dir, self.workdir, profiling=self.profiling, audit_pod_creates=self.audit_pod_creates
+        )
         self.counts = dict(fleet.DEFAULT_COUNTS if self.counts is None else self.counts)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -203,7 +206,9 @@ class FleetCluster:
                 raise RuntimeError(
                     f"{len(waiting)} of {len(wanted)} nodes not Ready and schedulable after {timeout:.0f}s: {sample}"
                 )
-            time.sleep(0.5)
+            # A list of 1,000 nodes is megabytes for the apiserver to encode and this process to decode, on the cores
+            # the controller-manager needs to lift the taints: ask less often the larger the fleet.
+            time.sleep(max(0.5, len(wanted) / 200))
 
     # -- convenience -----------------------------------------------------------------------------
 

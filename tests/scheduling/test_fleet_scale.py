@@ -6,6 +6,7 @@ docs/development/performance.md."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -29,6 +30,38 @@ def binaries() -> None:
         pytest.skip(f"!!! FLEET SCALE TEST SKIPPED: {e}")
 
 
+def test_audited_creates_are_the_namespaces_pod_creates_each_timed_from_its_own_timestamps(tmp_path: Path) -> None:
+    def event(verb: str, resource: str, namespace: str, received: str, done: str, **extra: object) -> str:
+        ref = {"resource": resource, "namespace": namespace, **extra}
+        return json.dumps(
+            {"stage": "ResponseComplete", "verb": verb, "objectRef": ref, "requestReceivedTimestamp": received,
+             "stageTimestamp": done}
+        )  # fmt: skip
+
+    log = tmp_path / "audit.jsonl"
+    log.write_text(
+        "\n".join(
+            [
+                event("create", "pods", "bench", "2026-12-07T08:00:00.000100Z", "2026-12-07T08:00:00.003100Z"),
+                event("create", "pods", "bench", "2026-12-07T08:00:01.999000Z", "2026-12-07T08:00:02.071000Z"),
+                event("create", "pods", "other", "2026-12-07T08:00:00.000000Z", "2026-12-07T08:00:09.000000Z"),
+                event("update", "pods", "bench", "2026-12-07T08:00:00.000000Z", "2026-12-07T08:00:09.000000Z"),
+                event("create", "pods", "bench", "2026-12-07T08:00:00.000000Z", "2026-12-07T08:00:09.000000Z",
+                      subresource="binding"),
+            ]
+        )
+        + "\n"
+    )  # fmt: skip
+
+    latencies = fleet_scale.audited_creates(log, "bench", settle=0.0)
+
+    assert latencies == pytest.approx([0.003, 0.072])
+    assert fleet_scale.exact_quantile(latencies, 0.5) == pytest.approx(0.003)
+    assert fleet_scale.exact_quantile(latencies, 0.99) == pytest.approx(0.072)
+    assert fleet_scale.exact_quantile([], 0.99) is None
+    assert fleet_scale.exact_quantile([float(i) for i in range(1, 101)], 0.99) == 99.0
+
+
 def test_class_pods_fill_the_classes_within_their_pools() -> None:
     counts = fleet_scale.pool_counts(40)
     share = fleet_scale.class_pods(400, counts)
@@ -46,6 +79,10 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     assert result.pods_wanted == 200
     assert (result.pods_placed, result.wrong_placements) == (200, 0), result.wrong_examples
     assert result.pod_create_p50_ms is not None and result.apiserver_cpu_ms_per_pod > 0
+    # Every create of the run's pods (more if the apiserver refused one and its controller asked again), each with
+    # its own latency from the audit log.
+    assert result.pod_creates_audited >= 200
+    assert 0 < result.pod_create_exact_p50_ms <= result.pod_create_exact_p99_ms
     assert result.etcd_cpu_ms_per_pod > 0 and result.etcd_pod_write_p50_ms is not None
     assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
     assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
