@@ -56,6 +56,9 @@ def test_audited_creates_are_the_namespaces_pod_creates_each_timed_from_its_own_
     latencies = fleet_scale.audited_creates(log, "bench", settle=0.0)
 
     assert latencies == pytest.approx([0.003, 0.072])
+    # Each with its arrival, seconds after the first create's, in arrival order.
+    timed = fleet_scale.audited_create_times(log, "bench", settle=0.0)
+    assert [t for t, _ in timed] == pytest.approx([0.0, 1.9989]) and [x for _, x in timed] == latencies
     assert fleet_scale.exact_quantile(latencies, 0.5) == pytest.approx(0.003)
     assert fleet_scale.exact_quantile(latencies, 0.99) == pytest.approx(0.072)
     assert fleet_scale.exact_quantile([], 0.99) is None
@@ -84,7 +87,11 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     assert result.pod_creates_audited >= 200
     p50, p99 = result.pod_create_exact_p50_ms, result.pod_create_exact_p99_ms
     assert p50 is not None and p99 is not None and 0 < p50 <= p99
+    assert result.pod_creates_opening is not None and 0 < result.pod_creates_opening <= result.pod_creates_audited
     assert result.etcd_cpu_ms_per_pod > 0 and result.etcd_pod_write_p50_ms is not None
+    # The apiserver's Go runtime counters are read (their names are runtime/metrics', as client_golang exports them).
+    assert result.apiserver_heap_kb_per_pod and result.apiserver_heap_kb_per_pod > 0
+    assert result.apiserver_gc_cpu_ms_per_pod is not None and result.apiserver_gc_cycles is not None
     assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
     assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
     if mode == "gpugate":
