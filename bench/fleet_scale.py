@@ -50,6 +50,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -271,6 +272,13 @@ def audited_create_times(log: Path, namespace: str, settle: float = 5.0) -> list
 OPENING_SECONDS = 5.0
 
 
+def stalls(timed: list[tuple[float, float]], threshold: float, gap: float = 1.0) -> int:
+    """How many episodes the creates of ``timed`` (arrival, latency) at or above ``threshold`` fall in: slow creates
+    that arrived within ``gap`` seconds of the one before are one episode (the apiserver stalled for all of them)."""
+    arrivals = [received for received, latency in timed if latency >= threshold]
+    return sum(1 for i, t in enumerate(arrivals) if i == 0 or t - arrivals[i - 1] > gap)
+
+
 def exact_quantile(values: list[float], q: float) -> float | None:
     """The nearest-rank ``q`` quantile of ``values`` (None for none)."""
     if not values:
@@ -316,6 +324,7 @@ class RunResult:
     pod_create_exact_p99_ms: float | None = None
     pod_creates_opening: int | None = None  # audited creates within OPENING_SECONDS of the first
     pod_create_exact_p99_after_opening_ms: float | None = None  # the p99 of the creates after those
+    pod_create_stalls_after_opening: int | None = None  # the episodes those at or above that p99 arrived in
     webhook_p50_ms: float | None = None
     webhook_p99_ms: float | None = None
     gpugate_p50_ms: float | None = None
@@ -346,6 +355,7 @@ class RunResult:
     audit_summary: str | None = None
     start_seconds: float = 0.0
     cel_labelled: int | None = None  # CEL: placed pods carrying the team label bench/cel-equivalent.yaml adds
+    repeat: int = 0  # with --repeat, which pass over the modes this run belongs to (1, 2, ...)
 
 
 def run(
@@ -359,8 +369,9 @@ def run(
     idle_seconds: float = 0.0,
     ready_timeout: float = 300.0,
     keep_audit: Path | None = None,
+    repeat: int = 0,
 ) -> RunResult:
-    result = RunResult(mode, nodes, pods, client_qps=client_qps)
+    result = RunResult(mode, nodes, pods, client_qps=client_qps, repeat=repeat)
     bins, kwok = find_scheduling_binaries()
     began = time.monotonic()
     cluster = FleetCluster(
@@ -492,10 +503,16 @@ def run(
         latencies = [latency for _, latency in timed]
         after = [latency for received, latency in timed if received >= OPENING_SECONDS]
         result.pod_creates_opening = len(timed) - len(after)
-        result.pod_create_exact_p99_after_opening_ms = _ms(exact_quantile(after, 0.99))
+        p99_after = exact_quantile(after, 0.99)
+        result.pod_create_exact_p99_after_opening_ms = _ms(p99_after)
+        if p99_after is not None:
+            result.pod_create_stalls_after_opening = stalls(
+                [(t, x) for t, x in timed if t >= OPENING_SECONDS], p99_after
+            )
         if keep_audit is not None:
             keep_audit.mkdir(parents=True, exist_ok=True)
-            shutil.copy(cluster.cp.audit_log, keep_audit / f"{mode}-pod-creates.jsonl")
+            kept = f"{mode}-{repeat}-pod-creates.jsonl" if repeat else f"{mode}-pod-creates.jsonl"
+            shutil.copy(cluster.cp.audit_log, keep_audit / kept)
         result.pod_creates_audited = len(latencies)
         result.pod_create_exact_p50_ms = _ms(exact_quantile(latencies, 0.5))
         result.pod_create_exact_p99_ms = _ms(exact_quantile(latencies, 0.99))
@@ -722,7 +739,7 @@ def render(results: list[RunResult], command: str) -> str:
     rows = [
         f"`{command}` on {platform.node() and 'the 2-core development machine'} (Python {platform.python_version()}):",
         "",
-        "| | " + " | ".join(r.mode for r in results) + " |",
+        "| | " + " | ".join(f"{r.mode} ({r.repeat})" if r.repeat else r.mode for r in results) + " |",
         "| --- | " + " | ".join("---" for _ in results) + " |",
     ]
     fields = [
@@ -738,6 +755,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("pod create, p99 ms (each create's own latency, audit log)", "pod_create_exact_p99_ms", "{:.1f}"),
         (f"pod creates in the first {OPENING_SECONDS:g} s (the opening burst)", "pod_creates_opening", "{}"),
         ("pod create, p99 ms, the creates after those", "pod_create_exact_p99_after_opening_ms", "{:.1f}"),
+        ("the episodes those at or above it arrived in (each within 1 s)", "pod_create_stalls_after_opening", "{}"),
         ("gpugate's webhooks in the apiserver (mutating), p50 ms", "webhook_p50_ms", "{:.1f}"),
         ("gpugate's webhooks in the apiserver (mutating), p99 ms", "webhook_p99_ms", "{:.1f}"),
         ("Deployment/Job creates retried after a 5xx (webhook timeout)", "workload_create_retries", "{}"),
@@ -771,7 +789,37 @@ def render(results: list[RunResult], command: str) -> str:
     audit = [r.audit_summary for r in results if r.audit_summary]
     if audit:
         rows += ["", f"`gpugate audit` said: {audit[0]}"]
+    ratios = p99_ratios(results)
+    if ratios:
+        rows += ["", "| pod create p99 ÷ none's in the same pass | all creates | after the opening burst |"]
+        rows += ["| --- | --- | --- |"]
+        for mode, (whole, after) in ratios.items():
+            rows.append(f"| {mode} | {_ratios(whole)} | {_ratios(after)} |")
     return "\n".join(rows)
+
+
+def p99_ratios(results: list[RunResult]) -> dict[str, tuple[list[float], list[float]]]:
+    """Each mode's exact pod-create p99 over none's of the same pass, for every pass that ran both (the whole run's
+    and the one after the opening burst): one pass's ratio is a sample, this machine's p99s vary between passes."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    none = {r.repeat: r for r in results if r.mode == "none"}
+    for r in results:
+        base = none.get(r.repeat)
+        if r.mode == "none" or base is None:
+            continue
+        whole, after = out.setdefault(r.mode, ([], []))
+        if r.pod_create_exact_p99_ms and base.pod_create_exact_p99_ms:
+            whole.append(r.pod_create_exact_p99_ms / base.pod_create_exact_p99_ms)
+        if r.pod_create_exact_p99_after_opening_ms and base.pod_create_exact_p99_after_opening_ms:
+            after.append(r.pod_create_exact_p99_after_opening_ms / base.pod_create_exact_p99_after_opening_ms)
+    return out
+
+
+def _ratios(values: list[float]) -> str:
+    if not values:
+        return "—"
+    each = ", ".join(f"{v:.2f}×" for v in values)
+    return each if len(values) == 1 else f"median {statistics.median(values):.2f}× ({each})"
 
 
 SECTION_BEGIN = "<!-- fleet-scale: begin (bench/fleet_scale.py --write) -->"
@@ -824,14 +872,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile-seconds", type=int, default=40, help="length of each profile (default 40)")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the modes this many times over, in turn (default 1): each pass's p99 ratios to none's of the same "
+        "pass and their median",
+    )
+    parser.add_argument(
         "--keep-audit",
         metavar="DIR",
-        help="copy each run's audit log of the pods' creates to DIR/<mode>-pod-creates.jsonl (their timestamps)",
+        help="copy each run's audit log of the pods' creates to DIR/<mode>-pod-creates.jsonl (their timestamps; "
+        "DIR/<mode>-<pass>-pod-creates.jsonl with --repeat)",
     )
     args = parser.parse_args(argv)
     profile = (Path(args.profile), args.profile_seconds) if args.profile else None
     results = []
-    for mode in args.modes.split(","):
+    if args.repeat < 1:
+        parser.error("--repeat must be 1 or more")
+    passes = [(n + 1 if args.repeat > 1 else 0, mode) for n in range(args.repeat) for mode in args.modes.split(",")]
+    for repeat, mode in passes:
         with tempfile.TemporaryDirectory(prefix=f"gpugate-fleet-{mode}-") as tmp:
             print(f"fleet_scale: {mode}: {args.nodes} nodes, {args.pods} pods ...", file=sys.stderr, flush=True)
             results.append(
@@ -846,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.idle_seconds,
                     args.ready_timeout,
                     Path(args.keep_audit) if args.keep_audit else None,
+                    repeat,
                 )
             )
             print(f"fleet_scale: {mode}: {asdict(results[-1])}", file=sys.stderr, flush=True)
