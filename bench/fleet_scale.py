@@ -279,6 +279,23 @@ def stalls(timed: list[tuple[float, float]], threshold: float, gap: float = 1.0)
     return sum(1 for i, t in enumerate(arrivals) if i == 0 or t - arrivals[i - 1] > gap)
 
 
+def busiest_requests(before: str, after: str, top: int = 6) -> str:
+    """The requests the apiserver served between two scrapes, the most frequent ``top`` by verb and resource
+    (``apiserver_request_total``): which clients' work the run's apiserver CPU went to."""
+    counts: dict[str, float] = {}
+    for text, sign in ((after, 1.0), (before, -1.0)):
+        for line in text.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            head, value = line.rsplit(" ", 1)
+            labels = {k: v.strip('"') for k, v in (x.split("=", 1) for x in _split_labels(head[25:-1]))}
+            sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+            key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}{sub}"
+            counts[key] = counts.get(key, 0.0) + sign * float(value)
+    ranked = sorted(((n, k) for k, n in counts.items() if n > 0), reverse=True)[:top]
+    return ", ".join(f"{k} {int(n)}" for n, k in ranked)
+
+
 def exact_quantile(values: list[float], q: float) -> float | None:
     """The nearest-rank ``q`` quantile of ``values`` (None for none)."""
     if not values:
@@ -325,6 +342,7 @@ class RunResult:
     pod_creates_opening: int | None = None  # audited creates within OPENING_SECONDS of the first
     pod_create_exact_p99_after_opening_ms: float | None = None  # the p99 of the creates after those
     pod_create_stalls_after_opening: int | None = None  # the episodes those at or above that p99 arrived in
+    busiest_requests: str | None = None  # the apiserver's most frequent requests during the run, by verb and resource
     webhook_p50_ms: float | None = None
     webhook_p99_ms: float | None = None
     gpugate_p50_ms: float | None = None
@@ -518,6 +536,7 @@ def run(
         result.pod_create_exact_p99_ms = _ms(exact_quantile(latencies, 0.99))
         result.apiserver_cpu_ms_per_pod = (cpu_after[0] - cpu_before[0]) * ms / max(len(placed), 1)
         result.etcd_cpu_ms_per_pod = (etcd_after - etcd_before) * ms / max(len(placed), 1)
+        result.busiest_requests = busiest_requests(metrics_before, metrics_after)
         go = {
             name: counter(metrics_after, name) - counter(metrics_before, name)
             for name in (
@@ -772,6 +791,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("kube-apiserver CPU ms per pod in garbage collection", "apiserver_gc_cpu_ms_per_pod", "{:.2f}"),
         ("the same, in mark assists (taken from requests' goroutines)", "apiserver_gc_assist_ms_per_pod", "{:.2f}"),
         ("kube-apiserver CPU before the first create, cores", "apiserver_idle_cores", "{:.2f}"),
+        ("the apiserver's most frequent requests during the run", "busiest_requests", "{}"),
         ("the machine's CPU busy while the pods were placed, %", "machine_busy_percent", "{:.1f}"),
         ("the apiserver's etcd write of a pod, p50 ms", "etcd_pod_write_p50_ms", "{:.1f}"),
         ("the apiserver's etcd write of a pod, p99 ms", "etcd_pod_write_p99_ms", "{:.1f}"),

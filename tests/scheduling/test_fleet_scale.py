@@ -95,6 +95,7 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     # The apiserver's Go runtime counters are read (their names are runtime/metrics', as client_golang exports them).
     assert result.apiserver_heap_kb_per_pod and result.apiserver_heap_kb_per_pod > 0
     assert result.apiserver_gc_cpu_ms_per_pod is not None and result.apiserver_gc_cycles is not None
+    assert result.busiest_requests and "POST pods" in result.busiest_requests, result.busiest_requests
     assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
     assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
     if mode == "gpugate":
@@ -131,3 +132,20 @@ def test_each_mode_s_p99_is_compared_with_none_s_of_the_same_pass() -> None:
     assert "| none (1) | native (1) | none (2) | native (2) | CEL (3) |" in rendered
     assert "| native | median 2.50× (3.00×, 2.00×) | 1.20× |" in rendered
     assert fleet_scale.p99_ratios([result("none", 0, 10.0, 5.0)]) == {}
+
+
+def test_the_busiest_requests_are_counted_between_the_scrapes() -> None:
+    line = 'apiserver_request_total{{code="{c}",component="apiserver",resource="{r}",subresource="{s}",verb="{v}"}} {n}'
+    before = "\n".join(
+        [line.format(c=201, r="pods", s="", v="POST", n=10), line.format(c=200, r="nodes", s="", v="LIST", n=5)]
+    )
+    after = "\n".join(
+        [
+            line.format(c=201, r="pods", s="", v="POST", n=3010),
+            line.format(c=409, r="pods", s="", v="POST", n=2),
+            line.format(c=200, r="nodes", s="", v="LIST", n=5),
+            line.format(c=200, r="nodes", s="status", v="PATCH", n=900),
+        ]
+    )
+
+    assert fleet_scale.busiest_requests(before, after) == "POST pods 3002, PATCH nodes/status 900"
