@@ -45,6 +45,7 @@ Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make che
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import os
@@ -296,6 +297,19 @@ def busiest_requests(before: str, after: str, top: int = 6) -> str:
     return ", ".join(f"{k} {int(n)}" for n, k in ranked)
 
 
+def in_flight(timed: list[tuple[float, float]]) -> list[int]:
+    """For each create of ``timed`` (arrival, latency; in arrival order), how many earlier creates the apiserver was
+    still serving when it arrived: 0 or 1 while it keeps up, a queue when the machine is saturated."""
+    serving: list[float] = []  # completion times, a heap
+    out = []
+    for received, latency in timed:
+        while serving and serving[0] <= received:
+            heapq.heappop(serving)
+        out.append(len(serving))
+        heapq.heappush(serving, received + latency)
+    return out
+
+
 def exact_quantile(values: list[float], q: float) -> float | None:
     """The nearest-rank ``q`` quantile of ``values`` (None for none)."""
     if not values:
@@ -342,6 +356,8 @@ class RunResult:
     pod_creates_opening: int | None = None  # audited creates within OPENING_SECONDS of the first
     pod_create_exact_p99_after_opening_ms: float | None = None  # the p99 of the creates after those
     pod_create_stalls_after_opening: int | None = None  # the episodes those at or above that p99 arrived in
+    creates_in_flight_p90: int | None = None  # the creates still being served when a create arrived, p90 of all
+    creates_in_flight_max: int | None = None
     busiest_requests: str | None = None  # the apiserver's most frequent requests during the run, by verb and resource
     webhook_p50_ms: float | None = None
     webhook_p99_ms: float | None = None
@@ -521,6 +537,10 @@ def run(
         latencies = [latency for _, latency in timed]
         after = [latency for received, latency in timed if received >= OPENING_SECONDS]
         result.pod_creates_opening = len(timed) - len(after)
+        queue = in_flight(timed)
+        if queue:
+            result.creates_in_flight_p90 = int(exact_quantile([float(n) for n in queue], 0.9) or 0)
+            result.creates_in_flight_max = max(queue)
         p99_after = exact_quantile(after, 0.99)
         result.pod_create_exact_p99_after_opening_ms = _ms(p99_after)
         if p99_after is not None:
@@ -772,6 +792,8 @@ def render(results: list[RunResult], command: str) -> str:
         ("pod creates in the audit log", "pod_creates_audited", "{}"),
         ("pod create, p50 ms (each create's own latency, audit log)", "pod_create_exact_p50_ms", "{:.1f}"),
         ("pod create, p99 ms (each create's own latency, audit log)", "pod_create_exact_p99_ms", "{:.1f}"),
+        ("creates still served when a create arrived, p90 (a queue: saturated)", "creates_in_flight_p90", "{}"),
+        ("the same, the most", "creates_in_flight_max", "{}"),
         (f"pod creates in the first {OPENING_SECONDS:g} s (the opening burst)", "pod_creates_opening", "{}"),
         ("pod create, p99 ms, the creates after those", "pod_create_exact_p99_after_opening_ms", "{:.1f}"),
         ("the episodes those at or above it arrived in (each within 1 s)", "pod_create_stalls_after_opening", "{}"),

@@ -62,6 +62,8 @@ def test_audited_creates_are_the_namespaces_pod_creates_each_timed_from_its_own_
     assert fleet_scale.exact_quantile(latencies, 0.5) == pytest.approx(0.003)
     assert fleet_scale.exact_quantile(latencies, 0.99) == pytest.approx(0.072)
     assert fleet_scale.exact_quantile([], 0.99) is None
+    # A create arriving while earlier ones are still being served finds them in flight.
+    assert fleet_scale.in_flight([(0.0, 0.5), (0.1, 0.1), (0.3, 0.3), (0.55, 0.1), (2.0, 0.1)]) == [0, 1, 1, 1, 0]
     # Slow creates that arrived within a second of each other are one stall of the apiserver.
     run = [(0.0, 0.2), (0.5, 0.01), (0.9, 0.3), (3.0, 0.25), (3.1, 0.01), (9.0, 0.2)]
     assert fleet_scale.stalls(run, 0.2) == 3 and fleet_scale.stalls(run, 0.26) == 1 and fleet_scale.stalls(run, 1) == 0
@@ -91,6 +93,8 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     p50, p99 = result.pod_create_exact_p50_ms, result.pod_create_exact_p99_ms
     assert p50 is not None and p99 is not None and 0 < p50 <= p99
     assert result.pod_creates_opening is not None and 0 < result.pod_creates_opening <= result.pod_creates_audited
+    assert result.creates_in_flight_max is not None and result.creates_in_flight_p90 is not None
+    assert 0 <= result.creates_in_flight_p90 <= result.creates_in_flight_max < result.pod_creates_audited
     assert result.etcd_cpu_ms_per_pod > 0 and result.etcd_pod_write_p50_ms is not None
     # The apiserver's Go runtime counters are read (their names are runtime/metrics', as client_golang exports them).
     assert result.apiserver_heap_kb_per_pod and result.apiserver_heap_kb_per_pod > 0
