@@ -102,6 +102,7 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     assert result.busiest_requests and "POST pods" in result.busiest_requests, result.busiest_requests
     assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
     assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
+    assert result.settle_seconds is not None and result.settle_seconds >= fleet_scale.SETTLE_WINDOW
     if mode == "gpugate":
         assert result.webhook_p50_ms is not None and result.gpugate_p50_ms is not None
         assert result.gpugate_cpu_ms_per_pod and result.gpugate_peak_rss_mib
@@ -113,6 +114,22 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     matched = sum(n for cls, n in wanted.items() if fleet_scale.CLASSES[cls]["resource"] == "nvidia.com/gpu")
     assert result.cel_labelled == (matched if mode == "CEL" else None)
     assert 0 < matched < 200
+
+
+def test_the_fleet_has_settled_after_a_window_of_quiet_seconds_in_a_row() -> None:
+    def waited(per_second: list[float], **kw: float) -> float | None:
+        readings = iter([0.0, *[sum(per_second[: i + 1]) for i in range(len(per_second))]])
+        slept: list[float] = []
+        result = fleet_scale.settle(lambda: next(readings), sleep=slept.append, **kw)
+        assert all(s == 1.0 for s in slept)
+        return result
+
+    # Busy for three seconds, then quiet: settled once the window of quiet seconds is full.
+    assert waited([0.3, 0.2, 0.1] + [0.0] * 10, quiet=0.01, window=5) == 8.0
+    # A busy second inside the window starts it again.
+    assert waited([0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], quiet=0.01, window=5) == 8.0
+    # Never quiet for long enough: None once the timeout has passed, so the table can say it did not settle.
+    assert waited([0.0, 0.0, 0.2] * 10, quiet=0.01, window=5, timeout=20) is None
 
 
 def test_each_mode_s_p99_is_compared_with_none_s_of_the_same_pass() -> None:
