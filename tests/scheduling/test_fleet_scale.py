@@ -117,10 +117,12 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
 
 
 def test_the_fleet_has_settled_after_a_window_of_quiet_seconds_in_a_row() -> None:
-    def waited(per_second: list[float], **kw: float) -> float | None:
+    def waited(per_second: list[float], *, quiet: float, window: int, timeout: float = 180.0) -> float | None:
         readings = iter([0.0, *[sum(per_second[: i + 1]) for i in range(len(per_second))]])
         slept: list[float] = []
-        result = fleet_scale.settle(lambda: next(readings), sleep=slept.append, **kw)
+        result = fleet_scale.settle(
+            lambda: next(readings), quiet=quiet, window=window, timeout=timeout, sleep=slept.append
+        )
         assert all(s == 1.0 for s in slept)
         return result
 
