@@ -378,6 +378,7 @@ class RunResult:
     etcd_pod_write_p99_ms: float | None = None
     client_qps: int = 0
     apiserver_idle_cores: float | None = None
+    base_policies: bool | None = None  # gpugate's modes: deploy/base's admission policies installed (False: --without)
     settle_seconds: float | None = None  # how long kwok took to go quiet after the install (None: it never did)
     gpugate_cpu_ms_per_pod: float | None = None
     gpugate_peak_rss_mib: float | None = None
@@ -393,6 +394,15 @@ class RunResult:
     start_seconds: float = 0.0
     cel_labelled: int | None = None  # CEL: placed pods carrying the team label bench/cel-equivalent.yaml adds
     repeat: int = 0  # with --repeat, which pass over the modes this run belongs to (1, 2, ...)
+
+
+#: deploy/base/admission-policy.yaml's objects, which --without-base-policies leaves out of the gpugate modes.
+BASE_POLICIES = ("gpugate-backstop", "gpugate-runtime-handlers")
+
+
+def is_base_policy(obj: dict[str, Any]) -> bool:
+    kind, name = obj.get("kind", ""), obj.get("metadata", {}).get("name")
+    return kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding") and name in BASE_POLICIES
 
 
 #: settle(): kwok is quiet when it used less than this many cores in each of SETTLE_WINDOW consecutive seconds.
@@ -435,8 +445,11 @@ def run(
     ready_timeout: float = 300.0,
     keep_audit: Path | None = None,
     repeat: int = 0,
+    base_policies: bool = True,
 ) -> RunResult:
     result = RunResult(mode, nodes, pods, client_qps=client_qps, repeat=repeat)
+    if mode in ("gpugate", "native"):
+        result.base_policies = base_policies
     bins, kwok = find_scheduling_binaries()
     began = time.monotonic()
     cluster = FleetCluster(
@@ -461,12 +474,15 @@ def run(
                 shutil.copy(shipped, policies / shipped.name)
             gate = GPUGate(workdir / "gpugate", policies, kubeconfig=cluster.cp.kubeconfig)
             gate.start()
+            deploy = render_deploy(cluster.cp)
+            if not base_policies:
+                deploy = [o for o in deploy if not is_base_policy(o)]
             if mode == "native":
                 install_native_tier(cluster, gate.exe, policies)
-                objects = narrowed(point_at(render_deploy(cluster.cp), gate), gate.exe, policies)
+                objects = narrowed(point_at(deploy, gate), gate.exe, policies)
                 register_beside_native(cluster, objects)
             else:
-                register(cluster.cp, point_at(render_deploy(cluster.cp), gate))
+                register(cluster.cp, point_at(deploy, gate))
             gate_pid = gate.process.proc.pid if gate.process.proc else 0
 
             def sample() -> None:
@@ -809,6 +825,8 @@ def _workload_of(pod: dict[str, Any]) -> str | None:
 
 def render(results: list[RunResult], command: str) -> str:
     def cell(v: Any, fmt: str = "{:.2f}") -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "**no**"
         return "—" if v is None else (fmt.format(v) if isinstance(v, float) else str(v))
 
     rows = [
@@ -849,6 +867,7 @@ def render(results: list[RunResult], command: str) -> str:
         ("kube-apiserver CPU ms per pod in garbage collection", "apiserver_gc_cpu_ms_per_pod", "{:.2f}"),
         ("the same, in mark assists (taken from requests' goroutines)", "apiserver_gc_assist_ms_per_pod", "{:.2f}"),
         ("kube-apiserver CPU before the first create, cores", "apiserver_idle_cores", "{:.2f}"),
+        ("deploy/base's admission policies installed (backstop, runtime handlers)", "base_policies", "{}"),
         ("seconds for the fleet to settle after the install (—: not in 180 s)", "settle_seconds", "{:.0f}"),
         ("the apiserver's most frequent requests during the run", "busiest_requests", "{}"),
         ("the machine's CPU busy while the pods were placed, %", "machine_busy_percent", "{:.1f}"),
@@ -963,6 +982,12 @@ def main(argv: list[str] | None = None) -> int:
         help="copy each run's audit log of the pods' creates to DIR/<mode>-pod-creates.jsonl (their timestamps; "
         "DIR/<mode>-<pass>-pod-creates.jsonl with --repeat)",
     )
+    parser.add_argument(
+        "--without-base-policies",
+        action="store_true",
+        help="leave deploy/base/admission-policy.yaml's policies (gpugate-backstop, gpugate-runtime-handlers) out of "
+        "the gpugate and native modes: what they cost at this scale (a what-if, not an installation to run)",
+    )
     args = parser.parse_args(argv)
     profile = (Path(args.profile), args.profile_seconds) if args.profile else None
     results = []
@@ -985,6 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.ready_timeout,
                     Path(args.keep_audit) if args.keep_audit else None,
                     repeat,
+                    not args.without_base_policies,
                 )
             )
             print(f"fleet_scale: {mode}: {asdict(results[-1])}", file=sys.stderr, flush=True)

@@ -43,8 +43,15 @@ bench/apiserver.py's "CEL" row costs, object by object.
 With --cuts it also measures gpugate-always with part of what it checks on the same pod (CUTS: without the claim
 checks, without the mode's checks, one trivial validation with and without its variables): what each part costs.
 
+With --backstop it also measures deploy/base/admission-policy.yaml's gpugate-backstop on the same pod, which every
+installation of gpugate carries beside either tier (bench/apiserver.py registers neither it nor
+gpugate-runtime-handlers, whose match condition the apiserver evaluates once per RuntimeClass, and which this does not
+measure: bench/celcost binds no params), and the same object with one more match condition that would leave a GPU
+pod's creation to gpugate-always (BACKSTOP_SKIP; not shipped), each on the pod the native tier formed: what the
+backstop costs a GPU pod, and what that would save.
+
 Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--cuts]
-[--before FILE] [--rounds 5]   (needs go)
+[--backstop] [--before FILE] [--rounds 5]   (needs go)
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -352,6 +360,50 @@ def cut_runs(objects: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, An
     return runs
 
 
+BACKSTOP = REPO / "deploy" / "base" / "admission-policy.yaml"
+#: --backstop: the match condition the what-if adds. A pod whose creation gpugate-always judges (its own match
+#: condition) and that holds a GPU by the backstop's own definition (so its first two rules hold trivially); the CDI
+#: rule would then have to move into gpugate-always, which is why this is measured and not shipped.
+BACKSTOP_SKIP = "not-judged-by-gpugate-always"
+
+
+def backstop_runs(objects: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """``objects`` followed by gpugate-backstop as shipped, and by the backstop with :data:`BACKSTOP_SKIP`
+    (gpugate-always's match condition read from ``objects``): the backstop sees the pod gpugate-mutate formed, as in
+    the apiserver (validating policies run after the mutating ones), and its row is read off by its name."""
+    shipped = [
+        d
+        for d in yaml.safe_load_all(BACKSTOP.read_text())
+        if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpugate-backstop"
+    ]
+    always = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
+    )
+    involves = " && ".join(f"({c['expression']})" for c in always["spec"]["matchConditions"])
+    skipping = copy.deepcopy(shipped)
+    holds = next(v["expression"] for v in skipping[0]["spec"]["variables"] if v["name"] == "holdsGPU")
+    skipping[0]["spec"]["matchConditions"].append(
+        {
+            "name": BACKSTOP_SKIP,
+            "expression": f"!(request.operation == 'CREATE' && {involves} && ({_inline(skipping[0], holds)}))",
+        }
+    )
+    return [
+        ("as shipped", [*objects, *shipped]),
+        (f"with a match condition `{BACKSTOP_SKIP}` (not shipped)", [*objects, *skipping]),
+    ]
+
+
+def _inline(policy: dict[str, Any], expression: str) -> str:
+    """``expression`` with the policy's ``variables.NAME`` replaced by their own expressions (a match condition sees
+    no variables), innermost last."""
+    names = {v["name"]: v["expression"] for v in policy["spec"].get("variables", [])}
+    reference = re.compile(r"\bvariables\.(\w+)\b")
+    while reference.search(expression):
+        expression = reference.sub(lambda m: f"({names[m.group(1)]})", expression)
+    return expression
+
+
 def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
     argv = [str(binary), "-cases", str(case_file), "-rounds", str(rounds)]
     if compare is not None:
@@ -401,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cuts", action="store_true", help="also gpugate-always with part of what it checks, cut by cut (CUTS)"
     )
+    parser.add_argument(
+        "--backstop", action="store_true", help="also deploy/base's gpugate-backstop, as shipped and skipping GPU pods"
+    )
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
     args = parser.parse_args(argv)
@@ -436,7 +491,20 @@ def main(argv: list[str] | None = None) -> int:
                            if c["object"] == "gpugate-always")  # fmt: skip
                 cpu = statistics.median(row["cpu_us"])
                 cut_lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
+        if args.backstop:
+            backstop_lines = ["| gpugate-backstop | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
+            for i, (label, variant) in enumerate(
+                backstop_runs([d for d in yaml.safe_load_all(after.read_text()) if d])
+            ):
+                path = work / f"backstop-{i}.yaml"
+                path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
+                row = next(c for c in measure(binary, path, case_file, args.rounds, None)["costs"]
+                           if c["object"] == "gpugate-backstop")  # fmt: skip
+                cpu = statistics.median(row["cpu_us"])
+                backstop_lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
     print(table(results))
+    if args.backstop:
+        print("\n" + "\n".join(backstop_lines))
     if args.anatomy:
         print("\n" + parts)
     if args.cuts:

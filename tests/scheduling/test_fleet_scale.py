@@ -103,6 +103,7 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     assert 0 < result.machine_busy_percent <= 100.5 and result.client_qps == 500
     assert result.apiserver_idle_cores is None  # measured only when asked (--idle-seconds)
     assert result.settle_seconds is not None and result.settle_seconds >= fleet_scale.SETTLE_WINDOW
+    assert result.base_policies is (True if mode == "gpugate" else None)
     if mode == "gpugate":
         assert result.webhook_p50_ms is not None and result.gpugate_p50_ms is not None
         assert result.gpugate_cpu_ms_per_pod and result.gpugate_peak_rss_mib
@@ -114,6 +115,18 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     matched = sum(n for cls, n in wanted.items() if fleet_scale.CLASSES[cls]["resource"] == "nvidia.com/gpu")
     assert result.cel_labelled == (matched if mode == "CEL" else None)
     assert 0 < matched < 200
+
+
+def test_without_base_policies_leaves_out_exactly_deploy_base_s_admission_policies() -> None:
+    """--without-base-policies: the backstop and the runtime-handlers policy and their bindings, nothing else."""
+    import yaml
+
+    shipped = [d for d in yaml.safe_load_all((fleet_scale.REPO / "deploy/base/admission-policy.yaml").read_text()) if d]
+    assert {d["kind"] for d in shipped} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert all(fleet_scale.is_base_policy(d) for d in shipped)
+    webhooks = [d for d in yaml.safe_load_all((fleet_scale.REPO / "deploy/base/webhooks.yaml").read_text()) if d]
+    assert not any(fleet_scale.is_base_policy(d) for d in webhooks)
+    assert not fleet_scale.is_base_policy({"kind": "ValidatingAdmissionPolicy", "metadata": {"name": "gpugate-always"}})
 
 
 def test_the_fleet_has_settled_after_a_window_of_quiet_seconds_in_a_row() -> None:
