@@ -404,6 +404,20 @@ def _inline(policy: dict[str, Any], expression: str) -> str:
     return expression
 
 
+def variant_table(
+    binary: Path, work: Path, case_file: Path, rounds: int, name: str, runs: list[tuple[str, list[dict[str, Any]]]]
+) -> list[str]:
+    """A table of one object's cost in each variant of ``runs`` (its row read off by ``name``)."""
+    lines = [f"| {name} | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
+    for i, (label, variant) in enumerate(runs):
+        path = work / f"{name}-variant-{i}.yaml"
+        path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
+        row = next(c for c in measure(binary, path, case_file, rounds, None)["costs"] if c["object"] == name)
+        cpu = statistics.median(row["cpu_us"])
+        lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
+    return lines
+
+
 def measure(binary: Path, objects: Path, case_file: Path, rounds: int, compare: Path | None) -> dict[str, Any]:
     argv = [str(binary), "-cases", str(case_file), "-rounds", str(rounds)]
     if compare is not None:
@@ -482,26 +496,13 @@ def main(argv: list[str] | None = None) -> int:
                 probes.write_text(yaml.safe_dump_all(run, sort_keys=False, width=1 << 20))
                 costs += measure(binary, probes, case_file, args.rounds, None)["costs"]
             parts = anatomy({"costs": costs})
+        compiled = [d for d in yaml.safe_load_all(after.read_text()) if d]
         if args.cuts:
-            cut_lines = ["| gpugate-always | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
-            for i, (label, variant) in enumerate(cut_runs([d for d in yaml.safe_load_all(after.read_text()) if d])):
-                path = work / f"cut-{i}.yaml"
-                path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
-                row = next(c for c in measure(binary, path, case_file, args.rounds, None)["costs"]
-                           if c["object"] == "gpugate-always")  # fmt: skip
-                cpu = statistics.median(row["cpu_us"])
-                cut_lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
+            cut_lines = variant_table(binary, work, case_file, args.rounds, "gpugate-always", cut_runs(compiled))
         if args.backstop:
-            backstop_lines = ["| gpugate-backstop | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
-            for i, (label, variant) in enumerate(
-                backstop_runs([d for d in yaml.safe_load_all(after.read_text()) if d])
-            ):
-                path = work / f"backstop-{i}.yaml"
-                path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
-                row = next(c for c in measure(binary, path, case_file, args.rounds, None)["costs"]
-                           if c["object"] == "gpugate-backstop")  # fmt: skip
-                cpu = statistics.median(row["cpu_us"])
-                backstop_lines.append(f"| {label} | {row['allocations']:,} | {row['bytes'] / 1000:,.0f} | {cpu:,.0f} |")
+            backstop_lines = variant_table(
+                binary, work, case_file, args.rounds, "gpugate-backstop", backstop_runs(compiled)
+            )
     print(table(results))
     if args.backstop:
         print("\n" + "\n".join(backstop_lines))
