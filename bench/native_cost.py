@@ -43,12 +43,12 @@ bench/apiserver.py's "CEL" row costs, object by object.
 With --cuts it also measures gpugate-always with part of what it checks on the same pod (CUTS: without the claim
 checks, without the mode's checks, one trivial validation with and without its variables): what each part costs.
 
-With --backstop it also measures deploy/base/admission-policy.yaml's gpugate-backstop on the same pod, which every
-installation of gpugate carries beside either tier (bench/apiserver.py registers neither it nor
-gpugate-runtime-handlers, whose match condition the apiserver evaluates once per RuntimeClass, and which this does not
-measure: bench/celcost binds no params), and the same object with one more match condition that would leave a GPU
-pod's creation to gpugate-always (BACKSTOP_SKIP; not shipped), each on the pod the native tier formed: what the
-backstop costs a GPU pod, and what that would save.
+With --backstop it also measures deploy/base/admission-policy.yaml's gpugate-backstop, which every installation of
+gpugate carries beside either tier (bench/apiserver.py registers neither it nor gpugate-runtime-handlers, whose match
+condition the apiserver evaluates once per RuntimeClass, and which this does not measure: bench/celcost binds no
+params), as shipped and without its match condition BACKSTOP_SKIP (the backstop before round 11, which judged every
+creation), on the pod the native tier formed and on a CPU pod's creation, and compares the two's decisions on every
+case: what the match condition saves a GPU pod, what it costs a CPU pod, and that it changes no verdict.
 
 Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--cuts]
 [--backstop] [--before FILE] [--rounds 5]   (needs go)
@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -361,54 +360,49 @@ def cut_runs(objects: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, An
 
 
 BACKSTOP = REPO / "deploy" / "base" / "admission-policy.yaml"
-#: --backstop: the match condition the what-if adds. A pod whose creation gpugate-always judges (its own match
-#: condition) and that holds a GPU by the backstop's own definition (so its first two rules hold trivially); the CDI
-#: rule would then have to move into gpugate-always, which is why this is measured and not shipped.
-BACKSTOP_SKIP = "not-judged-by-gpugate-always"
+#: --backstop: the backstop's match condition that leaves out a creation every validation passes (a pod that holds a
+#: GPU and carries no CDI annotation); measured against the backstop without it.
+BACKSTOP_SKIP = "not-a-gpu-pod-creation-without-cdi-annotations"
+#: --backstop: the case measured as a CPU pod's creation (cases(): the shape "cpu" in the namespace "bench").
+CPU_CASE = "cpu@bench"
 
 
 def backstop_runs(objects: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """``objects`` followed by gpugate-backstop as shipped, and by the backstop with :data:`BACKSTOP_SKIP`
-    (gpugate-always's match condition read from ``objects``): the backstop sees the pod gpugate-mutate formed, as in
-    the apiserver (validating policies run after the mutating ones), and its row is read off by its name."""
+    """``objects`` followed by gpugate-backstop as shipped, and by the backstop without :data:`BACKSTOP_SKIP`: the
+    backstop sees the pod gpugate-mutate formed, as in the apiserver (validating policies run after the mutating
+    ones), and its row is read off by its name."""
     shipped = [
         d
         for d in yaml.safe_load_all(BACKSTOP.read_text())
         if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpugate-backstop"
     ]
-    always = next(
-        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "gpugate-always"
-    )
-    involves = " && ".join(f"({c['expression']})" for c in always["spec"]["matchConditions"])
-    skipping = copy.deepcopy(shipped)
-    holds = next(v["expression"] for v in skipping[0]["spec"]["variables"] if v["name"] == "holdsGPU")
-    skipping[0]["spec"]["matchConditions"].append(
-        {
-            "name": BACKSTOP_SKIP,
-            "expression": f"!(request.operation == 'CREATE' && {involves} && ({_inline(skipping[0], holds)}))",
-        }
-    )
+    without = copy.deepcopy(shipped)
+    conditions = without[0]["spec"]["matchConditions"]
+    without[0]["spec"]["matchConditions"] = [c for c in conditions if c["name"] != BACKSTOP_SKIP]
     return [
         ("as shipped", [*objects, *shipped]),
-        (f"with a match condition `{BACKSTOP_SKIP}` (not shipped)", [*objects, *skipping]),
+        (f"without its match condition `{BACKSTOP_SKIP}`", [*objects, *without]),
     ]
 
 
-def _inline(policy: dict[str, Any], expression: str) -> str:
-    """``expression`` with the policy's ``variables.NAME`` replaced by their own expressions (a match condition sees
-    no variables), innermost last."""
-    names = {v["name"]: v["expression"] for v in policy["spec"].get("variables", [])}
-    reference = re.compile(r"\bvariables\.(\w+)\b")
-    while reference.search(expression):
-        expression = reference.sub(lambda m: f"({names[m.group(1)]})", expression)
-    return expression
+def cpu_first(all_cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``all_cases`` with :data:`CPU_CASE` first: the pod bench/celcost measures."""
+    [cpu] = [c for c in all_cases if c["name"] == CPU_CASE]
+    return [cpu, *(c for c in all_cases if c is not cpu)]
 
 
 def variant_table(
-    binary: Path, work: Path, case_file: Path, rounds: int, name: str, runs: list[tuple[str, list[dict[str, Any]]]]
+    binary: Path,
+    work: Path,
+    case_file: Path,
+    rounds: int,
+    name: str,
+    runs: list[tuple[str, list[dict[str, Any]]]],
+    title: str | None = None,
 ) -> list[str]:
-    """A table of one object's cost in each variant of ``runs`` (its row read off by ``name``)."""
-    lines = [f"| {name} | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
+    """A table (headed ``title``, or ``name``) of one object's cost in each variant of ``runs``, on the first pod of
+    ``case_file`` (its row read off by ``name``)."""
+    lines = [f"| {title or name} | allocations | KB | CPU µs |", "| --- | --- | --- | --- |"]
     for i, (label, variant) in enumerate(runs):
         path = work / f"{name}-variant-{i}.yaml"
         path.write_text(yaml.safe_dump_all(variant, sort_keys=False, width=1 << 20))
@@ -468,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cuts", action="store_true", help="also gpugate-always with part of what it checks, cut by cut (CUTS)"
     )
     parser.add_argument(
-        "--backstop", action="store_true", help="also deploy/base's gpugate-backstop, as shipped and skipping GPU pods"
+        "--backstop", action="store_true", help="also the base gpugate-backstop, with and without BACKSTOP_SKIP"
     )
     parser.add_argument("--before", help="another compilation (YAML) to measure beside it and compare decisions with")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the CPU measurement (default 5)")
@@ -500,9 +494,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.cuts:
             cut_lines = variant_table(binary, work, case_file, args.rounds, "gpugate-always", cut_runs(compiled))
         if args.backstop:
-            backstop_lines = variant_table(
-                binary, work, case_file, args.rounds, "gpugate-backstop", backstop_runs(compiled)
-            )
+            runs = backstop_runs(compiled)
+            backstop_lines = variant_table(binary, work, case_file, args.rounds, "gpugate-backstop", runs)
+            cpu_file = work / "cases-cpu-first.json"
+            cpu_file.write_text(json.dumps(cpu_first(cases())))
+            title = "gpugate-backstop on a CPU pod"
+            cpu_lines = variant_table(binary, work, cpu_file, args.rounds, "gpugate-backstop", runs, title)
+            backstop_lines += ["", *cpu_lines]
+            shipped, without = work / "backstop-shipped.yaml", work / "backstop-without.yaml"
+            for path, (_, run) in zip((shipped, without), runs, strict=True):
+                path.write_text(yaml.safe_dump_all(run, sort_keys=False, width=1 << 20))
+            compared = measure(binary, shipped, case_file, 1, without)
+            changed = len(compared.get("differs") or [])
+            backstop_lines.append(f"\n{compared['cases']} pods under both backstops: {changed} differ")
     print(table(results))
     if args.backstop:
         print("\n" + "\n".join(backstop_lines))

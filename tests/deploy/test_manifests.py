@@ -1255,13 +1255,77 @@ def test_the_backstop_skips_an_update_that_changes_nothing_it_judges_and_nothing
     """Its match condition: a CREATE is judged; an UPDATE or status update that leaves the labels, annotations and
     tolerations as they were is not, and every validation would have passed it (evaluated regardless here), whatever
     the pod, including one stored before the backstop that it would refuse now."""
-    assert backstop.matches(new, None, {"operation": "CREATE", "resource": POD_RESOURCE})
     update = {"operation": "UPDATE", "resource": POD_RESOURCE}
     for request in (update, STATUS):
         assert not backstop.matches(_status_changed(new), new, request), case
         assert backstop.denials(_status_changed(new), new, request, conditions=False) == [], case
     if old is not None:  # the case's own update: judged as before when it changes what is judged
         assert backstop.denials(new, old) == backstop.denials(new, old, conditions=False)
+
+
+CDI_ANNOTATIONS = {
+    "cdi.k8s.io/x": "nvidia.com/gpu=all",
+    "nvidia.cdi.k8s.io": "nvidia.com/gpu=0",
+    "nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=0",
+}
+NOT_CDI_ANNOTATIONS = {"example.cdi.k8s.io/x": "a.b/c=d", "cdi.k8s.io": "x", "gpugate.io/policy": "training"}
+
+
+def _variable(policy: dict[str, Any], name: str) -> Any:
+    return evaluate(compile_cel(next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == name)))
+
+
+def _creations(base: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Pods to create: the backstop's cases, one per resource name its lists hold (read from the policy itself, so
+    a name added to a list is tested here) and per prefix, in a container's limits and an init container's requests,
+    the shipped examples' and the real manifests' pods; each also tolerating the GPU taint under the nvidia runtime
+    class, with every CDI annotation, and with look-alikes."""
+    policy = find(base, "ValidatingAdmissionPolicy", "gpugate-backstop")
+    names = [*_variable(policy, "gpuResources"), *_variable(policy, "auxiliaryResources")]
+    names += ["nvidia.com/mig-1g.10gb", "amd.com/cpx_nps4", "amd.com/spx_nps1", "deviceclass.resource.kubernetes.io/g"]
+    names += ["amd.com/xpx_nps1", "example.com/gpu", "nvidia.com/gpu-look-alike", "cpu"]
+    pods = [(case, new) for case, new, old, _ in BACKSTOP_CASES if old is None]
+    for name in names:
+        pods.append((f"{name} in limits", pod(pod_spec(container(limits={name: "1"})))))
+        init = {"initContainers": [container("i", requests={name: "1"})]}
+        pods.append((f"{name} in an init container's requests", pod(pod_spec(**init))))
+    for directory in (REPO / "policies" / "examples", REPO / "tests" / "fixtures" / "real-manifests"):
+        for path in sorted(directory.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") == "Pod" and doc.get("apiVersion") == "v1":
+                    pods.append((path.name, doc))
+    for case, new in pods:
+        yield case, new
+        # What the backstop refuses on a pod that holds no GPU: a creation the match condition wrongly took for a
+        # GPU pod's would be skipped and refused by the validations.
+        squatting = {"tolerations": [*new["spec"].get("tolerations", []), GPU_TOLERATION], "runtimeClassName": "nvidia"}
+        yield f"{case}, tolerating the GPU taint under nvidia", {**new, "spec": {**new["spec"], **squatting}}
+        for key, value in {**CDI_ANNOTATIONS, **NOT_CDI_ANNOTATIONS}.items():
+            annotations = {**new["metadata"].get("annotations", {}), key: value}
+            yield f"{case} with {key}", {**new, "metadata": {**new["metadata"], "annotations": annotations}}
+
+
+def test_the_backstop_skips_only_creations_that_every_validation_passes(
+    base: list[dict[str, Any]], backstop: Backstop
+) -> None:
+    """Its match condition not-a-gpu-pod-creation-without-cdi-annotations: a creation it leaves out (one that holds a
+    GPU and carries no CDI annotation) is one the validations, evaluated regardless, pass; and it leaves out the GPU
+    pods, while a CPU pod or a pod with a CDI annotation is judged."""
+    request = {"operation": "CREATE", "resource": POD_RESOURCE}
+    skipped = judged = 0
+    for case, new in _creations(base):
+        if backstop.matches(new, None, request):
+            judged += 1
+        else:
+            skipped += 1
+            assert backstop.denials(new, None, request, conditions=False) == [], case
+        if any(key in CDI_ANNOTATIONS for key in new["metadata"].get("annotations", {})):
+            assert backstop.matches(new, None, request), case
+    assert skipped > 100 and judged > 100, (skipped, judged)
+    assert not backstop.matches(pod(GPU), None, request)
+    assert not backstop.matches(pod(DRA), None, request)
+    assert backstop.matches(pod(CPU), None, request)
+    assert backstop.matches(pod(GPU, annotations={"cdi.k8s.io/x": "nvidia.com/gpu=all"}), None, request)
 
 
 @pytest.mark.parametrize(
@@ -1289,10 +1353,10 @@ def test_the_backstop_judges_an_update_of_a_cpu_pod_that_changes_what_it_judges(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook (four); gpugate-backstop's match condition, 13 variables, 4 validations and the
-    # message expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message expression
-    # and a match condition
-    assert len(expressions) == 4 + 1 + 13 + 4 + 1 + 8 + 1 + 1 + 1
+    # a match condition per webhook (four); gpugate-backstop's two match conditions, 13 variables, 4 validations and
+    # the message expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message
+    # expression and a match condition
+    assert len(expressions) == 4 + 2 + 13 + 4 + 1 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
