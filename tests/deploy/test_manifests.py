@@ -1322,6 +1322,16 @@ def test_the_backstop_skips_only_creations_that_every_validation_passes(
         if any(key in CDI_ANNOTATIONS for key in new["metadata"].get("annotations", {})):
             assert backstop.matches(new, None, request), case
     assert skipped > 100 and judged > 100, (skipped, judged)
+    # Every name the policy's lists hold is a GPU to the condition too (in step, so such a pod is not judged for
+    # nothing), and so is a fraction pod of every scheduler the policy names.
+    policy = find(base, "ValidatingAdmissionPolicy", "gpugate-backstop")
+    for name in [*_variable(policy, "gpuResources"), *_variable(policy, "auxiliaryResources")]:
+        assert not backstop.matches(pod(pod_spec(container(limits={name: "1"}))), None, request), name
+    for scheduler in _variable(policy, "annotationSchedulers"):
+        fraction = pod(pod_spec(schedulerName=scheduler), annotations=KAI_FRACTION)
+        assert not backstop.matches(fraction, None, request), scheduler
+        bound = pod(pod_spec(schedulerName=scheduler, nodeName="n"), annotations=KAI_FRACTION)
+        assert backstop.matches(bound, None, request), scheduler
     assert not backstop.matches(pod(GPU), None, request)
     assert not backstop.matches(pod(DRA), None, request)
     assert backstop.matches(pod(CPU), None, request)

@@ -124,3 +124,30 @@ def test_the_runtime_handler_backstop_knows_the_gpu_handlers_and_holds_gpus_as_t
     [condition] = policy["spec"]["matchConditions"]
     found = re.findall(r"runtimeClassName in (\[[^\]]*\])", condition["expression"])
     assert [set(_cel_list(f)) for f in found] == [shipped_runtime_classes()]  # the backstop's names are its own
+
+
+@pytest.mark.parametrize("base", COPIES, ids=["deploy", "chart"])
+def test_the_backstop_s_creation_match_condition_holds_gpus_with_its_variables_lists(base: Path):
+    """not-a-gpu-pod-creation-without-cdi-annotations writes out holdsGPU and cdiAnnotations (a match condition sees
+    no variables): each list and each CDI key test of the variables, word for word, so a name added to one is added
+    to the other (tests/deploy/test_manifests.py proves the condition skips only what every validation passes)."""
+    [policy] = [
+        d
+        for d in yaml.safe_load_all((base / "admission-policy.yaml").read_text())
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpugate-backstop"
+    ]
+    [condition] = [
+        c["expression"]
+        for c in policy["spec"]["matchConditions"]
+        if c["name"] == "not-a-gpu-pod-creation-without-cdi-annotations"
+    ]
+    written_out = " ".join(condition.split())
+    variables = {n: " ".join(e.split()) for n, e in backstop_variables(base).items()}
+    for name in ("gpuResources", "auxiliaryResources", "annotationSchedulers"):
+        assert f"in {variables[name]}" in written_out, name
+    for test in re.findall(r"k\.startsWith\('[^']*'\)|k == '[^']*'", variables["cdiAnnotations"]):
+        assert test in written_out, test
+    for test in ("r.startsWith('nvidia.com/mig-')", "r.startsWith('deviceclass.resource.kubernetes.io/')"):
+        assert test in variables["namesGPU"] and test in written_out, test
+    pattern = re.search(r"r\.matches\('[^']*'\)", variables["namesGPU"])
+    assert pattern and pattern[0] in written_out
