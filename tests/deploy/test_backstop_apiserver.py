@@ -175,3 +175,33 @@ def test_a_pod_without_gpus_under_an_alias_of_a_gpu_runtime_is_refused_by_its_ha
     assert "ValidatingAdmissionPolicy 'gpugate-backstop'" in named.stderr, named
     assert "gpugate-runtime-handlers" not in named.stderr, named
     assert create(apiserver, pod(pod_spec(runtimeClassName="my-gpu")), "kube-system").ok  # excluded namespace
+
+
+def test_a_pod_carrying_the_formed_by_label_skips_the_handler_policy_and_meets_the_backstop(
+    apiserver: ControlPlane,
+) -> None:
+    """gpugate-runtime-handlers' binding skips a pod that carries gpugate.io/formed-by (objectSelector: the pods the
+    native tier formed, which hold GPUs, are not evaluated once per RuntimeClass): shown with gpugate-backstop's
+    binding taken away for a moment, when a CPU pod carrying the label under an alias of nvidia is admitted and the
+    same pod without it is refused by the handler policy. With the backstop bound, the labelled pod is refused by the
+    backstop's formed-by rule, so the skip lets nothing through."""
+    formed = {"gpugate.io/formed-by": "native-tier"}
+    unlabelled = pod(pod_spec(runtimeClassName="my-gpu"))
+    labelled = {**unlabelled, "metadata": {**unlabelled["metadata"], "labels": formed}}
+    result = create(apiserver, labelled)
+    assert not result.ok and "ValidatingAdmissionPolicy 'gpugate-backstop'" in result.stderr, result
+    assert "must not carry the label gpugate.io/formed-by" in result.stderr, result
+    assert 'under the runtime class "my-gpu"; remove the label' in result.stderr, result
+    binding = json.loads(
+        apiserver.kubectl("get", "validatingadmissionpolicybinding", "gpugate-backstop", "-o", "json").stdout
+    )
+    apiserver.kubectl("delete", "validatingadmissionpolicybinding", "gpugate-backstop")
+    try:
+        assert eventually(lambda: create(apiserver, labelled).ok, timeout=30), "the handler policy judged the label"
+        refused = create(apiserver, unlabelled)
+        assert not refused.ok and "ValidatingAdmissionPolicy 'gpugate-runtime-handlers'" in refused.stderr, refused
+    finally:
+        for field in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+            binding["metadata"].pop(field, None)
+        apiserver.kubectl("create", "-f", "-", stdin=binding)
+        assert eventually(lambda: not create(apiserver, labelled).ok, timeout=30), "the backstop did not come back"

@@ -469,10 +469,12 @@ def test_backstop_policy(base: list[dict[str, Any]]) -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/status"]},
     ]
     # GPU-taint tolerations, then GPU runtime classes, on pods without GPUs, then CDI device annotations on any
-    # pod, then gpugate.io metadata on pods/status. Whether a GPU pod needs a runtime class is gpugate's to judge
+    # pod, then gpugate.io metadata on pods/status, then the native tier's formed-by label on pods without GPUs. Whether a GPU pod needs a runtime class is gpugate's to judge
     # (DRA, CDI), never the backstop's.
-    tolerations, runtime_class, cdi, status = policy["spec"]["validations"]
+    tolerations, runtime_class, cdi, status, formed_by = policy["spec"]["validations"]
     assert status["expression"] == "variables.gpugateMetadataKept"
+    assert "'gpugate.io/formed-by' in object.metadata.labels" in formed_by["expression"]
+    assert formed_by["expression"].startswith("variables.holdsGPU ||")
     assert "toleratesGPUTaint" in tolerations["expression"]
     assert "variables.gpuRuntimeClasses" in runtime_class["expression"]
     assert "variables.newCDIAnnotations" in cdi["expression"]
@@ -973,6 +975,7 @@ def backstop(base: list[dict[str, Any]]) -> Backstop:
 
 
 NVIDIA = {"runtimeClassName": "nvidia"}
+FORMED = {"gpugate.io/formed-by": "native-tier"}
 BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]]] = [
     ("CPU pod", pod(CPU), None, []),
     ("CPU pod tolerating the GPU taint", pod(pod_spec(tolerations=[GPU_TOLERATION])), None, ["GPU node taint"]),
@@ -1008,6 +1011,45 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         ['GPU runtime class "nvidia-experimental"'],
     ),
     ("CPU pod under runc", pod(pod_spec(runtimeClassName="runc")), None, []),
+    # The label that lets a pod skip gpugate-runtime-handlers (its binding's objectSelector): a pod that holds no GPU
+    # and carries it is refused under any class the runtime class rule does not name.
+    (
+        "CPU pod carrying the formed-by label under runc",
+        labelled(pod_spec(runtimeClassName="runc"), FORMED),
+        None,
+        ["gpugate.io/formed-by", 'runtime class "runc"'],
+    ),
+    (
+        "CPU pod carrying the formed-by label under an alias",
+        labelled(pod_spec(runtimeClassName="my-gpu"), FORMED),
+        None,
+        ["gpugate.io/formed-by"],
+    ),
+    (
+        "CPU pod carrying the formed-by label under nvidia",
+        labelled(pod_spec(**NVIDIA), FORMED),
+        None,
+        ['GPU runtime class "nvidia"'],
+    ),
+    ("CPU pod carrying the formed-by label without a runtime class", labelled(CPU, FORMED), None, []),
+    (
+        "GPU pod carrying the formed-by label under an alias",
+        labelled({**GPU, "runtimeClassName": "my-gpu"}, FORMED),
+        None,
+        [],
+    ),
+    (
+        "DRA pod carrying the formed-by label under runc",
+        labelled({**DRA, "runtimeClassName": "runc"}, FORMED),
+        None,
+        [],
+    ),
+    (
+        "UPDATE of a CPU pod carrying the formed-by label under runc",
+        labelled(pod_spec(runtimeClassName="runc"), FORMED),
+        labelled(pod_spec(runtimeClassName="runc"), FORMED),
+        [],
+    ),
     ("GPU pod under nvidia-cdi", pod({**GPU, "runtimeClassName": "nvidia-cdi"}), None, []),
     ("KAI pod under nvidia", pod(pod_spec(**NVIDIA, **KAI), annotations=KAI_FRACTION), None, []),
     (
@@ -1363,10 +1405,10 @@ def test_the_backstop_judges_an_update_of_a_cpu_pod_that_changes_what_it_judges(
 
 def test_every_cel_expression_compiles(renders: dict[str, list[dict[str, Any]]]) -> None:
     expressions = list(_cel_expressions(renders["base"]))
-    # a match condition per webhook (four); gpugate-backstop's two match conditions, 13 variables, 4 validations and
-    # the message expression of one; gpugate-runtime-handlers' 8 variables, its validation with its message
+    # a match condition per webhook (four); gpugate-backstop's two match conditions, 13 variables, 5 validations and
+    # the message expressions of two; gpugate-runtime-handlers' 8 variables, its validation with its message
     # expression and a match condition
-    assert len(expressions) == 4 + 2 + 13 + 4 + 1 + 8 + 1 + 1 + 1
+    assert len(expressions) == 4 + 2 + 13 + 5 + 2 + 8 + 1 + 1 + 1
     for where, expression in expressions:
         try:
             compile_cel(expression)
