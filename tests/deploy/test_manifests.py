@@ -1017,7 +1017,7 @@ BACKSTOP_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, list[str]
         "CPU pod carrying the formed-by label under runc",
         labelled(pod_spec(runtimeClassName="runc"), FORMED),
         None,
-        ["gpugate.io/formed-by", 'runtime class "runc"'],
+        ['formed-by, which gpugate\'s native tier gives the GPU pods it forms, under the runtime class "runc"'],
     ),
     (
         "CPU pod carrying the formed-by label under an alias",
