@@ -16,23 +16,26 @@ each) until P pods are placed:
             ValidatingAdmissionPolicy: what bench/apiserver.py's "CEL" row measures) and no webhook, over the
             templates of `none` (its one default model cannot place the other classes): what in-process CEL of
             that size costs at this scale. It matches the pods that request nvidia.com/gpu (all but MI300X's),
-            adds the runtime class and the toleration they carry and the team label, and checks whole GPUs.
+            adds the runtime class and the toleration they carry and the team label, and checks whole GPUs;
+  floor     bench/in-process-floor.yaml over the templates of `none`: one MutatingAdmissionPolicy that adds a label
+            to every GPU pod and one ValidatingAdmissionPolicy that refuses none of the fleet's, each as cheap as
+            the apiserver allows: the least any in-process tier that forms GPU pods costs at this scale.
 
-Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or,
-for Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for
-POST pods, i.e. what the controllers wait for; and exactly, from each create's timestamps in the apiserver's audit
-log, which logs the pods' creates and nothing else: the histogram's buckets are 5, 25, 50, 100, 200 ms apart)
-and, with gpugate, the webhooks' share
-(apiserver_admission_webhook_admission_duration_seconds) and gpugate's own handling time
-(gpugate_admission_duration_seconds); CPU seconds per pod of kube-apiserver, of etcd and of gpugate (gunicorn's
-master and workers, /proc/<pid>/stat); how busy the machine's cores were while the pods were placed (/proc/stat: every
-process of the run shares them) and the apiserver's wait for etcd to store a pod (etcd_request_duration_seconds for
-create pods), which is what a create waits for once they are saturated; kube-apiserver's CPU before the first create
-(--idle-seconds: the kwok nodes' heartbeats, and gpugate's watches in its modes), measured once the fleet has
-settled (kwok below 0.01 core for 5 s in a row after the install: until then it is still updating the nodes the
-harness saw Ready, and every mode waits for the same); gpugate's peak RSS; wrong
-placements (a pod on a pool its class does not name: must be 0); and `gpugate audit` over the result (its wall time
-and what it found).
+Figures per run: pods placed per second (from the first workload created to the last pod bound and Running or, for
+Jobs, Succeeded), pod-create latency p50/p99 inside the apiserver (apiserver_request_duration_seconds for POST pods,
+i.e. what the controllers wait for; and exactly, from each create's timestamps in the apiserver's audit log, which
+logs the pods' creates and nothing else: the histogram's buckets are 5, 25, 50, 100, 200 ms apart) and, with gpugate,
+the webhooks' share (apiserver_admission_webhook_admission_duration_seconds) and gpugate's own handling time
+(gpugate_admission_duration_seconds); CPU seconds per pod of kube-apiserver, of etcd and of gpugate (gunicorn's master
+and workers, /proc/<pid>/stat), and of every process of the run by its pid (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok, gpugate, this bench itself) over the same window; how busy the
+machine's cores were while the pods were placed (/proc/stat: every process of the run shares them) and the apiserver's
+wait for etcd to store a pod (etcd_request_duration_seconds for create pods), which is what a create waits for once
+they are saturated; kube-apiserver's CPU before the first create (--idle-seconds: the kwok nodes' heartbeats, and
+gpugate's watches in its modes), measured once the fleet has settled (kwok below 0.01 core for 5 s in a row after the
+install: until then it is still updating the nodes the harness saw Ready, and every mode waits for the same);
+gpugate's peak RSS; wrong placements (a pod on a pool its class does not name: must be 0); and `gpugate audit` over
+the result (its wall time and what it found).
 
     .venv/bin/python bench/fleet_scale.py --nodes 1000 --pods 10000 --write  # the full run, into the docs
     .venv/bin/python bench/fleet_scale.py --nodes 20 --pods 200 --json       # what the make-check test runs
@@ -47,6 +50,7 @@ Needs the e2e binaries (tests/e2e/build.sh, `make tools`). Not part of `make che
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import math
@@ -393,8 +397,14 @@ class RunResult:
     audit_summary: str | None = None
     start_seconds: float = 0.0
     cel_labelled: int | None = None  # CEL: placed pods carrying the team label bench/cel-equivalent.yaml adds
+    floor_labelled: int | None = None  # floor: placed pods carrying the label bench/in-process-floor.yaml adds
+    # CPU ms per pod of each process of the run, by its pid, from the first create to the last placement seen
+    process_cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     repeat: int = 0  # with --repeat, which pass over the modes this run belongs to (1, 2, ...)
 
+
+#: What a run can register (the module's docstring says what each is).
+MODES = ("gpugate", "native", "CEL", "floor", "none")
 
 #: deploy/base/admission-policy.yaml's objects, which --without-base-policies leaves out of the gpugate modes.
 BASE_POLICIES = ("gpugate-backstop", "gpugate-runtime-handlers")
@@ -491,9 +501,11 @@ def run(
 
             threading.Thread(target=sample, daemon=True).start()
         elif mode == "CEL":
-            install_cel_equivalent(cluster)
+            install_in_process(cluster, CEL_EQUIVALENT, formed=TEAM_LABEL, refused_by="bench-whole-gpus")
+        elif mode == "floor":
+            install_in_process(cluster, FLOOR, formed=FLOOR_LABEL, refused_by="bench-floor")
         elif mode != "none":
-            raise SystemExit(f"fleet_scale: no mode {mode!r} (gpugate, native, CEL, none)")
+            raise SystemExit(f"fleet_scale: no mode {mode!r} ({', '.join(MODES)})")
         ns = cluster.create_namespace("bench", {"team": "bench", "cost-center": "cc-1"})
         apiserver_pid = cluster.cp.apiserver.proc.pid if cluster.cp.apiserver.proc else 0
         kwok_pid = next((p.proc.pid for p in cluster.processes if p.name == "kwok" and p.proc), 0)
@@ -513,6 +525,8 @@ def run(
         gate_metrics_before = gate.metrics() if gate else ""
         etcd_pid = next((p.proc.pid for p in cluster.processes if p.name == "etcd" and p.proc), 0)
         cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+        pids = process_pids(cluster, gate_pid)
+        processes_before = {name: cpu() for name, cpu in pids.items()}
         etcd_before, machine_before = _proc_cpu(etcd_pid), (machine_busy(), time.monotonic())
 
         t0 = time.monotonic()
@@ -520,7 +534,7 @@ def run(
         if profile is not None:
             profiler = threading.Thread(target=take_profile, args=(cluster, mode, *profile), daemon=True)
             profiler.start()
-        created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode in ("none", "CEL")))
+        created = list(workloads(pods, pool_counts(nodes), ns, preformed=mode in ("none", "CEL", "floor")))
         for obj in created:
             for attempt in range(10):  # as a user or a GitOps controller would: a webhook timeout is retried
                 try:
@@ -572,10 +586,13 @@ def run(
                     result.wrong_examples.append(f"{pod['metadata']['name']} ({cls}) on {pod['spec']['nodeName']}")
 
         if mode == "CEL":
-            result.cel_labelled = sum(
-                (p["metadata"].get("labels") or {}).get("gpugate.io/team") == "bench" for p in placed
+            result.cel_labelled = sum((p["metadata"].get("labels") or {}).get(TEAM_LABEL[0]) == "bench" for p in placed)
+        if mode == "floor":
+            result.floor_labelled = sum(
+                (p["metadata"].get("labels") or {}).get(FLOOR_LABEL[0]) == FLOOR_LABEL[1] for p in placed
             )
         cpu_after = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
+        processes_after = {name: cpu() for name, cpu in pids.items()}
         etcd_after, machine_after = _proc_cpu(etcd_pid), (machine_busy(), time.monotonic())
         metrics_after = api.raw("/metrics")
         if profiler is not None:
@@ -608,6 +625,9 @@ def run(
         result.pod_create_exact_p99_ms = _ms(exact_quantile(latencies, 0.99))
         result.apiserver_cpu_ms_per_pod = (cpu_after[0] - cpu_before[0]) * ms / max(len(placed), 1)
         result.etcd_cpu_ms_per_pod = (etcd_after - etcd_before) * ms / max(len(placed), 1)
+        result.process_cpu_ms_per_pod = {
+            name: (processes_after[name] - processes_before[name]) * ms / max(len(placed), 1) for name in pids
+        }
         result.busiest_requests = busiest_requests(metrics_before, metrics_after)
         go = {
             name: counter(metrics_after, name) - counter(metrics_before, name)
@@ -737,33 +757,56 @@ def install_native_tier(cluster: FleetCluster, exe: Path, policies: Path, timeou
 
 
 CEL_EQUIVALENT = REPO / "bench" / "cel-equivalent.yaml"
+FLOOR = REPO / "bench" / "in-process-floor.yaml"
+#: The label each in-process yardstick gives a GPU pod it formed: (key, value); the CEL equivalent's value is the
+#: namespace's team label ("probe" for the probe's namespace).
+TEAM_LABEL = ("gpugate.io/team", "probe")
+FLOOR_LABEL = ("gpugate.io/formed-by", "floor")
 
 
-def install_cel_equivalent(cluster: FleetCluster, timeout: float = 120.0) -> None:
-    """Apply bench/cel-equivalent.yaml and wait until the apiserver forms a GPU pod with it (the team label from its
-    namespace) and refuses one asking for 9 GPUs (its validating policy)."""
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=CEL_EQUIVALENT.read_text())
-    ns = cluster.create_namespace("cel-probe", {"team": "probe"})
+def install_in_process(
+    cluster: FleetCluster, path: Path, *, formed: tuple[str, str], refused_by: str, timeout: float = 120.0
+) -> None:
+    """Apply an in-process yardstick (bench/cel-equivalent.yaml, bench/in-process-floor.yaml) and wait until the
+    apiserver forms a GPU pod with it (the label ``formed``) and its validating policy ``refused_by`` refuses a pod
+    asking for 9 GPUs and labelled bench/floor-refuse (each yardstick refuses one of the two)."""
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=path.read_text())
+    ns = cluster.create_namespace(f"{refused_by}-probe", {"team": "probe"})
 
-    def probe(gpus: str) -> dict[str, Any]:
+    def probe(gpus: str, labels: dict[str, str]) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "probe", "namespace": ns},
+            "metadata": {"name": "probe", "namespace": ns, "labels": labels},
             "spec": {
                 "containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
             },
         }
 
+    key, value = formed
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe("1"), check=False)
-        formed = done.ok and (json.loads(done.stdout)["metadata"].get("labels") or {}).get("gpugate.io/team") == "probe"
-        refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=probe("9"), check=False)
-        if formed and not refused.ok and "bench-whole-gpus" in refused.stderr:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe("1", {}), check=False)
+        is_formed = done.ok and (json.loads(done.stdout)["metadata"].get("labels") or {}).get(key) == value
+        bad = probe("9", {"bench/floor-refuse": "true"})
+        refused = cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=bad, check=False)
+        if is_formed and not refused.ok and refused_by in refused.stderr:
             return
         time.sleep(0.5)
-    raise SystemExit(f"fleet_scale: bench/cel-equivalent.yaml was not in force after {timeout:.0f} s")
+    raise SystemExit(f"fleet_scale: {path.relative_to(REPO)} was not in force after {timeout:.0f} s")
+
+
+def process_pids(cluster: FleetCluster, gate_pid: int) -> dict[str, Callable[[], float]]:
+    """Each process of the run by name, as a function that reads its CPU seconds so far (/proc/<pid>/stat): the
+    harness's processes by their own pids, gpugate's gunicorn master with its workers, and this bench."""
+    out: dict[str, Callable[[], float]] = {}
+    for process in cluster.processes:
+        if process.proc:
+            out[process.name] = functools.partial(_proc_cpu, process.proc.pid)
+    if gate_pid:
+        out["gpugate"] = lambda: group_cpu(gate_pid)
+    out["this bench"] = lambda: _proc_cpu(os.getpid())
+    return out
 
 
 def narrowed(objects: list[dict[str, Any]], exe: Path, policies: Path) -> list[dict[str, Any]]:
@@ -827,6 +870,8 @@ def render(results: list[RunResult], command: str) -> str:
     def cell(v: Any, fmt: str = "{:.2f}") -> str:
         if isinstance(v, bool):
             return "yes" if v else "**no**"
+        if isinstance(v, dict):  # a figure per process: "etcd 1.2, kube-apiserver 67.9, ..."
+            return ", ".join(f"{name} {x:.1f}" for name, x in v.items()) or "—"
         return "—" if v is None else (fmt.format(v) if isinstance(v, float) else str(v))
 
     rows = [
@@ -877,6 +922,8 @@ def render(results: list[RunResult], command: str) -> str:
         ("gpugate peak RSS, MiB (master + workers)", "gpugate_peak_rss_mib", "{:.0f}"),
         ("`gpugate audit` over the result, seconds", "audit_seconds", "{:.1f}"),
         ("pods the CEL equivalent labelled (it matches nvidia.com/gpu only)", "cel_labelled", "{}"),
+        ("pods the in-process floor labelled (every GPU pod)", "floor_labelled", "{}"),
+        ("CPU ms per pod of each process (by pid, the same window)", "process_cpu_ms_per_pod", "{}"),
     ]
     for label, attr, fmt in fields:
         if attr is None:
@@ -939,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/fleet_scale.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
-    parser.add_argument("--modes", default="gpugate,none", help="comma-separated: gpugate, native, CEL, none")
+    parser.add_argument("--modes", default="gpugate,none", help=f"comma-separated: {', '.join(MODES)}")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for the pods of one run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--write", action="store_true", help="put the table into docs/development/performance.md")

@@ -38,7 +38,8 @@ ValidatingAdmissionPolicy per variable, less one that reads none.
 
 With --cel-equivalent it also measures bench/cel-equivalent.yaml, the CEL a platform team could register instead
 (one mutating policy with an apply configuration and a JSON patch, one validating policy), on the same pod: what
-bench/apiserver.py's "CEL" row costs, object by object.
+bench/apiserver.py's "CEL" row costs, object by object. With --floor, bench/in-process-floor.yaml, the least an
+in-process tier that forms GPU pods costs (bench/fleet_scale.py's floor mode), on the same pod.
 
 With --cuts it also measures gpugate-always with part of what it checks on the same pod (CUTS: without the claim
 checks, without the mode's checks, one trivial validation with and without its variables): what each part costs.
@@ -50,7 +51,7 @@ params), as shipped and without its match condition BACKSTOP_SKIP (the backstop 
 creation), on the pod the native tier formed and on a CPU pod's creation, and compares the two's decisions on every
 case: what the match condition saves a GPU pod, what it costs a CPU pod, and that it changes no verdict.
 
-Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--cuts]
+Run: .venv/bin/python bench/native_cost.py [--pools] [--webhooks] [--anatomy] [--cel-equivalent] [--floor] [--cuts]
 [--backstop] [--before FILE] [--rounds 5]   (needs go)
 """
 
@@ -211,6 +212,7 @@ def cases() -> list[dict[str, Any]]:
 
 WEBHOOKS = REPO / "deploy" / "base" / "webhooks.yaml"
 CEL_EQUIVALENT = REPO / "bench" / "cel-equivalent.yaml"
+IN_PROCESS_FLOOR = REPO / "bench" / "in-process-floor.yaml"
 
 
 def compiled_objects(pools: bool, webhooks: bool = False) -> list[dict[str, Any]]:
@@ -458,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--webhooks", action="store_true", help="with the narrowed webhooks' match conditions")
     parser.add_argument("--anatomy", action="store_true", help="also the floor and each variable's cost")
     parser.add_argument("--cel-equivalent", action="store_true", help="also bench/cel-equivalent.yaml, measured alike")
+    parser.add_argument("--floor", action="store_true", help="also bench/in-process-floor.yaml, measured alike")
     parser.add_argument(
         "--cuts", action="store_true", help="also gpugate-always with part of what it checks, cut by cut (CUTS)"
     )
@@ -483,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
             results = {"before": measure(binary, before, case_file, args.rounds, None), **results}
         if args.cel_equivalent:
             results["CEL equivalent"] = measure(binary, CEL_EQUIVALENT, case_file, args.rounds, None)
+        if args.floor:
+            results["in-process floor"] = measure(binary, IN_PROCESS_FLOOR, case_file, args.rounds, None)
         if args.anatomy:
             costs: list[dict[str, Any]] = []
             for i, run in enumerate(anatomy_runs([d for d in yaml.safe_load_all(after.read_text()) if d])):

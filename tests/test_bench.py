@@ -267,6 +267,33 @@ def test_native_cost_sets_the_cel_equivalent_beside_gpugate_s_objects_each_in_it
     assert rows[-1] == "| **per GPU pod** | **4,000** | **258** | **1,000** | **5,700** | **416** | **1,350** |"
 
 
+@pytest.mark.parametrize("name", ["cel-equivalent.yaml", "in-process-floor.yaml"])
+def test_the_in_process_yardsticks_are_valid_1_36_objects_of_one_policy_each_kind(name: str) -> None:
+    """bench/cel-equivalent.yaml and bench/in-process-floor.yaml are what bench/fleet_scale.py applies: Kubernetes
+    1.36's schemas accept them, and each is one mutating and one validating policy, each bound once."""
+    docs = [d for d in yaml.safe_load_all((REPO / "bench" / name).read_text()) if d]
+    for obj in docs:
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(f"{k}AdmissionPolicy{b}" for k in ("Mutating", "Validating") for b in ("", "Binding")), kinds
+    policies = {d["metadata"]["name"] for d in docs if d["kind"].endswith("Policy")}
+    assert {d["spec"]["policyName"] for d in docs if d["kind"].endswith("Binding")} == policies
+
+
+def test_the_in_process_floor_is_as_cheap_as_the_apiserver_allows() -> None:
+    """The floor's two policies evaluate the least a tier can on a GPU pod's creation: no match condition, no
+    variables, one validation, one patch expression, and a mutating policy that is not reinvoked for its own change."""
+    from bench import fleet_scale
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all(fleet_scale.FLOOR.read_text()) if d}
+    mutating, validating = docs["MutatingAdmissionPolicy"]["spec"], docs["ValidatingAdmissionPolicy"]["spec"]
+    assert mutating["reinvocationPolicy"] == "Never"
+    assert [m["patchType"] for m in mutating["mutations"]] == ["JSONPatch"]
+    assert len(validating["validations"]) == 1
+    for spec in (mutating, validating):
+        assert "matchConditions" not in spec and "variables" not in spec
+
+
 def test_apiserver_s_native_with_webhook_narrows_the_webhooks_as_the_native_tier_component_does() -> None:
     """bench/apiserver.py's "native + webhook" is what deploy/components/native-tier installs: both webhook
     configurations with the condition of the same compilation added to their first webhook."""

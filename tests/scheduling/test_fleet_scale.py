@@ -1,8 +1,8 @@
-"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs): every pod
-placed on a pool of its class, with gpugate registered (gpugate injecting what the templates leave out), without it
-(the templates carrying it) and with bench/cel-equivalent.yaml over the same templates, the figures the published run
-reports measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the full run's numbers are in
-docs/development/performance.md."""
+"""bench/fleet_scale.py on a small scale (20 kwok nodes, 200 GPU pods through Deployments and Jobs): every pod placed on
+a pool of its class, with gpugate registered (gpugate injecting what the templates leave out), without it (the
+templates carrying it), with bench/cel-equivalent.yaml and with bench/in-process-floor.yaml over the same templates,
+the figures the published run reports measured, and `gpugate audit` finding nothing wrong. No timing is asserted; the
+full run's numbers are in docs/development/performance.md."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_class_pods_fill_the_classes_within_their_pools() -> None:
         fleet_scale.class_pods(10_000, counts)
 
 
-@pytest.mark.parametrize("mode", ["gpugate", "none", "CEL"])
+@pytest.mark.parametrize("mode", ["gpugate", "none", "CEL", "floor"])
 def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tmp_path: Path) -> None:
     result = fleet_scale.run(mode, nodes=20, pods=200, workdir=tmp_path, timeout=300)
 
@@ -115,6 +115,14 @@ def test_small_fleet_places_every_pod_on_its_class(binaries: None, mode: str, tm
     matched = sum(n for cls, n in wanted.items() if fleet_scale.CLASSES[cls]["resource"] == "nvidia.com/gpu")
     assert result.cel_labelled == (matched if mode == "CEL" else None)
     assert 0 < matched < 200
+    # The in-process floor labels every GPU pod, whatever its vendor.
+    assert result.floor_labelled == (200 if mode == "floor" else None)
+    # Each process of the run, by its pid, over the same window: the apiserver's figure is the row's own.
+    processes = result.process_cpu_ms_per_pod
+    expected = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "this bench"}
+    assert set(processes) == expected | ({"gpugate"} if mode == "gpugate" else set()), processes
+    assert all(v > 0 for v in processes.values()), processes
+    assert processes["kube-apiserver"] == pytest.approx(result.apiserver_cpu_ms_per_pod, rel=0.2)
 
 
 def test_without_base_policies_leaves_out_exactly_deploy_base_s_admission_policies() -> None:
