@@ -525,7 +525,7 @@ def run(
         gate_metrics_before = gate.metrics() if gate else ""
         etcd_pid = next((p.proc.pid for p in cluster.processes if p.name == "etcd" and p.proc), 0)
         cpu_before = (_proc_cpu(apiserver_pid), group_cpu(gate_pid) if gate else 0.0)
-        pids = process_pids(cluster, gate_pid)
+        pids = process_pids(cluster, gate.process.proc.pid if gate and gate.process.proc else 0)
         processes_before = {name: cpu() for name, cpu in pids.items()}
         etcd_before, machine_before = _proc_cpu(etcd_pid), (machine_busy(), time.monotonic())
 
