@@ -19,7 +19,9 @@ objectSelector and condition (gpugate-always's gpugate.io/webhook-object-selecto
 as deploy/components/native-tier and the chart's nativeTier install them: a plain GPU pod makes no webhook call
 there; and "native (before)", the objects of `--native-before FILE` (another compilation, e.g. main's) measured
 in the same run as "native", so that a change of the compiler is compared under the same load. A run that
-measures them prints their ratios against gpugate and CEL (and native's against native (before)).
+measures them prints their ratios against gpugate and CEL (and native's against native (before)). And "floor",
+bench/in-process-floor.yaml: one mutating policy that labels a GPU pod and one validating policy that refuses none
+of the bench's, each as cheap as the apiserver allows, the most GPU pods/s an in-process tier can reach here.
 
 For each: GPU and CPU pods, 1 and 8 keep-alive HTTPS clients (TCP_NODELAY, client-certificate auth, HTTP/1.1),
 `POST .../pods?dryRun=All` (admission runs, nothing is stored). The registrations are interleaved in rounds,
@@ -71,11 +73,16 @@ from webhook.native.compiler import Compiled, webhook_patch  # noqa: E402
 
 REGISTRATIONS = ("nothing", "no-op", "no-op + patch", "gpugate", "CEL")
 NATIVE = ("native", "native + webhook", "native (before)")  # measured on request: --registrations
+# Also on request: bench/in-process-floor.yaml, the least an in-process tier that forms GPU pods costs the apiserver.
+FLOOR = "floor"
+ON_REQUEST = (*NATIVE, FLOOR)
 # "native (before)": the objects of --native-before (another compilation, e.g. main's), measured in the same run as
 # "native" so that the two compare under the same load.
 PODS = ("GPU", "CPU")
 CLIENTS = (1, 8)
 CEL_FILE = REPO / "bench" / "cel-equivalent.yaml"
+FLOOR_FILE = REPO / "bench" / "in-process-floor.yaml"
+FLOOR_REFUSE = "bench/floor-refuse"  # the one label bench/in-process-floor.yaml's validating policy refuses
 PROBE_ANNOTATION = "bench.gpugate.io/deny"  # bench/noop.py refuses an object naming its endpoint here
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
@@ -162,14 +169,19 @@ class API:
 
 
 def pod(
-    name: str, *, gpus: int | None, annotations: dict[str, str] | None = None, env: list[dict[str, str]] | None = None
+    name: str,
+    *,
+    gpus: int | None,
+    annotations: dict[str, str] | None = None,
+    env: list[dict[str, str]] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": IMAGE}
     if gpus is not None:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     if env:
         container["env"] = env
-    meta: dict[str, Any] = {"name": name, "labels": {"app": "bench"}}
+    meta: dict[str, Any] = {"name": name, "labels": {"app": "bench", **(labels or {})}}
     if annotations:
         meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container]}}
@@ -355,6 +367,9 @@ def expectation(registration: str, kind: str) -> Callable[[int, dict[str, Any]],
             )
         if want_injected and (meta.get("labels") or {}).get("gpugate.io/team") != "ml":
             return f"{registration}, {kind} pod: no team label from the namespace: {meta.get('labels')}"
+        floored = (meta.get("labels") or {}).get("gpugate.io/formed-by") == "floor"
+        if floored != (registration == FLOOR and kind == "GPU"):
+            return f"{registration}, {kind} pod: labels {meta.get('labels')}"
         return None
 
     return check
@@ -378,6 +393,7 @@ class Registrar:
     webhooks: dict[str, list[dict[str, Any]]]  # "no-op"/"gpugate" -> the two webhook configurations
     cel: list[dict[str, Any]]
     gate: GPUGate
+    floor: list[dict[str, Any]] = field(default_factory=list)  # bench/in-process-floor.yaml
     native: list[dict[str, Any]] = field(default_factory=list)  # gpugate policy compile policies
     before: list[dict[str, Any]] = field(default_factory=list)  # --native-before
     current: str | None = None
@@ -401,6 +417,8 @@ class Registrar:
                 seen.add("gpugate-mutate")
             elif obj["spec"].get("runtimeClassName") == "nvidia":
                 seen.add("cel-mutate")
+            if (obj["metadata"].get("labels") or {}).get("gpugate.io/formed-by") == "floor":
+                seen.add("floor-mutate")
         if self.validations() > validated:
             seen.add("gpugate-validate")
         validated = self.validations()
@@ -414,6 +432,9 @@ class Registrar:
         status, obj = self.api.create(pod("probe", gpus=9))
         if status != 201 and "bench-whole-gpus" in obj.get("message", ""):
             seen.add("cel-validate")
+        status, obj = self.api.create(pod("probe", gpus=1, labels={FLOOR_REFUSE: "true"}))
+        if status != 201 and "bench-floor" in obj.get("message", ""):
+            seen.add("floor-validate")
         if status != 201 and "ValidatingAdmissionPolicy 'gpugate-" in obj.get("message", ""):
             seen.add("native-validate")  # runs before any validating webhook, so it answers first
         return seen
@@ -429,6 +450,7 @@ class Registrar:
         # Narrowed: the plain GPU pod skips the webhooks, the pod that chose an instance type is theirs.
         "native + webhook": {"gpugate-mutate", "native-validate", "gpugate-validate-chosen"},
         "native (before)": {"gpugate-mutate", "native-validate"},
+        FLOOR: {"floor-mutate", "floor-validate"},
     }
 
     def _apply(self, objects: list[dict[str, Any]]) -> None:
@@ -459,6 +481,10 @@ class Registrar:
             self._apply(self.cel)
         elif self.current == "CEL":
             self._delete(self.cel)
+        if target == FLOOR:
+            self._apply(self.floor)
+        elif self.current == FLOOR:
+            self._delete(self.floor)
         deadline = time.monotonic() + timeout
         expected = self.EXPECTED[target]
         while (seen := self.observe()) != expected:
@@ -643,7 +669,8 @@ def measure(args: argparse.Namespace) -> Run:
             )
             webhooks = {r: point_at(deploy, t) for r, t in targets.items()}
             webhooks["native + webhook"] = narrowed(webhooks["gpugate"], native)
-            registrar = Registrar(cp, api, webhooks, cel, gate, native, before)
+            floor = [d for d in yaml.safe_load_all(FLOOR_FILE.read_text()) if d]
+            registrar = Registrar(cp, api, webhooks, cel, gate, floor, native, before)
             assert cp.apiserver.proc is not None and cp.processes[0].proc is not None
             assert noop.process.proc is not None and gate.process.proc is not None
             pids = {"apiserver": cp.apiserver.proc.pid, "etcd": cp.processes[0].proc.pid}
@@ -894,7 +921,7 @@ def report(run: Run) -> str:
 
 def native_report(run: Run) -> str:
     """The native tier beside what else was measured: GPU pods/s at 8 clients, the ratios, apiserver CPU."""
-    measured = [r for r in (*REGISTRATIONS, *NATIVE) if (r, "GPU", 8) in run.cells]
+    measured = [r for r in (*REGISTRATIONS, *ON_REQUEST) if (r, "GPU", 8) in run.cells]
     lines = [
         "### The native tier (GPU pods, 8 clients; medians over the rounds)",
         "",
@@ -917,7 +944,7 @@ def native_report(run: Run) -> str:
         )
         lines.append("")
     for native in (n for n in NATIVE if n in measured):
-        for other in (o for o in ("gpugate", "CEL", "nothing") if o in measured):
+        for other in (o for o in ("gpugate", "CEL", FLOOR, "nothing") if o in measured):
             ratio = run.median(native, "GPU", 8, "rate") / run.median(other, "GPU", 8, "rate")
             lines.append(f"- {native} GPU pods/s ÷ {other}'s: {ratio:.2f}×")
     if "native" in measured and "native (before)" in measured:
@@ -1163,10 +1190,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.pods = tuple(args.pods.split(","))
     if "native (before)" in args.registrations and not args.native_before:
         parser.error('--registrations: "native (before)" needs --native-before FILE')
-    unknown = set(args.registrations) - set(REGISTRATIONS) - set(NATIVE)
+    unknown = set(args.registrations) - set(REGISTRATIONS) - set(ON_REQUEST)
     if unknown:
         parser.error(
-            f"--registrations: unknown {', '.join(sorted(unknown))} (choose from {', '.join(REGISTRATIONS + NATIVE)})"
+            f"--registrations: unknown {', '.join(sorted(unknown))} (choose from "
+            f"{', '.join(REGISTRATIONS + ON_REQUEST)})"
         )
     return args
 
@@ -1175,7 +1203,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = measure(args)
     run.argv = list(argv if argv is not None else sys.argv[1:])
-    if set(NATIVE) & set(args.registrations) and "GPU" in args.pods:
+    if set(ON_REQUEST) & set(args.registrations) and "GPU" in args.pods:
         print()
         print(native_report(run))
     if set(args.registrations) != set(REGISTRATIONS) or set(args.pods) != set(PODS):

@@ -61,6 +61,12 @@ def test_each_registration_expects_its_own_injections() -> None:
         assert apiserver.expectation(native, "GPU")(201, injected) is None
         assert apiserver.expectation(native, "GPU")(201, by_cel) is not None
         assert apiserver.expectation(native, "CPU")(201, plain) is None
+    # The in-process floor only labels a GPU pod; nothing else labels it so.
+    floored = {"metadata": {"labels": {"gpugate.io/formed-by": "floor"}}, "spec": {}}
+    assert apiserver.expectation(apiserver.FLOOR, "GPU")(201, floored) is None
+    assert apiserver.expectation(apiserver.FLOOR, "GPU")(201, plain) is not None
+    assert apiserver.expectation(apiserver.FLOOR, "CPU")(201, plain) is None
+    assert apiserver.expectation("nothing", "GPU")(201, floored) is not None
 
 
 def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:
