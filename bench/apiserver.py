@@ -432,11 +432,11 @@ class Registrar:
         status, obj = self.api.create(pod("probe", gpus=9))
         if status != 201 and "bench-whole-gpus" in obj.get("message", ""):
             seen.add("cel-validate")
-        status, obj = self.api.create(pod("probe", gpus=1, labels={FLOOR_REFUSE: "true"}))
-        if status != 201 and "bench-floor" in obj.get("message", ""):
-            seen.add("floor-validate")
         if status != 201 and "ValidatingAdmissionPolicy 'gpugate-" in obj.get("message", ""):
             seen.add("native-validate")  # runs before any validating webhook, so it answers first
+        status, obj = self.api.create(pod("probe", gpus=1, labels={FLOOR_REFUSE: "true"}))
+        if status != 201 and "bench-floor-check" in obj.get("message", ""):
+            seen.add("floor-validate")
         return seen
 
     EXPECTED: ClassVar[dict[str, set[str]]] = {

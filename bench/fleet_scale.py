@@ -503,7 +503,7 @@ def run(
         elif mode == "CEL":
             install_in_process(cluster, CEL_EQUIVALENT, formed=TEAM_LABEL, refused_by="bench-whole-gpus")
         elif mode == "floor":
-            install_in_process(cluster, FLOOR, formed=FLOOR_LABEL, refused_by="bench-floor")
+            install_in_process(cluster, FLOOR, formed=FLOOR_LABEL, refused_by="bench-floor-check")
         elif mode != "none":
             raise SystemExit(f"fleet_scale: no mode {mode!r} ({', '.join(MODES)})")
         ns = cluster.create_namespace("bench", {"team": "bench", "cost-center": "cc-1"})

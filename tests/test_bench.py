@@ -69,6 +69,39 @@ def test_each_registration_expects_its_own_injections() -> None:
     assert apiserver.expectation("nothing", "GPU")(201, floored) is not None
 
 
+class _Answers:
+    """Stands in for bench/apiserver.py's API and gpugate server in Registrar.observe: answers each probe as the
+    registration in force would (the native tier's objects alone, or the in-process floor)."""
+
+    def __init__(self, registration: str) -> None:
+        self.registration = registration
+
+    def create(self, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        meta, container = obj["metadata"], obj["spec"]["containers"][0]
+        gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", "0"))
+        if self.registration == "native":
+            if gpus > 8:
+                return 422, {"message": "ValidatingAdmissionPolicy 'gpugate-always' with binding ... denied request"}
+            return 201, {**obj, "metadata": {**meta, "annotations": {"gpugate.io/policy": "default"}}}
+        if apiserver.FLOOR_REFUSE in meta.get("labels", {}):
+            return 422, {"message": "ValidatingAdmissionPolicy 'bench-floor-check' with binding ... denied request"}
+        labels = {**meta.get("labels", {}), "gpugate.io/formed-by": "floor"} if gpus else meta.get("labels", {})
+        return 201, {**obj, "metadata": {**meta, "labels": labels}}
+
+    def metrics(self) -> str:
+        return ""
+
+
+@pytest.mark.parametrize("registration", ["native", apiserver.FLOOR])
+def test_the_registrar_s_probes_see_exactly_what_each_registration_answers(registration: str) -> None:
+    """Each probe's answer is read for what it tells (a probe's answer read for another's would leave a switch
+    waiting for a registration that is in force)."""
+    answers = _Answers(registration)
+    registrar = object.__new__(apiserver.Registrar)
+    registrar.api, registrar.gate = answers, answers  # type: ignore[assignment]
+    assert registrar.observe() == apiserver.Registrar.EXPECTED[registration]
+
+
 def test_the_cel_equivalent_is_two_policies_and_their_bindings() -> None:
     docs = list(yaml.safe_load_all(apiserver.CEL_FILE.read_text()))
     kinds = [d["kind"] for d in docs]
@@ -282,7 +315,9 @@ def test_the_in_process_yardsticks_are_valid_1_36_objects_of_one_policy_each_kin
         kubernetes_validate.validate(obj, "1.36.0", strict=True)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(f"{k}AdmissionPolicy{b}" for k in ("Mutating", "Validating") for b in ("", "Binding")), kinds
+    # Two names: bench/native_cost.py's table and the probes' messages tell the policies apart by name.
     policies = {d["metadata"]["name"] for d in docs if d["kind"].endswith("Policy")}
+    assert len(policies) == 2, policies
     assert {d["spec"]["policyName"] for d in docs if d["kind"].endswith("Binding")} == policies
 
 
