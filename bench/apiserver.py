@@ -923,7 +923,7 @@ def native_report(run: Run) -> str:
     """The native tier beside what else was measured: GPU pods/s at 8 clients, the ratios, apiserver CPU."""
     measured = [r for r in (*REGISTRATIONS, *ON_REQUEST) if (r, "GPU", 8) in run.cells]
     lines = [
-        "### The native tier (GPU pods, 8 clients; medians over the rounds)",
+        "### The native tier and what it is measured against (GPU pods, 8 clients; medians over the rounds)",
         "",
         "| registered | pods/s | p50 | p99 | apiserver CPU / pod | gpugate server CPU / pod |",
         "| --- | --- | --- | --- | --- | --- |",

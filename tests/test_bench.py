@@ -274,6 +274,71 @@ def test_native_cost_cuts_take_from_gpugate_always_only_the_part_each_names() ->
             assert spec == whole
 
 
+@pytest.mark.parametrize("parts", [["claim-checks"], ["messages"], ["warn"], ["claim-checks", "messages", "warn"]])
+def test_native_cost_without_takes_out_only_the_parts_it_names(parts: list[str]) -> None:
+    """--without: the what-if differs from the compilation in the parts named alone (the claim checks: gpugate-always's
+    validations that read claimsFormed; the messages: every messageExpression, each static message kept; warn: the
+    gpugate-warn policy and its binding), the compilation itself is left as it was, and 1.36's schemas accept it."""
+    from bench import native_cost
+
+    objects = native_cost.compiled_objects(False)
+    before = json.dumps(objects, sort_keys=True)
+    variant = native_cost.without_parts(objects, parts)
+    assert json.dumps(objects, sort_keys=True) == before
+
+    def named(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+    whole, cut = named(objects), named(variant)
+    warn = {k for k in whole if k[1] == "gpugate-warn"}
+    assert len(warn) == 2  # the policy and its binding
+    assert set(cut) == (set(whole) - warn if "warn" in parts else set(whole))
+    for key, obj in cut.items():
+        expected = json.loads(json.dumps(whole[key]))
+        if key[0] == "ValidatingAdmissionPolicy":
+            validations = expected["spec"]["validations"]
+            if "claim-checks" in parts and key[1] == "gpugate-always":
+                validations = [v for v in validations if "variables.claimsFormed" not in v["expression"]]
+                assert 0 < len(validations) < len(expected["spec"]["validations"])
+            if "messages" in parts:
+                assert any("messageExpression" in v for v in validations)
+                validations = [{k: x for k, x in v.items() if k != "messageExpression"} for v in validations]
+                assert all(v.get("message") for v in validations)
+            expected["spec"]["validations"] = validations
+        assert obj == expected, key
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a part of WITHOUT: mesages"):
+        native_cost.parts_of("claim-checks,mesages")
+    assert native_cost.parts_of(" warn , messages") == ["warn", "messages"]
+
+
+def test_native_cost_counts_how_a_what_if_differs_formed_decided_or_in_a_message() -> None:
+    """--without's line: a pod formed otherwise counts there alone; one refused or admitted otherwise (by another
+    object or action) as decided otherwise; one refused alike with another text as a message only."""
+    from bench import native_cost
+
+    def diff(formed: tuple[str, str], mine: list[str], theirs: list[str]) -> str:
+        return json.dumps({
+            "case": "c",
+            "measured": {"formed": formed[0], "decisions": mine},
+            "other": {"formed": formed[1], "decisions": theirs},
+        })  # fmt: skip
+
+    deny = "gpugate-always: deny deny: pod: requests 9 GPUs in all, more than the 8 per pod (gpugate)"
+    compared = {
+        "differs": [
+            diff(("{}", '{"a": 1}'), [deny], [deny]),
+            diff(("{}", "{}"), [], [deny]),
+            diff(("{}", "{}"), ["gpugate-warn: warn warn: x"], ["gpugate-always: deny deny: x"]),
+            diff(("{}", "{}"), [deny], ["gpugate-always: deny deny: gpugate: the pod requests more GPUs"]),
+        ]
+    }
+    assert native_cost.differences(compared) == ("1 formed otherwise, 2 decided otherwise, 1 with another message only")
+    assert native_cost.differences({"differs": None}) == (
+        "0 formed otherwise, 0 decided otherwise, 0 with another message only"
+    )
+
+
 def test_native_cost_sets_the_cel_equivalent_beside_gpugate_s_objects_each_in_its_own_column() -> None:
     """--cel-equivalent: bench/cel-equivalent.yaml is measured as a column of its own; an object one side lacks is a
     dash there, and each side's total counts its own objects only (a reinvocation pass is an object of its own)."""
